@@ -1,0 +1,154 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// ParseDelay parses a tier delay such as "5s", "30s", "5m", "1h30m". It
+// accepts what time.ParseDuration accepts, but only whole seconds of at
+// least one second, so that a tier's name is stable.
+func ParseDelay(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad delay %q: %w", s, err)
+	}
+	if d < time.Second {
+		return 0, fmt.Errorf("bad delay %q: below 1s", s)
+	}
+	if d%time.Second != 0 {
+		return 0, fmt.Errorf("bad delay %q: not a whole number of seconds", s)
+	}
+	return d, nil
+}
+
+// FormatDelay gives a delay in its shortest form: 5s, 30s, 5m, 1h, 1h30m,
+// 1h0m5s becomes 1h5s. This is the suffix of a tier topic's name.
+func FormatDelay(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	var b strings.Builder
+	h := d / time.Hour
+	d -= h * time.Hour
+	m := d / time.Minute
+	d -= m * time.Minute
+	s := d / time.Second
+	if h > 0 {
+		fmt.Fprintf(&b, "%dh", h)
+	}
+	if m > 0 {
+		fmt.Fprintf(&b, "%dm", m)
+	}
+	if s > 0 {
+		fmt.Fprintf(&b, "%ds", s)
+	}
+	if b.Len() == 0 {
+		return "0s"
+	}
+	return b.String()
+}
+
+// Schedule is a pipeline's retry plan.
+type Schedule struct {
+	// Tiers are the fixed delays of the retry topics, strictly increasing.
+	Tiers []time.Duration
+	// MaxAttempts counts handler attempts in all, the first one included.
+	MaxAttempts int
+	// Jitter adds up to this fraction of a tier's delay on top of it (0.1: +10%).
+	Jitter float64
+}
+
+// ErrBadSchedule is wrapped by Validate's errors.
+var ErrBadSchedule = errors.New("bad retry schedule")
+
+// Validate checks the schedule is usable.
+func (s Schedule) Validate() error {
+	if len(s.Tiers) == 0 {
+		return fmt.Errorf("%w: no tiers", ErrBadSchedule)
+	}
+	for i, t := range s.Tiers {
+		if t < time.Second || t%time.Second != 0 {
+			return fmt.Errorf("%w: tier %d (%s) must be whole seconds, at least 1s", ErrBadSchedule, i, t)
+		}
+		if i > 0 && t <= s.Tiers[i-1] {
+			return fmt.Errorf("%w: tiers must increase: %s after %s", ErrBadSchedule, FormatDelay(t), FormatDelay(s.Tiers[i-1]))
+		}
+	}
+	if s.MaxAttempts < 1 {
+		return fmt.Errorf("%w: max_attempts must be at least 1", ErrBadSchedule)
+	}
+	if s.Jitter < 0 || s.Jitter > 1 {
+		return fmt.Errorf("%w: jitter must be between 0 and 1", ErrBadSchedule)
+	}
+	return nil
+}
+
+// Exhausted reports whether no attempt is left after `attempts` attempts.
+func (s Schedule) Exhausted(attempts int) bool { return attempts >= s.MaxAttempts }
+
+// TierForAttempt is the index of the tier that carries attempt n (n >= 2):
+// attempt n goes to tier n-1, and the last tier is reused when attempts
+// outnumber tiers.
+func (s Schedule) TierForAttempt(n int) int {
+	i := n - 2
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(s.Tiers) {
+		i = len(s.Tiers) - 1
+	}
+	return i
+}
+
+// TierForDelay is the index of the smallest tier whose delay covers min, and
+// whether one does. When none does, the largest tier is returned with
+// covers=false: the record hops through it and is looked at again.
+func (s Schedule) TierForDelay(min time.Duration) (idx int, covers bool) {
+	for i, t := range s.Tiers {
+		if t >= min {
+			return i, true
+		}
+	}
+	return len(s.Tiers) - 1, false
+}
+
+// Next picks the tier for the next handling of a record: the tier for
+// attempt `nextAttempt` (or tier 0 for a poll, when nextAttempt is 0), moved
+// up to the smallest tier that covers minDelay. It returns the tier index
+// and the due time, jittered, counted from now.
+func (s Schedule) Next(now time.Time, nextAttempt int, minDelay time.Duration, rnd *rand.Rand) (int, time.Time) {
+	idx := 0
+	if nextAttempt >= 2 {
+		idx = s.TierForAttempt(nextAttempt)
+	}
+	if minDelay > s.Tiers[idx] {
+		idx, _ = s.TierForDelay(minDelay)
+	}
+	d := s.Tiers[idx]
+	if minDelay > d {
+		d = minDelay // hop: the due time still honours the minimum
+	}
+	return idx, now.Add(d + s.jitter(d, rnd))
+}
+
+func (s Schedule) jitter(d time.Duration, rnd *rand.Rand) time.Duration {
+	if s.Jitter <= 0 {
+		return 0
+	}
+	var f float64
+	if rnd != nil {
+		f = rnd.Float64()
+	} else {
+		f = rand.Float64()
+	}
+	return time.Duration(f * s.Jitter * float64(d))
+}
+
+// TierTopic names the retry topic of a tier: "<topic>.retry.<delay>".
+func TierTopic(topic string, d time.Duration) string {
+	return topic + ".retry." + FormatDelay(d)
+}
