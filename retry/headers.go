@@ -37,6 +37,7 @@ const (
 	HeaderGroup           = "redrive-group"            // DLQ only: consumer group that dead-lettered it
 	HeaderInstance        = "redrive-instance"         // DLQ only: instance that dead-lettered it
 	HeaderTruncated       = "redrive-truncated"        // DLQ only: original value size when the value was cut to fit
+	HeaderNotReadySince   = "redrive-not-ready-since"  // retry: time of the first not-ready answer (ms); not_ready_deadline counts from it
 )
 
 // Size limits of the contract.
@@ -110,6 +111,7 @@ type Meta struct {
 	Group           string
 	Instance        string
 	Truncated       int64 // original value size, when the DLQ value was truncated
+	NotReadySince   time.Time
 }
 
 // Decode splits headers into redrive's Meta and the user's headers (in their
@@ -217,6 +219,8 @@ func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
 			m.Instance = v
 		case HeaderTruncated:
 			m.Truncated, err = strconv.ParseInt(v, 10, 64)
+		case HeaderNotReadySince:
+			m.NotReadySince, err = millis(v)
 		}
 		if err != nil {
 			fail(h, err.Error())
@@ -237,7 +241,7 @@ var known = map[string]bool{
 	HeaderOriginTopic: true, HeaderOriginPartition: true, HeaderOriginOffset: true, HeaderOriginTimestamp: true,
 	HeaderFirstErrorAt: true, HeaderLastErrorAt: true, HeaderError: true, HeaderErrorCode: true,
 	HeaderErrorClass: true, HeaderState: true, HeaderReason: true, HeaderRedrives: true,
-	HeaderGroup: true, HeaderInstance: true, HeaderTruncated: true,
+	HeaderGroup: true, HeaderInstance: true, HeaderTruncated: true, HeaderNotReadySince: true,
 }
 
 func isKnown(k string) bool { return known[k] }
@@ -309,6 +313,7 @@ func Encode(m Meta, user []kgo.RecordHeader) []kgo.RecordHeader {
 	add(HeaderGroup, m.Group)
 	add(HeaderInstance, m.Instance)
 	addInt(HeaderTruncated, m.Truncated, false)
+	addTime(HeaderNotReadySince, m.NotReadySince)
 	for _, h := range user {
 		if isKnown(h.Key) {
 			continue
