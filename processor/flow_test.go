@@ -1,0 +1,193 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
+)
+
+// script is a handler that answers by the request's value: "ok",
+// "transient:K" (K transient failures then success), "notready:K" (K
+// not-ready answers then success), "permanent", "always" (always transient).
+type script struct {
+	mu    sync.Mutex
+	calls map[string][]call
+}
+
+type call struct {
+	at      time.Time
+	attempt int
+	polls   int
+	state   string
+	due     time.Time
+}
+
+func newScript() *script { return &script{calls: map[string][]call{}} }
+
+func (s *script) Handle(_ context.Context, req *processor.Request) processor.Outcome {
+	s.mu.Lock()
+	s.calls[req.ID] = append(s.calls[req.ID], call{at: time.Now(), attempt: req.Attempt, polls: req.Polls, state: string(req.State), due: req.Meta.Due})
+	n := len(s.calls[req.ID])
+	s.mu.Unlock()
+	kind, arg, _ := strings.Cut(string(req.Record.Value), ":")
+	k, _ := strconv.Atoi(arg)
+	switch kind {
+	case "ok":
+		return processor.Outcome{Kind: processor.Success, Result: []byte("done:" + req.ID)}
+	case "transient":
+		if n <= k {
+			return processor.Outcome{Kind: processor.Transient, Code: "http_503", Err: fmt.Errorf("503 number %d", n)}
+		}
+		return processor.Outcome{Kind: processor.Success, Result: []byte("done:" + req.ID)}
+	case "notready":
+		if n <= k {
+			return processor.Outcome{Kind: processor.NotReady, Code: "CAPCHA_NOT_READY", State: []byte("task-" + req.ID)}
+		}
+		return processor.Outcome{Kind: processor.Success, Result: []byte("done:" + req.ID)}
+	case "permanent":
+		return processor.Outcome{Kind: processor.Permanent, Code: "ERROR_WRONG_USER_KEY", Err: fmt.Errorf("bad key")}
+	case "always":
+		return processor.Outcome{Kind: processor.Transient, Code: "ERROR_NO_SLOT_AVAILABLE"}
+	}
+	return processor.Outcome{Kind: processor.Invalid, Code: "unknown_script"}
+}
+
+func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second, 2 * time.Second}, 3)
+	s := newScript()
+	e.start(s)
+
+	type want struct {
+		script   string
+		topic    string // results or dlq
+		reason   string
+		attempts int
+		polls    int
+		calls    int
+	}
+	cases := []want{
+		{"ok", e.p.Results, "", 1, 0, 1},
+		{"transient:1", e.p.Results, "", 2, 0, 2},
+		{"transient:2", e.p.Results, "", 3, 0, 3},
+		{"notready:2", e.p.Results, "", 1, 2, 3},
+		{"permanent", e.p.DLQ, "permanent", 1, 0, 1},
+		{"always", e.p.DLQ, "exhausted", 3, 0, 3},
+	}
+	const per = 10
+	var recs []*kgo.Record
+	wants := map[string]want{}
+	for i := 0; i < per; i++ {
+		for j, c := range cases {
+			id := fmt.Sprintf("req-%d-%d", i, j)
+			wants[id] = c
+			recs = append(recs, &kgo.Record{Topic: e.p.Topic, Key: []byte(id), Value: []byte(c.script), Headers: []kgo.RecordHeader{
+				{Key: "idempotency-key", Value: []byte(id)},
+				{Key: "trace", Value: []byte("t1")},
+				{Key: "trace", Value: []byte("t2")},
+			}})
+		}
+	}
+	e.produce(recs...)
+	nRes, nDLQ := 0, 0
+	for _, c := range wants {
+		if c.topic == e.p.Results {
+			nRes++
+		} else {
+			nDLQ++
+		}
+	}
+	results := e.collect(e.p.Results, nRes, 60*time.Second, 2*time.Second)
+	dead := e.collect(e.p.DLQ, nDLQ, 30*time.Second, time.Second)
+
+	seen := map[string]int{}
+	check := func(r *kgo.Record, topic string) {
+		id, _ := header(r, retry.HeaderID)
+		seen[id]++
+		w, ok := wants[id]
+		if !ok {
+			t.Errorf("%s: record with unknown id %q", topic, id)
+			return
+		}
+		if w.topic != topic {
+			t.Errorf("%s (%s) ended in %s, want %s", id, w.script, topic, w.topic)
+			return
+		}
+		if string(r.Key) != id {
+			t.Errorf("%s: key %q changed", id, r.Key)
+		}
+		if a, _ := header(r, retry.HeaderAttempt); a != strconv.Itoa(w.attempts) {
+			t.Errorf("%s (%s): redrive-attempt %s, want %d", id, w.script, a, w.attempts)
+		}
+		if topic == e.p.DLQ {
+			if string(r.Value) != w.script {
+				t.Errorf("%s: dead letter value %q, want %q", id, r.Value, w.script)
+			}
+			if reason, _ := header(r, retry.HeaderReason); reason != w.reason {
+				t.Errorf("%s: reason %q, want %q", id, reason, w.reason)
+			}
+			for _, h := range []string{retry.HeaderError, retry.HeaderErrorCode, retry.HeaderErrorClass, retry.HeaderGroup, retry.HeaderInstance, retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt} {
+				if _, ok := header(r, h); !ok {
+					t.Errorf("%s: dead letter lacks %s", id, h)
+				}
+			}
+		}
+		if ot, _ := header(r, retry.HeaderOriginTopic); ot != e.p.Topic {
+			t.Errorf("%s: origin topic %q", id, ot)
+		}
+		var traces []string
+		for _, h := range r.Headers {
+			if h.Key == "trace" {
+				traces = append(traces, string(h.Value))
+			}
+			if strings.HasPrefix(h.Key, retry.HeaderPrefix) && countHeader(r, h.Key) != 1 {
+				t.Errorf("%s: header %s appears %d times", id, h.Key, countHeader(r, h.Key))
+			}
+		}
+		if strings.Join(traces, ",") != "t1,t2" {
+			t.Errorf("%s: user headers %v, want t1,t2 in order", id, traces)
+		}
+	}
+	for _, r := range results {
+		check(r, e.p.Results)
+	}
+	for _, r := range dead {
+		check(r, e.p.DLQ)
+	}
+	for id := range wants {
+		if seen[id] != 1 {
+			t.Errorf("%s (%s): reached a terminal topic %d times, want 1", id, wants[id].script, seen[id])
+		}
+	}
+	// Handler calls follow the schedule, never before due.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, w := range wants {
+		calls := s.calls[id]
+		if len(calls) != w.calls {
+			t.Errorf("%s (%s): %d handler calls, want %d", id, w.script, len(calls), w.calls)
+		}
+		for i, c := range calls {
+			if !c.due.IsZero() && c.at.Before(c.due) {
+				t.Errorf("%s: call %d at %v, before its due time %v", id, i+1, c.at, c.due)
+			}
+			if i > 0 {
+				gap := c.at.Sub(calls[i-1].at)
+				if gap < 900*time.Millisecond {
+					t.Errorf("%s: call %d only %v after the previous one (tier is 1s)", id, i+1, gap)
+				}
+			}
+			if strings.HasPrefix(w.script, "notready") && i > 0 && c.state != "task-"+id {
+				t.Errorf("%s: poll %d got state %q", id, i, c.state)
+			}
+		}
+	}
+}

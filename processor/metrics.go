@@ -1,0 +1,99 @@
+package processor
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the processor's Prometheus series. Label values are bounded:
+// pipeline and topic come from config, outcome/reason/tier from fixed sets,
+// and error codes beyond the first maxCodes seen are counted as "other".
+type metrics struct {
+	consumed       *prometheus.CounterVec   // pipeline, topic
+	outcomes       *prometheus.CounterVec   // pipeline, outcome, tier, code
+	handlerSeconds *prometheus.HistogramVec // pipeline, outcome
+	inflight       *prometheus.GaugeVec     // pipeline
+	waiting        *prometheus.GaugeVec     // pipeline
+	retries        *prometheus.CounterVec   // pipeline, tier
+	deadLetters    *prometheus.CounterVec   // pipeline, reason, code
+	lateness       *prometheus.HistogramVec // pipeline, tier
+	hops           *prometheus.CounterVec   // pipeline, tier
+	commitFailures *prometheus.CounterVec   // pipeline
+	produceFails   *prometheus.CounterVec   // pipeline, kind (retry, dlq, results)
+	lag            *prometheus.GaugeVec     // pipeline, topic
+	pausedParts    *prometheus.GaugeVec     // pipeline
+
+	codesMu sync.Mutex
+	codes   map[string]bool
+}
+
+const maxCodes = 50
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_records_consumed_total", Help: "Records polled, per topic (main and tiers).",
+		}, []string{"pipeline", "topic"}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_outcomes_total", Help: "Handled records by outcome (success, transient, not-ready, permanent, invalid, expired), the tier they were read from (main for the main topic) and error code.",
+		}, []string{"pipeline", "outcome", "tier", "code"}),
+		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redrive_handler_duration_seconds", Help: "Handler call duration by outcome.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"pipeline", "outcome"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_inflight_records", Help: "Records dispatched to handlers and not finished (outcome not yet acknowledged).",
+		}, []string{"pipeline"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_waiting_records", Help: "Tier records held in memory until their due time.",
+		}, []string{"pipeline"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_retries_scheduled_total", Help: "Records written to a retry tier (transient and not-ready), per tier.",
+		}, []string{"pipeline", "tier"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_dead_letters_total", Help: "Records written to the DLQ by reason and error code.",
+		}, []string{"pipeline", "reason", "code"}),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redrive_delay_lateness_seconds", Help: "How late a tier record was handled after its redrive-due time.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"pipeline", "tier"}),
+		hops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_tier_hops_total", Help: "Tier records re-queued without a handler call because they were not due yet (minimum delay longer than the tier).",
+		}, []string{"pipeline", "tier"}),
+		commitFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_commit_failures_total", Help: "Offset commits that failed.",
+		}, []string{"pipeline"}),
+		produceFails: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_produce_failures_total", Help: "Outcome writes (retry, dlq, results) that failed and are being retried.",
+		}, []string{"pipeline", "kind"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_consumer_lag", Help: "Consumer group lag in records per topic (main and tiers), from the committed offsets.",
+		}, []string{"pipeline", "topic"}),
+		pausedParts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_paused_partitions", Help: "Tier partitions paused because their waiting records reached max_waiting.",
+		}, []string{"pipeline"}),
+		codes: map[string]bool{"": true},
+	}
+	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
+		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// code bounds the code label's cardinality.
+func (m *metrics) code(c string) string {
+	m.codesMu.Lock()
+	defer m.codesMu.Unlock()
+	if m.codes[c] {
+		return c
+	}
+	if len(m.codes) < maxCodes && len(c) <= 64 {
+		m.codes[c] = true
+		return c
+	}
+	return "other"
+}

@@ -1,0 +1,64 @@
+package processor
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// offsetTracker tracks the records of one partition from poll to finish and
+// gives the offset that may be committed: the lowest unfinished one, or one
+// past the last finished record. Records are added in offset order and
+// finished in any order. Not safe for concurrent use: the pipeline's mutex
+// guards it.
+type offsetTracker struct {
+	// q holds entries from the lowest unfinished offset on, in offset order;
+	// head indexes the first live one (the slice is compacted when half dead).
+	q    []*entry
+	head int
+	// next is the offset to commit once q is empty; -1 before any record.
+	next  int64
+	epoch int32
+}
+
+type entry struct {
+	offset int64
+	epoch  int32
+	done   bool
+}
+
+func newOffsetTracker() *offsetTracker { return &offsetTracker{next: -1} }
+
+// add registers a polled record and returns its entry, to be passed to finish.
+func (t *offsetTracker) add(r *kgo.Record) *entry {
+	e := &entry{offset: r.Offset, epoch: r.LeaderEpoch}
+	t.q = append(t.q, e)
+	return e
+}
+
+// finish marks e done and advances the commit point past every finished
+// record at the front.
+func (t *offsetTracker) finish(e *entry) {
+	e.done = true
+	for t.head < len(t.q) && t.q[t.head].done {
+		f := t.q[t.head]
+		t.next, t.epoch = f.offset+1, f.epoch
+		t.q[t.head] = nil
+		t.head++
+	}
+	if t.head == len(t.q) {
+		t.q, t.head = t.q[:0], 0
+	} else if t.head > 1024 && t.head > len(t.q)/2 {
+		n := copy(t.q, t.q[t.head:])
+		clear(t.q[n:])
+		t.q, t.head = t.q[:n], 0
+	}
+}
+
+// commitPoint is the offset that may be committed and its leader epoch;
+// ok is false when nothing has finished yet.
+func (t *offsetTracker) commitPoint() (kgo.EpochOffset, bool) {
+	if t.next < 0 {
+		return kgo.EpochOffset{}, false
+	}
+	return kgo.EpochOffset{Epoch: t.epoch, Offset: t.next}, true
+}
+
+// pending is the number of unfinished records.
+func (t *offsetTracker) pending() int { return len(t.q) - t.head }

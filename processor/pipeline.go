@@ -1,0 +1,596 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redrive/redrive/retry"
+)
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// partState is what the pipeline knows of one assigned partition. Guarded
+// by pipeline.mu.
+type partState struct {
+	tp      tp
+	tier    int // -1: the main topic
+	offsets *offsetTracker
+	// ctx is cancelled when the partition is revoked or lost.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// inflight counts dispatched records not finished.
+	inflight int
+	// waiting counts tier records held until due.
+	waiting int
+	paused  bool
+	// revoking: no new dispatch; gone: dropped, never commit again.
+	revoking, gone bool
+	committed      int64
+}
+
+// work is one record from poll to finish.
+type work struct {
+	rec       *kgo.Record
+	ps        *partState
+	e         *entry
+	meta      retry.Meta
+	user      []kgo.RecordHeader
+	decodeErr error
+	decoded   bool
+	waitUntil time.Time
+	size      int64
+	heapIdx   int
+}
+
+// pipeline runs one Pipeline: a consumer group over the main topic and the
+// tiers, and the producer for outcomes (one kgo client does both).
+type pipeline struct {
+	cfg    Pipeline
+	pc     *Config
+	h      Handler
+	cl     *kgo.Client
+	log    *slog.Logger
+	m      *metrics
+	tierOf map[string]int
+	tiers  []string
+	sched  *scheduler
+	sem    chan struct{}
+	capCh  chan struct{}
+	hctx   context.Context // handler context; cancelled past the shutdown grace
+	hstop  context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	parts    map[tp]*partState
+	inflight int   // dispatched, not finished
+	bytes    int64 // bytes of those
+	waiting  int
+	lanes    map[string]*lane
+	closing  bool
+
+	commitMu sync.Mutex
+
+	joined      atomic.Bool
+	writeFails  atomic.Int64 // outcome writes failing right now
+	lastWriteMu sync.Mutex
+	lastWrite   error
+}
+
+type lane struct{ queue []*work }
+
+func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics) (*pipeline, error) {
+	p := &pipeline{
+		cfg:    cfg,
+		pc:     pc,
+		h:      h,
+		log:    pc.Logger.With("pipeline", cfg.Name),
+		m:      m,
+		tierOf: map[string]int{cfg.Topic: -1},
+		tiers:  cfg.TierTopics(),
+		sem:    make(chan struct{}, cfg.Concurrency),
+		capCh:  make(chan struct{}, 1),
+		parts:  map[tp]*partState{},
+		lanes:  map[string]*lane{},
+	}
+	for i, t := range p.tiers {
+		p.tierOf[t] = i
+	}
+	p.hctx, p.hstop = context.WithCancel(context.Background())
+	p.sched = newScheduler(p.onDue)
+	topics := append([]string{cfg.Topic}, p.tiers...)
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(pc.Brokers...),
+		kgo.ClientID("redrive-" + pc.Instance),
+		kgo.ConsumerGroup(cfg.GroupID()),
+		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(pc.SessionTimeout),
+		kgo.OnPartitionsAssigned(p.onAssigned),
+		kgo.OnPartitionsRevoked(p.onRevoked),
+		kgo.OnPartitionsLost(p.onLost),
+		// A resumed partition is fetched after the broker's in-flight fetch
+		// returns; a short max wait keeps due tier records from being late.
+		kgo.FetchMaxWait(200 * time.Millisecond),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordDeliveryTimeout(20 * time.Second),
+		kgo.UnknownTopicRetries(3),
+		kgo.ProducerLinger(2 * time.Millisecond),
+	}
+	opts = append(opts, pc.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)
+	}
+	p.cl = cl
+	return p, nil
+}
+
+func (p *pipeline) ready() {
+	if p.pc.Ready == nil {
+		return
+	}
+	name := "pipeline " + p.cfg.Name
+	switch {
+	case !p.joined.Load():
+		p.pc.Ready(name, errors.New("consumer group "+p.cfg.GroupID()+" not joined yet"))
+	case p.writeFails.Load() > 0:
+		p.lastWriteMu.Lock()
+		err := p.lastWrite
+		p.lastWriteMu.Unlock()
+		p.pc.Ready(name, fmt.Errorf("outcome writes failing: %w", err))
+	default:
+		p.pc.Ready(name, nil)
+	}
+}
+
+// run polls until ctx is done, then drains within the grace period,
+// commits and leaves the group.
+func (p *pipeline) run(ctx context.Context) error {
+	p.ready()
+	schedCtx, schedStop := context.WithCancel(context.Background())
+	schedDone := make(chan struct{})
+	go func() { p.sched.run(schedCtx); close(schedDone) }()
+	commitDone := make(chan struct{})
+	go func() { p.commitLoop(ctx); close(commitDone) }()
+	lagDone := make(chan struct{})
+	go func() { p.lagLoop(ctx); close(lagDone) }()
+
+	err := p.pollLoop(ctx)
+
+	// Shutdown: stop fetching, let in-flight work finish within the grace.
+	p.log.Info("stopping: finishing in-flight work", "inflight", p.inflightNow(), "grace", p.pc.ShutdownGrace)
+	p.cl.PauseFetchTopics(append([]string{p.cfg.Topic}, p.tiers...)...)
+	drained := make(chan struct{})
+	go func() { p.wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(p.pc.ShutdownGrace):
+		p.log.Warn("shutdown grace over: abandoning in-flight work, it will be redelivered", "inflight", p.inflightNow())
+		p.hstop()
+		select {
+		case <-drained:
+		case <-time.After(5 * time.Second):
+		}
+	}
+	p.hstop()
+	schedStop()
+	<-schedDone
+	<-commitDone
+	<-lagDone
+	p.mu.Lock()
+	p.closing = true
+	p.mu.Unlock()
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p.commitMu.Lock()
+	cerr := p.commit(cctx)
+	p.commitMu.Unlock()
+	p.cl.Close() // leaves the group
+	if cerr != nil && err == nil {
+		err = fmt.Errorf("pipeline %s: final commit: %w", p.cfg.Name, cerr)
+	}
+	return err
+}
+
+func (p *pipeline) inflightNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.inflight
+}
+
+func (p *pipeline) beat() {
+	if p.pc.Beat != nil {
+		p.pc.Beat("pipeline " + p.cfg.Name)
+	}
+}
+
+// room is how many more records may be polled, 0 at the bound.
+func (p *pipeline) room() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.bytes >= p.cfg.MaxInflightBytes {
+		return 0
+	}
+	return max(0, p.cfg.MaxInflight-p.inflight)
+}
+
+func (p *pipeline) pollLoop(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		p.beat()
+		n := p.room()
+		if n == 0 { // at the bound: stop fetching until work finishes
+			select {
+			case <-p.capCh:
+			case <-tick.C:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		fs := p.cl.PollRecords(ctx, n)
+		if fs.IsClientClosed() {
+			return errors.New("kafka client closed")
+		}
+		fs.EachError(func(topic string, part int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			p.log.Error("fetch failed", "topic", topic, "partition", part, "err", err)
+			if errors.Is(err, kerr.UnknownTopicOrPartition) {
+				p.setWriteErr(fmt.Errorf("topic %s: %w (run `redrive topics ensure`)", topic, err), false)
+			}
+		})
+		now := time.Now()
+		fs.EachPartition(func(f kgo.FetchTopicPartition) {
+			if len(f.Records) > 0 {
+				p.admit(f.Topic, f.Partition, f.Records, now)
+			}
+		})
+	}
+	return nil
+}
+
+// admit takes polled records in: main-topic records are dispatched at once,
+// tier records when due.
+func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.Time) {
+	p.m.consumed.WithLabelValues(p.cfg.Name, topic).Add(float64(len(recs)))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := p.parts[tp{topic, part}]
+	if ps == nil || ps.revoking || ps.gone {
+		// Not ours (any more): the next owner reads them from the committed offset.
+		return
+	}
+	for _, r := range recs {
+		w := &work{rec: r, ps: ps, e: ps.offsets.add(r), size: int64(len(r.Key) + len(r.Value))}
+		if ps.tier < 0 {
+			p.dispatchLocked(w)
+			continue
+		}
+		w.decode()
+		if w.decodeErr == nil {
+			w.waitUntil = p.waitUntil(ps.tier, w)
+		}
+		if w.decodeErr != nil || !w.waitUntil.After(now) {
+			p.dispatchLocked(w)
+			continue
+		}
+		ps.waiting++
+		p.waiting++
+		p.sched.push(w)
+		if ps.waiting >= p.cfg.MaxWaiting && !ps.paused {
+			ps.paused = true
+			p.cl.PauseFetchPartitions(map[string][]int32{topic: {part}})
+			p.m.pausedParts.WithLabelValues(p.cfg.Name).Inc()
+		}
+	}
+	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
+}
+
+// waitUntil is when a tier record may be handled: its due time, but no later
+// than the tier's delay (plus jitter) after the record was written. A record
+// due later than that (a minimum delay longer than the largest tier, or a
+// foreign producer's far due time) is looked at then and hops through the
+// tier again, so it never holds up the records behind it.
+func (p *pipeline) waitUntil(tier int, w *work) time.Time {
+	d := p.cfg.Schedule.Tiers[tier]
+	limit := w.rec.Timestamp.Add(d + time.Duration(float64(d)*p.cfg.Schedule.Jitter) + 10*time.Millisecond)
+	if w.meta.Due.After(limit) {
+		return limit
+	}
+	return w.meta.Due
+}
+
+func (w *work) decode() {
+	if w.decoded {
+		return
+	}
+	w.decoded = true
+	w.meta, w.user, w.decodeErr = retry.Decode(w.rec.Headers)
+}
+
+// onDue is called by the scheduler when a waiting record is due.
+func (p *pipeline) onDue(w *work) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps := w.ps
+	if ps.gone || ps.revoking {
+		return
+	}
+	ps.waiting--
+	p.waiting--
+	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
+	p.dispatchLocked(w)
+	if ps.paused && ps.waiting <= p.cfg.MaxWaiting/2 {
+		ps.paused = false
+		p.cl.ResumeFetchPartitions(map[string][]int32{ps.tp.topic: {ps.tp.partition}})
+		p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
+	}
+}
+
+// dispatchLocked starts w, or queues it behind its key's lane. p.mu held.
+func (p *pipeline) dispatchLocked(w *work) {
+	p.inflight++
+	p.bytes += w.size
+	w.ps.inflight++
+	p.m.inflight.WithLabelValues(p.cfg.Name).Set(float64(p.inflight))
+	if p.cfg.OrderByKey && w.rec.Key != nil {
+		k := string(w.rec.Key)
+		if l := p.lanes[k]; l != nil {
+			l.queue = append(l.queue, w)
+			return
+		}
+		p.lanes[k] = &lane{}
+	}
+	p.wg.Add(1)
+	go p.work(w)
+}
+
+func (p *pipeline) work(w *work) {
+	finished := false
+	select {
+	case p.sem <- struct{}{}:
+		finished = p.process(w)
+		<-p.sem
+	case <-w.ps.ctx.Done():
+	}
+	p.complete(w, finished)
+}
+
+// complete records the end of w: finished means its outcome is acknowledged
+// and its offset may be committed.
+func (p *pipeline) complete(w *work, finished bool) {
+	p.mu.Lock()
+	ps := w.ps
+	if finished && !ps.gone {
+		ps.offsets.finish(w.e)
+	}
+	ps.inflight--
+	p.inflight--
+	p.bytes -= w.size
+	p.m.inflight.WithLabelValues(p.cfg.Name).Set(float64(p.inflight))
+	var next *work
+	if p.cfg.OrderByKey && w.rec.Key != nil {
+		k := string(w.rec.Key)
+		if l := p.lanes[k]; l != nil {
+			if len(l.queue) > 0 {
+				next, l.queue = l.queue[0], l.queue[1:]
+			} else {
+				delete(p.lanes, k)
+			}
+		}
+	}
+	if next != nil {
+		p.wg.Add(1)
+		go p.work(next)
+	}
+	p.mu.Unlock()
+	select {
+	case p.capCh <- struct{}{}:
+	default:
+	}
+	p.wg.Done()
+}
+
+func (p *pipeline) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	p.mu.Lock()
+	for topic, parts := range assigned {
+		tier, ok := p.tierOf[topic]
+		if !ok {
+			continue
+		}
+		for _, part := range parts {
+			ctx, cancel := context.WithCancel(p.hctx)
+			p.parts[tp{topic, part}] = &partState{
+				tp: tp{topic, part}, tier: tier, offsets: newOffsetTracker(),
+				ctx: ctx, cancel: cancel, committed: -1,
+			}
+		}
+	}
+	p.mu.Unlock()
+	// Pauses survive a revoke and a later re-assign: start clean.
+	cl.ResumeFetchPartitions(assigned)
+	p.joined.Store(true)
+	p.ready()
+	p.log.Info("partitions assigned", "partitions", assigned)
+}
+
+// onRevoked lets in-flight work of the revoked partitions finish for a
+// short while, commits what finished, and forgets them.
+func (p *pipeline) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	p.drop(ctx, cl, revoked, true)
+}
+
+// onLost forgets the partitions at once: they may already be another
+// member's, so nothing is committed for them.
+func (p *pipeline) onLost(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
+	p.drop(ctx, cl, lost, false)
+	p.joined.Store(false)
+	p.ready()
+}
+
+// revokeWait bounds how long a revoke waits for in-flight work.
+const revokeWait = 5 * time.Second
+
+func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]int32, commit bool) {
+	var states []*partState
+	p.mu.Lock()
+	for topic, parts := range tps {
+		for _, part := range parts {
+			if ps := p.parts[tp{topic, part}]; ps != nil {
+				ps.revoking = true
+				states = append(states, ps)
+			}
+		}
+	}
+	closing := p.closing
+	p.mu.Unlock()
+	if len(states) == 0 {
+		return
+	}
+	if commit && !closing {
+		deadline := time.Now().Add(revokeWait)
+		for time.Now().Before(deadline) {
+			p.mu.Lock()
+			busy := 0
+			for _, ps := range states {
+				busy += ps.inflight
+			}
+			p.mu.Unlock()
+			if busy == 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	p.commitMu.Lock()
+	defer p.commitMu.Unlock()
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	p.mu.Lock()
+	for _, ps := range states {
+		ps.gone = true
+		ps.cancel()
+		p.waiting -= ps.waiting
+		if ps.paused {
+			p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
+		}
+		ps.waiting, ps.paused = 0, false
+		delete(p.parts, ps.tp)
+		if eo, ok := ps.offsets.commitPoint(); ok && eo.Offset > ps.committed {
+			if offsets[ps.tp.topic] == nil {
+				offsets[ps.tp.topic] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[ps.tp.topic][ps.tp.partition] = eo
+		}
+	}
+	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
+	p.mu.Unlock()
+	cl.ResumeFetchPartitions(tps)
+	if commit && len(offsets) > 0 {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := p.commitOffsets(cctx, offsets); err != nil {
+			p.log.Warn("commit on revoke failed; the records will be redelivered to the next owner", "err", err)
+		}
+	}
+	p.log.Info("partitions dropped", "partitions", tps, "committed", commit)
+}
+
+func (p *pipeline) commitLoop(ctx context.Context) {
+	t := time.NewTicker(p.pc.CommitInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		p.commitMu.Lock()
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := p.commit(cctx); err != nil {
+			p.log.Warn("commit failed", "err", err)
+		}
+		cancel()
+		p.commitMu.Unlock()
+	}
+}
+
+// commit commits every owned partition's commit point that moved. Callers
+// hold commitMu, so no revoke runs meanwhile.
+func (p *pipeline) commit(ctx context.Context) error {
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	p.mu.Lock()
+	for _, ps := range p.parts {
+		if ps.gone {
+			continue
+		}
+		if eo, ok := ps.offsets.commitPoint(); ok && eo.Offset > ps.committed {
+			if offsets[ps.tp.topic] == nil {
+				offsets[ps.tp.topic] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[ps.tp.topic][ps.tp.partition] = eo
+		}
+	}
+	p.mu.Unlock()
+	if len(offsets) == 0 {
+		return nil
+	}
+	return p.commitOffsets(ctx, offsets)
+}
+
+func (p *pipeline) commitOffsets(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) error {
+	var cerr error
+	p.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			cerr = err
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, pr := range t.Partitions {
+				if e := kerr.ErrorForCode(pr.ErrorCode); e != nil {
+					cerr = fmt.Errorf("commit %s/%d: %w", t.Topic, pr.Partition, e)
+					continue
+				}
+				p.mu.Lock()
+				if ps := p.parts[tp{t.Topic, pr.Partition}]; ps != nil {
+					ps.committed = offsets[t.Topic][pr.Partition].Offset
+				}
+				p.mu.Unlock()
+			}
+		}
+	})
+	if cerr != nil {
+		p.m.commitFailures.WithLabelValues(p.cfg.Name).Inc()
+	}
+	return cerr
+}
+
+// setWriteErr records that outcome writes fail (failing=true) or work again.
+func (p *pipeline) setWriteErr(err error, failing bool) {
+	p.lastWriteMu.Lock()
+	p.lastWrite = err
+	p.lastWriteMu.Unlock()
+	if failing {
+		p.writeFails.Add(1)
+	}
+	p.ready()
+}
+
+func (p *pipeline) clearWriteErr() {
+	p.writeFails.Add(-1)
+	p.ready()
+}

@@ -1,0 +1,102 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/plugin/kprom"
+)
+
+// Processor runs one or more pipelines.
+type Processor struct {
+	cfg       Config
+	pipelines []*pipeline
+}
+
+// New builds a processor. h handles the records of every pipeline that has
+// no Handler of its own. It connects lazily: New does not reach the broker.
+func New(cfg Config, h Handler) (*Processor, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("processor metrics: %w", err)
+	}
+	kp := kprom.NewMetrics("redrive_kafka", kprom.Registerer(cfg.Registerer), kprom.WithClientLabel())
+	cfg.ClientOpts = append(cfg.ClientOpts, withHooks(kp))
+	pr := &Processor{cfg: cfg}
+	for _, pc := range cfg.Pipelines {
+		ph := pc.Handler
+		if ph == nil {
+			ph = h
+		}
+		if ph == nil {
+			return nil, fmt.Errorf("%w: pipeline %q has no handler", ErrConfig, pc.Name)
+		}
+		pl, err := newPipeline(&pr.cfg, pc, ph, m)
+		if err != nil {
+			pr.close()
+			return nil, err
+		}
+		pr.pipelines = append(pr.pipelines, pl)
+	}
+	return pr, nil
+}
+
+func (pr *Processor) close() {
+	for _, p := range pr.pipelines {
+		p.cl.Close()
+	}
+}
+
+// Run processes until ctx is cancelled, then stops fetching, finishes
+// in-flight work within ShutdownGrace, commits and leaves the groups.
+// It returns nil after a clean shutdown.
+func (pr *Processor) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(pr.pipelines))
+	for i, p := range pr.pipelines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.run(ctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// lagLoop publishes consumer lag per topic every 10s.
+func (p *pipeline) lagLoop(ctx context.Context) {
+	adm := kadm.NewClient(p.cl)
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lags, err := adm.Lag(lctx, p.cfg.GroupID())
+		cancel()
+		if err != nil {
+			continue
+		}
+		for _, gl := range lags {
+			if gl.Error() != nil {
+				continue
+			}
+			for topic, tl := range gl.Lag.TotalByTopic() {
+				if _, ok := p.tierOf[topic]; ok {
+					p.m.lag.WithLabelValues(p.cfg.Name, topic).Set(float64(tl.Lag))
+				}
+			}
+		}
+	}
+}
