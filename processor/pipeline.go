@@ -82,6 +82,7 @@ type pipeline struct {
 
 	commitMu sync.Mutex
 
+	dlqMaxBytes atomic.Int64 // the DLQ's max.message.bytes, learned at start
 	joined      atomic.Bool
 	writeFails  atomic.Int64 // outcome writes failing right now
 	lastWriteMu sync.Mutex
@@ -159,6 +160,8 @@ func (p *pipeline) ready() {
 // run polls until ctx is done, then drains within the grace period,
 // commits and leaves the group.
 func (p *pipeline) run(ctx context.Context) error {
+	p.dlqMaxBytes.Store(defaultMaxMessageBytes)
+	p.probe(ctx)
 	p.ready()
 	schedCtx, schedStop := context.WithCancel(context.Background())
 	schedDone := make(chan struct{})
@@ -250,9 +253,6 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 				return
 			}
 			p.log.Error("fetch failed", "topic", topic, "partition", part, "err", err)
-			if errors.Is(err, kerr.UnknownTopicOrPartition) {
-				p.setWriteErr(fmt.Errorf("topic %s: %w (run `redrive topics ensure`)", topic, err), false)
-			}
 		})
 		now := time.Now()
 		fs.EachPartition(func(f kgo.FetchTopicPartition) {
@@ -579,14 +579,13 @@ func (p *pipeline) commitOffsets(ctx context.Context, offsets map[string]map[int
 	return cerr
 }
 
-// setWriteErr records that outcome writes fail (failing=true) or work again.
-func (p *pipeline) setWriteErr(err error, failing bool) {
+// setWriteErr records that an outcome write fails; clearWriteErr that it
+// went through after all.
+func (p *pipeline) setWriteErr(err error) {
 	p.lastWriteMu.Lock()
 	p.lastWrite = err
 	p.lastWriteMu.Unlock()
-	if failing {
-		p.writeFails.Add(1)
-	}
+	p.writeFails.Add(1)
 	p.ready()
 }
 

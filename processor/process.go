@@ -268,7 +268,7 @@ func (p *pipeline) write(ctx context.Context, w *work, rec *kgo.Record, kind out
 		p.m.produceFails.WithLabelValues(p.cfg.Name, string(kind)).Inc()
 		if !failing {
 			failing = true
-			p.setWriteErr(fmt.Errorf("writing to %s: %w", rec.Topic, err), true)
+			p.setWriteErr(fmt.Errorf("writing to %s: %w", rec.Topic, err))
 		}
 		d := b.NextBackOff()
 		p.log.Error("outcome write failed; retrying, offset not committed", "topic", rec.Topic, "src", srcOf(w), "err", err, "retry_in", d)

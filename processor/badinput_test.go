@@ -1,0 +1,185 @@
+package processor_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
+)
+
+func TestMalformedRedriveHeadersAreDeadLetteredInvalid(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	s := newScript()
+	e.start(s)
+	bad := []struct{ key, value string }{
+		{retry.HeaderAttempt, "two"},
+		{retry.HeaderDue, "-5"},
+		{retry.HeaderErrorClass, "sometimes"},
+		{retry.HeaderOriginPartition, "x"},
+		{retry.HeaderPolls, "1e3"},
+	}
+	for i, b := range bad {
+		e.produce(&kgo.Record{Topic: e.p.Topic, Key: []byte{0xff, byte(i)}, Value: []byte("ok"), Headers: []kgo.RecordHeader{
+			{Key: "idempotency-key", Value: []byte("bad-" + strconv.Itoa(i))},
+			{Key: b.key, Value: []byte(b.value)},
+			{Key: "user", Value: []byte("kept")},
+		}})
+	}
+	dead := e.collect(e.p.DLQ, len(bad), 30*time.Second, time.Second)
+	if len(dead) != len(bad) {
+		t.Fatalf("%d dead letters, want %d", len(dead), len(bad))
+	}
+	for _, r := range dead {
+		id, _ := header(r, retry.HeaderID)
+		i, _ := strconv.Atoi(strings.TrimPrefix(id, "bad-"))
+		if reason, _ := header(r, retry.HeaderReason); reason != "invalid" {
+			t.Errorf("%s: reason %q, want invalid", id, reason)
+		}
+		if code, _ := header(r, retry.HeaderErrorCode); code != processor.CodeBadHeader {
+			t.Errorf("%s: code %q, want %s", id, code, processor.CodeBadHeader)
+		}
+		if msg, _ := header(r, retry.HeaderError); !strings.Contains(msg, bad[i].key) {
+			t.Errorf("%s: redrive-error %q does not name header %s", id, msg, bad[i].key)
+		}
+		if u, _ := header(r, "user"); u != "kept" {
+			t.Errorf("%s: user header lost", id)
+		}
+		if !bytes.Equal(r.Key, []byte{0xff, byte(i)}) || string(r.Value) != "ok" {
+			t.Errorf("%s: key/value changed: %q %q", id, r.Key, r.Value)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.calls) != 0 {
+		t.Errorf("handler called %d times for invalid records, want 0", len(s.calls))
+	}
+}
+
+func TestOversizeDeadLetterIsTruncatedNotLost(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	// A DLQ that takes less than the main topic does.
+	dlq := e.p.DLQ + ".small"
+	limit := "20000"
+	ctx := context.Background()
+	resp, err := e.adm.CreateTopics(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, dlq)
+	if err != nil || resp[dlq].Err != nil {
+		t.Fatalf("create %s: %v %v", dlq, err, resp[dlq].Err)
+	}
+	e.p.DLQ = dlq
+	e.start(newScript())
+	big := bytes.Repeat([]byte("x"), 100_000)
+	copy(big, "permanent")
+	e.produce(&kgo.Record{Topic: e.p.Topic, Value: big, Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("big")}}})
+	// The handler sees the whole value; "permanent..." is not a script
+	// word, so it answers invalid.
+	dead := e.collect(dlq, 1, 30*time.Second, time.Second)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dead))
+	}
+	r := dead[0]
+	if len(r.Value) >= 20000 || len(r.Value) == 0 || !bytes.HasPrefix(big, r.Value) {
+		t.Errorf("dead letter value is %d bytes, want a non-empty prefix under the 20000-byte limit", len(r.Value))
+	}
+	if v, _ := header(r, retry.HeaderTruncated); v != "100000" {
+		t.Errorf("redrive-truncated = %q, want 100000", v)
+	}
+	if id, _ := header(r, retry.HeaderID); id != "big" {
+		t.Errorf("redrive-id = %q", id)
+	}
+}
+
+// readyLog records the processor's readiness reports.
+type readyLog struct {
+	mu   sync.Mutex
+	last error
+	seen []error
+}
+
+func (l *readyLog) set(_ string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = err
+	l.seen = append(l.seen, err)
+}
+
+func (l *readyLog) get() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+func TestMissingDLQTopicBlocksCommitUntilItExists(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.p.DLQ = e.p.Topic + ".dlq.missing"
+	rl := &readyLog{}
+	e.start(newScript(), func(c *processor.Config) { c.Ready = rl.set })
+	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("permanent"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("p1")}}})
+	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("ok1")}}})
+
+	// Not ready, with a message naming the topic.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := rl.get()
+		if err != nil && strings.Contains(err.Error(), e.p.DLQ) {
+			t.Logf("readiness while the DLQ is missing: %v", err)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readiness never reported the missing DLQ; last: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Nothing committed past the failed record (offset 0), even though the
+	// record after it succeeded.
+	time.Sleep(time.Second)
+	if off := e.committed(e.p.Topic, 0); off > 0 {
+		t.Fatalf("committed offset %d on the main topic past the record whose dead letter could not be written", off)
+	}
+	e.create(1, e.p.DLQ)
+	dead := e.collect(e.p.DLQ, 1, 60*time.Second, 0)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters after the DLQ was created, want 1", len(dead))
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for e.committed(e.p.Topic, 0) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("main topic offset not committed to 2 after the DLQ appeared (at %d)", e.committed(e.p.Topic, 0))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for rl.get() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not ready after writes recovered: %v", rl.get())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// committed is the group's committed offset for topic/partition, -1 if none.
+func (e *env) committed(topic string, part int32) int64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	offs, err := e.adm.FetchOffsets(ctx, e.p.GroupID())
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			e.t.Fatalf("fetch offsets: %v", err)
+		}
+		return -1
+	}
+	o, ok := offs.Lookup(topic, part)
+	if !ok || o.Err != nil {
+		return -1
+	}
+	return o.At
+}

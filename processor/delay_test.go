@@ -1,0 +1,76 @@
+package processor_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/processor"
+)
+
+// A waiting retry never blocks other work: while a 5m tier holds records
+// (its partitions paused at MaxWaiting), main-topic records flow.
+func TestDelayDoesNotBlockMainTopic(t *testing.T) {
+	e := newEnv(t, []time.Duration{5 * time.Minute}, 2)
+	e.p.MaxWaiting = 5
+	reg := prometheus.NewRegistry()
+	s := newScript()
+	e.start(s, func(c *processor.Config) { c.Registerer = reg })
+
+	var waiting []*kgo.Record
+	for i := 0; i < 40; i++ {
+		waiting = append(waiting, &kgo.Record{Topic: e.p.Topic, Value: []byte("transient:1"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(fmt.Sprintf("slow-%d", i))}}})
+	}
+	e.produce(waiting...)
+	// Wait until they are all in the 5m tier and held.
+	tier := e.p.TierTopics()[0]
+	inTier := e.collect(tier, 40, 30*time.Second, 0)
+	if len(inTier) != 40 {
+		t.Fatalf("%d records reached %s, want 40", len(inTier), tier)
+	}
+	start := time.Now()
+	var fast []*kgo.Record
+	for i := 0; i < 2000; i++ {
+		fast = append(fast, &kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(fmt.Sprintf("fast-%d", i))}}})
+	}
+	e.produce(fast...)
+	res := e.collect(e.p.Results, 2000, 90*time.Second, 0)
+	took := time.Since(start)
+	if len(res) != 2000 {
+		t.Fatalf("%d of 2000 main-topic records handled while the 5m tier waits", len(res))
+	}
+	t.Logf("2000 main-topic records handled in %v while 40 retries wait in the 5m tier", took.Round(time.Millisecond))
+	s.mu.Lock()
+	for i := 0; i < 40; i++ {
+		if n := len(s.calls[fmt.Sprintf("slow-%d", i)]); n != 1 {
+			t.Errorf("slow-%d handled %d times, want 1 (its retry is not due for 5m)", i, n)
+		}
+	}
+	s.mu.Unlock()
+	if paused := gaugeSum(t, reg, "redrive_paused_partitions"); paused < 1 {
+		t.Errorf("redrive_paused_partitions = %v, want at least 1 (MaxWaiting=5, 40 waiting on 2 partitions)", paused)
+	}
+}
+
+// gaugeSum is the sum of a gauge's series in reg.
+func gaugeSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+			return sum
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0
+}
