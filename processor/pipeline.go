@@ -360,15 +360,26 @@ func (p *pipeline) dispatchLocked(w *work) {
 	go p.work(w)
 }
 
+// work handles w on its own goroutine, at most Concurrency at once. The
+// handler's slot is freed as soon as the outcome record is handed to the
+// producer; w stays in flight until the broker acknowledges it.
 func (p *pipeline) work(w *work) {
-	finished := false
 	select {
 	case p.sem <- struct{}{}:
-		finished = p.process(w)
-		<-p.sem
 	case <-w.ps.ctx.Done():
+		p.complete(w, false)
+		return
 	}
-	p.complete(w, finished)
+	rec, kind, ok := p.process(w)
+	<-p.sem
+	switch {
+	case !ok:
+		p.complete(w, false)
+	case rec == nil:
+		p.complete(w, true)
+	default:
+		p.send(w.ps.ctx, w, rec, kind)
+	}
 }
 
 // complete records the end of w: finished means its outcome is acknowledged

@@ -40,14 +40,13 @@ const (
 	toResults outKind = "results"
 )
 
-// process handles w and writes its outcome. It returns true when the
-// outcome is acknowledged by the broker (or there is none to write), so
-// that the offset may be committed; false when the work was abandoned
-// (partition revoked, shutdown past the grace): the record is redelivered.
-func (p *pipeline) process(w *work) bool {
+// process handles w and returns its outcome record (nil: none to write)
+// and where it goes; ok is false when the work was abandoned (partition
+// revoked, shutdown past the grace): the record is then redelivered.
+func (p *pipeline) process(w *work) (rec *kgo.Record, kind outKind, ok bool) {
 	ctx := w.ps.ctx
 	if ctx.Err() != nil {
-		return false
+		return nil, "", false
 	}
 	w.decode()
 	now := time.Now()
@@ -72,7 +71,7 @@ func (p *pipeline) process(w *work) bool {
 	if w.decodeErr != nil {
 		p.m.outcomes.WithLabelValues(p.cfg.Name, "invalid", tierLabel, CodeBadHeader).Inc()
 		fail(&meta, now, retry.ClassInvalid, CodeBadHeader, w.decodeErr.Error())
-		return p.write(ctx, w, p.deadLetter(w, meta, reasonInvalid), toDLQ)
+		return p.deadLetter(w, meta, reasonInvalid), toDLQ, true
 	}
 	if w.ps.tier >= 0 {
 		if now.Before(meta.Due) {
@@ -80,7 +79,7 @@ func (p *pipeline) process(w *work) bool {
 			idx, _ := p.cfg.Schedule.TierForDelay(meta.Due.Sub(now))
 			meta.Tier = retry.FormatDelay(p.cfg.Schedule.Tiers[idx])
 			p.m.hops.WithLabelValues(p.cfg.Name, meta.Tier).Inc()
-			return p.write(ctx, w, p.tierRecord(w, meta, idx), toRetry)
+			return p.tierRecord(w, meta, idx), toRetry, true
 		}
 		if !meta.Due.IsZero() {
 			p.m.lateness.WithLabelValues(p.cfg.Name, tierLabel).Observe(now.Sub(meta.Due).Seconds())
@@ -89,13 +88,13 @@ func (p *pipeline) process(w *work) bool {
 	if p.cfg.TTL > 0 && now.Sub(meta.OriginTimestamp) > p.cfg.TTL {
 		p.m.outcomes.WithLabelValues(p.cfg.Name, "expired", tierLabel, CodeTTL).Inc()
 		fail(&meta, now, retry.ClassExpired, CodeTTL, fmt.Sprintf("request older than ttl %s", p.cfg.TTL))
-		return p.write(ctx, w, p.deadLetter(w, meta, reasonExpired), toDLQ)
+		return p.deadLetter(w, meta, reasonExpired), toDLQ, true
 	}
 	poll := meta.ErrorClass == retry.ClassNotReady
 	if poll && !meta.NotReadySince.IsZero() && now.Sub(meta.NotReadySince) > p.cfg.NotReadyDeadline {
 		p.m.outcomes.WithLabelValues(p.cfg.Name, "expired", tierLabel, CodeNotReadyDeadline).Inc()
 		fail(&meta, now, retry.ClassExpired, CodeNotReadyDeadline, fmt.Sprintf("still not ready %s after the first not-ready answer (not_ready_deadline %s)", now.Sub(meta.NotReadySince).Round(time.Second), p.cfg.NotReadyDeadline))
-		return p.write(ctx, w, p.deadLetter(w, meta, reasonExpired), toDLQ)
+		return p.deadLetter(w, meta, reasonExpired), toDLQ, true
 	}
 
 	attempt := meta.Attempt + 1
@@ -110,7 +109,7 @@ func (p *pipeline) process(w *work) bool {
 	start := time.Now()
 	out := p.call(ctx, req)
 	if ctx.Err() != nil {
-		return false // revoked or past the grace: the next owner redoes it
+		return nil, "", false // revoked or past the grace: the next owner redoes it
 	}
 	now = time.Now()
 	p.m.handlerSeconds.WithLabelValues(p.cfg.Name, out.Kind.String()).Observe(now.Sub(start).Seconds())
@@ -125,9 +124,9 @@ func (p *pipeline) process(w *work) bool {
 			meta.Polls++
 		}
 		if p.cfg.Results == "" {
-			return true
+			return nil, "", true
 		}
-		return p.write(ctx, w, p.resultRecord(w, meta, out.Result), toResults)
+		return p.resultRecord(w, meta, out.Result), toResults, true
 
 	case NotReady:
 		meta.Attempt = attempt
@@ -140,12 +139,12 @@ func (p *pipeline) process(w *work) bool {
 		fail(&meta, now, retry.ClassNotReady, out.Code, errText(out, "not ready"))
 		if len(out.State) > retry.MaxStateBytes {
 			fail(&meta, now, retry.ClassPermanent, CodeStateTooLarge, fmt.Sprintf("handler state of %d bytes exceeds %d", len(out.State), retry.MaxStateBytes))
-			return p.write(ctx, w, p.deadLetter(w, meta, reasonPermanent), toDLQ)
+			return p.deadLetter(w, meta, reasonPermanent), toDLQ, true
 		}
 		meta.State = out.State
 		idx, due := p.cfg.Schedule.Next(now, 0, out.MinDelay, nil)
 		meta.Due, meta.Tier = due, retry.FormatDelay(p.cfg.Schedule.Tiers[idx])
-		return p.write(ctx, w, p.tierRecord(w, meta, idx), toRetry)
+		return p.tierRecord(w, meta, idx), toRetry, true
 
 	case Transient:
 		meta.Attempt = meta.Attempt + 1 // a failed poll is a failed attempt too
@@ -153,23 +152,23 @@ func (p *pipeline) process(w *work) bool {
 		meta.NotReadySince = time.Time{}
 		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "transient failure"))
 		if p.cfg.Schedule.Exhausted(meta.Attempt) {
-			return p.write(ctx, w, p.deadLetter(w, meta, reasonExhausted), toDLQ)
+			return p.deadLetter(w, meta, reasonExhausted), toDLQ, true
 		}
 		idx, due := p.cfg.Schedule.Next(now, meta.Attempt+1, out.MinDelay, nil)
 		meta.Due, meta.Tier = due, retry.FormatDelay(p.cfg.Schedule.Tiers[idx])
-		return p.write(ctx, w, p.tierRecord(w, meta, idx), toRetry)
+		return p.tierRecord(w, meta, idx), toRetry, true
 
 	case Invalid:
 		meta.Attempt = attempt
 		meta.Polls += btoi(poll)
 		fail(&meta, now, retry.ClassInvalid, out.Code, errText(out, "invalid request"))
-		return p.write(ctx, w, p.deadLetter(w, meta, reasonInvalid), toDLQ)
+		return p.deadLetter(w, meta, reasonInvalid), toDLQ, true
 
 	default: // Permanent, and anything unknown
 		meta.Attempt = attempt
 		meta.Polls += btoi(poll)
 		fail(&meta, now, retry.ClassPermanent, out.Code, errText(out, "permanent failure"))
-		return p.write(ctx, w, p.deadLetter(w, meta, reasonPermanent), toDLQ)
+		return p.deadLetter(w, meta, reasonPermanent), toDLQ, true
 	}
 }
 
@@ -228,14 +227,27 @@ func (p *pipeline) resultRecord(w *work, meta retry.Meta, result []byte) *kgo.Re
 	return &kgo.Record{Topic: p.cfg.Results, Key: w.rec.Key, Value: result, Headers: retry.Encode(m, w.user)}
 }
 
-// write produces rec and waits for the broker's acknowledgement, retrying
-// with backoff for as long as the partition is ours and the process runs.
-// A record too large for its topic is dead-lettered instead (the DLQ
-// builder truncates the value to fit), so it is never dropped.
-func (p *pipeline) write(ctx context.Context, w *work, rec *kgo.Record, kind outKind) bool {
+// send produces w's outcome record without waiting; the acknowledgement
+// finishes w. A failed produce goes on in write, off kgo's goroutine.
+func (p *pipeline) send(ctx context.Context, w *work, rec *kgo.Record, kind outKind) {
 	if kind == toDLQ {
 		p.m.deadLetters.WithLabelValues(p.cfg.Name, reasonOf(rec), p.m.code(codeOf(rec))).Inc()
 	}
+	p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+		if err == nil {
+			p.complete(w, true)
+			return
+		}
+		go func() { p.complete(w, p.write(ctx, w, rec, kind, err)) }()
+	})
+}
+
+// write retries a failed outcome write with backoff for as long as the
+// partition is ours and the process runs, and reports true once the broker
+// acknowledged it. A record too large for its topic is dead-lettered
+// instead (the DLQ builder truncates the value to fit), so it is never
+// dropped.
+func (p *pipeline) write(ctx context.Context, w *work, rec *kgo.Record, kind outKind, err error) bool {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval = 100*time.Millisecond, 10*time.Second
 	failing := false
@@ -245,7 +257,6 @@ func (p *pipeline) write(ctx context.Context, w *work, rec *kgo.Record, kind out
 		}
 	}()
 	for {
-		err := p.cl.ProduceSync(ctx, rec).FirstErr()
 		if err == nil {
 			return true
 		}
@@ -257,12 +268,15 @@ func (p *pipeline) write(ctx context.Context, w *work, rec *kgo.Record, kind out
 			meta, _, _ := retry.Decode(rec.Headers)
 			fail(&meta, time.Now(), retry.ClassPermanent, CodeRecordTooLarge, fmt.Sprintf("writing to %s: %v", rec.Topic, err))
 			rec, kind = p.deadLetter(w, meta, reasonPermanent), toDLQ
+			p.m.deadLetters.WithLabelValues(p.cfg.Name, reasonOf(rec), p.m.code(codeOf(rec))).Inc()
+			err = p.cl.ProduceSync(ctx, rec).FirstErr()
 			continue
 		}
 		if isTooLarge(err) && kind == toDLQ && len(rec.Value) > 0 {
 			// The builder's estimate was not enough (the topic's limit may be
 			// lower than configured): halve the value and say so.
 			rec = p.shrink(rec)
+			err = p.cl.ProduceSync(ctx, rec).FirstErr()
 			continue
 		}
 		p.m.produceFails.WithLabelValues(p.cfg.Name, string(kind)).Inc()
@@ -277,6 +291,7 @@ func (p *pipeline) write(ctx context.Context, w *work, rec *kgo.Record, kind out
 		case <-ctx.Done():
 			return false
 		}
+		err = p.cl.ProduceSync(ctx, rec).FirstErr()
 	}
 }
 
