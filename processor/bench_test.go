@@ -21,7 +21,10 @@ import (
 // -bench.records records of 200 bytes through a 6-partition topic once and
 // reports records/s; compare them side by side with BenchmarkCeiling, raw
 // franz-go consume→produce on the same broker.
-var benchRecords = flag.Int("bench.records", 50000, "records per benchmark run")
+var (
+	benchRecords    = flag.Int("bench.records", 50000, "records per benchmark run")
+	benchMaxWaiting = flag.Int("bench.maxwaiting", 0, "MaxWaiting for the failure path (0: default)")
+)
 
 func preload(b *testing.B, e *env, topic string, n int, value string) {
 	b.Helper()
@@ -140,6 +143,9 @@ func BenchmarkFailurePath(b *testing.B) {
 	e := newEnv(b, []time.Duration{time.Second}, 6)
 	e.p.Concurrency = 256
 	e.p.Schedule.Jitter = 0
+	if *benchMaxWaiting > 0 {
+		e.p.MaxWaiting = *benchMaxWaiting
+	}
 	preload(b, e, e.p.Topic, n, "fail-once")
 	h := &failOnce{}
 	b.ResetTimer()

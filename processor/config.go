@@ -39,8 +39,8 @@ type Pipeline struct {
 	// MaxInflightBytes bounds the bytes of those records. Default 64 MiB.
 	MaxInflightBytes int64
 	// MaxWaiting bounds the tier records held in memory per partition while
-	// they wait for their due time; at the bound that partition is paused.
-	// Default 1000.
+	// they wait for their due time; at the bound that partition is paused
+	// until half are handled or the last is nearly due. Default 2000.
 	MaxWaiting int
 	// OrderByKey handles records with the same key one after another.
 	OrderByKey bool
@@ -138,7 +138,7 @@ func (c *Config) setDefaults() error {
 			p.MaxInflightBytes = 64 << 20
 		}
 		if p.MaxWaiting <= 0 {
-			p.MaxWaiting = 1000
+			p.MaxWaiting = 2000
 		}
 	}
 	return nil

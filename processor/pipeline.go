@@ -34,7 +34,11 @@ type partState struct {
 	inflight int
 	// waiting counts tier records held until due.
 	waiting int
-	paused  bool
+	// lastWait is the latest wait-until among the held records: a paused
+	// partition resumes early enough that the records after them arrive
+	// before they are due.
+	lastWait time.Time
+	paused   bool
 	// revoking: no new dispatch; gone: dropped, never commit again.
 	revoking, gone bool
 	committed      int64
@@ -291,6 +295,9 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 		}
 		ps.waiting++
 		p.waiting++
+		if w.waitUntil.After(ps.lastWait) {
+			ps.lastWait = w.waitUntil
+		}
 		p.sched.push(w)
 		if ps.waiting >= p.cfg.MaxWaiting && !ps.paused {
 			ps.paused = true
@@ -335,7 +342,7 @@ func (p *pipeline) onDue(w *work) {
 	p.waiting--
 	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
 	p.dispatchLocked(w)
-	if ps.paused && ps.waiting <= p.cfg.MaxWaiting/2 {
+	if ps.paused && (ps.waiting <= p.cfg.MaxWaiting/2 || time.Until(ps.lastWait) < resumeLead) {
 		ps.paused = false
 		p.cl.ResumeFetchPartitions(map[string][]int32{ps.tp.topic: {ps.tp.partition}})
 		p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
@@ -453,6 +460,10 @@ func (p *pipeline) onLost(ctx context.Context, cl *kgo.Client, lost map[string][
 	p.joined.Store(false)
 	p.ready()
 }
+
+// resumeLead is how long before its last held record is due a paused tier
+// partition resumes, to cover the fetch round trip.
+const resumeLead = 300 * time.Millisecond
 
 // revokeWait bounds how long a revoke waits for in-flight work.
 const revokeWait = 5 * time.Second
