@@ -1,0 +1,183 @@
+package processor_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
+)
+
+func TestTTLExpiredWithoutCallingHandler(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.p.TTL = 2 * time.Second
+	s := newScript()
+	e.start(s)
+	e.produce(
+		&kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Timestamp: time.Now().Add(-time.Minute), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("old")}}},
+		&kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("fresh")}}},
+	)
+	dead := e.collect(e.p.DLQ, 1, 30*time.Second, time.Second)
+	res := e.collect(e.p.Results, 1, 30*time.Second, 0)
+	if len(dead) != 1 || len(res) != 1 {
+		t.Fatalf("%d dead letters and %d results, want 1 and 1", len(dead), len(res))
+	}
+	if id, _ := header(dead[0], retry.HeaderID); id != "old" {
+		t.Errorf("dead letter for %q, want old", id)
+	}
+	if r, _ := header(dead[0], retry.HeaderReason); r != "expired" {
+		t.Errorf("reason %q, want expired", r)
+	}
+	if c, _ := header(dead[0], retry.HeaderErrorCode); c != processor.CodeTTL {
+		t.Errorf("code %q, want %s", c, processor.CodeTTL)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.calls["old"]); n != 0 {
+		t.Errorf("handler called %d times for an expired request", n)
+	}
+}
+
+// alwaysNotReady answers not-ready forever, counting polls.
+type alwaysNotReady struct{ calls atomic.Int64 }
+
+func (a *alwaysNotReady) Handle(_ context.Context, r *processor.Request) processor.Outcome {
+	a.calls.Add(1)
+	return processor.Outcome{Kind: processor.NotReady, Code: "CAPCHA_NOT_READY", State: []byte("task-1")}
+}
+
+func TestNotReadyDeadlineExpires(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.p.NotReadyDeadline = 3 * time.Second
+	h := &alwaysNotReady{}
+	e.start(h)
+	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("x")})
+	dead := e.collect(e.p.DLQ, 1, 30*time.Second, time.Second)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dead))
+	}
+	d := dead[0]
+	if r, _ := header(d, retry.HeaderReason); r != "expired" {
+		t.Errorf("reason %q, want expired", r)
+	}
+	if c, _ := header(d, retry.HeaderErrorCode); c != processor.CodeNotReadyDeadline {
+		t.Errorf("code %q, want %s", c, processor.CodeNotReadyDeadline)
+	}
+	if a, _ := header(d, retry.HeaderAttempt); a != "1" {
+		t.Errorf("attempt %q, want 1 (polls are not attempts)", a)
+	}
+	polls, _ := header(d, retry.HeaderPolls)
+	n, _ := strconv.Atoi(polls)
+	calls := int(h.calls.Load())
+	// One attempt, then a poll every ~1s until 3s have passed.
+	if n < 2 || n+1 != calls {
+		t.Errorf("redrive-polls %q with %d handler calls; want polls = calls-1 and at least 2", polls, calls)
+	}
+	if _, ok := header(d, retry.HeaderState); ok {
+		t.Errorf("dead letter carries redrive-state")
+	}
+}
+
+// retryAfter fails the first attempt asking for a minimum delay longer
+// than every tier, then succeeds.
+type retryAfter struct {
+	mu    sync.Mutex
+	calls []time.Time
+	min   time.Duration
+}
+
+func (h *retryAfter) Handle(_ context.Context, r *processor.Request) processor.Outcome {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, time.Now())
+	if len(h.calls) == 1 {
+		return processor.Outcome{Kind: processor.Transient, Code: "http_429", MinDelay: h.min}
+	}
+	return processor.Outcome{Kind: processor.Success}
+}
+
+func TestRetryAfterLongerThanTiersHopsWithoutSpendingAttempts(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second, 2 * time.Second}, 1)
+	h := &retryAfter{min: 5 * time.Second}
+	e.start(h)
+	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("x")})
+	res := e.collect(e.p.Results, 1, 60*time.Second, time.Second)
+	if len(res) != 1 {
+		t.Fatalf("%d results, want 1", len(res))
+	}
+	if a, _ := header(res[0], retry.HeaderAttempt); a != "2" {
+		t.Errorf("attempt %q, want 2: hops must not spend attempts", a)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.calls) != 2 {
+		t.Fatalf("%d handler calls, want 2", len(h.calls))
+	}
+	if gap := h.calls[1].Sub(h.calls[0]); gap < h.min {
+		t.Errorf("second call %v after the first, want at least the Retry-After %v", gap, h.min)
+	}
+	// It went through the 2s tier more than once (the hop).
+	hops := e.collect(e.p.TierTopics()[1], 2, 10*time.Second, 0)
+	if len(hops) < 2 {
+		t.Errorf("%d records in the 2s tier, want at least 2 (first write and a hop)", len(hops))
+	}
+}
+
+// slow takes d per record.
+type slow struct {
+	d             time.Duration
+	started, done atomic.Int64
+}
+
+func (s *slow) Handle(ctx context.Context, _ *processor.Request) processor.Outcome {
+	s.started.Add(1)
+	select {
+	case <-time.After(s.d):
+		s.done.Add(1)
+		return processor.Outcome{Kind: processor.Success}
+	case <-ctx.Done():
+		return processor.Outcome{Kind: processor.Transient, Code: "canceled", Err: ctx.Err()}
+	}
+}
+
+func TestShutdownFinishesInFlightAndCommits(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.p.Concurrency = 4
+	h := &slow{d: 700 * time.Millisecond}
+	stop := e.start(h)
+	var rs []*kgo.Record
+	for i := 0; i < 8; i++ {
+		rs = append(rs, &kgo.Record{Topic: e.p.Topic, Value: []byte("x")})
+	}
+	e.produce(rs...)
+	// Stop while the first four are in the handler.
+	deadline := time.Now().Add(30 * time.Second)
+	for h.started.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	if err := stop(); err != nil {
+		t.Fatalf("Run returned %v after a clean shutdown, want nil", err)
+	}
+	took := time.Since(start)
+	if took > 10*time.Second+5*time.Second {
+		t.Errorf("shutdown took %v, past the 10s grace", took)
+	}
+	handled := h.done.Load()
+	res := e.collect(e.p.Results, int(handled), 10*time.Second, time.Second)
+	if int64(len(res)) != handled {
+		t.Errorf("%d records handled but %d results written", handled, len(res))
+	}
+	committed := e.committed(e.p.Topic, 0)
+	if committed < handled {
+		t.Errorf("committed offset %d after shutdown, want at least %d (every finished record)", committed, handled)
+	}
+	t.Logf("shutdown took %v with %d of 8 handled, committed offset %d", took.Round(time.Millisecond), handled, committed)
+}
