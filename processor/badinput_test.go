@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"context"
 	"errors"
 	"strconv"
@@ -76,7 +77,12 @@ func TestOversizeDeadLetterIsTruncatedNotLost(t *testing.T) {
 	}
 	e.p.DLQ = dlq
 	e.start(newScript())
-	big := bytes.Repeat([]byte("x"), 100_000)
+	// Incompressible, so that the broker's limit (on the compressed batch)
+	// really bites.
+	big := make([]byte, 100_000)
+	for i := range big {
+		big[i] = byte(rand.Uint32())
+	}
 	copy(big, "permanent")
 	e.produce(&kgo.Record{Topic: e.p.Topic, Value: big, Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("big")}}})
 	// The handler sees the whole value; "permanent..." is not a script

@@ -132,7 +132,16 @@ func (s Schedule) Next(now time.Time, nextAttempt int, minDelay time.Duration, r
 	if minDelay > d {
 		d = minDelay // hop: the due time still honours the minimum
 	}
-	return idx, now.Add(d + s.jitter(d, rnd))
+	return idx, ceilMilli(now.Add(d + s.jitter(d, rnd)))
+}
+
+// ceilMilli rounds t up to a whole millisecond, the precision of
+// redrive-due, so that the written due time is never earlier than meant.
+func ceilMilli(t time.Time) time.Time {
+	if r := t.Truncate(time.Millisecond); !r.Equal(t) {
+		return r.Add(time.Millisecond)
+	}
+	return t
 }
 
 func (s Schedule) jitter(d time.Duration, rnd *rand.Rand) time.Duration {
