@@ -1,0 +1,65 @@
+# redrive — make targets. `make dev` runs everything on an embedded broker;
+# `make test` runs every test against a real Apache Kafka broker it starts.
+SHELL := /bin/bash
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X main.version=$(VERSION)
+GO ?= go
+PKGS := ./...
+
+.PHONY: build test test-fast dev kafka-up kafka-down lint fuzz bench clean
+
+# The same command the Dockerfile runs.
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/redrive ./cmd/redrive
+
+# Starts the broker, runs the whole suite with the race detector against it,
+# and stops the broker whatever the tests did.
+test:
+	@set -o pipefail; \
+	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
+	eval "$$line"; \
+	echo "testing against the real broker at $$KAFKA_BROKERS"; \
+	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) test -race -count=1 -timeout 14m $(PKGS); \
+	rc=$$?; \
+	bash scripts/kafka.sh down; \
+	exit $$rc
+
+# The suite on the embedded kfake broker: fast, no Java.
+test-fast:
+	$(GO) test -count=1 $(PKGS)
+
+dev:
+	$(GO) run ./cmd/redrive dev
+
+kafka-up:
+	@bash scripts/kafka.sh up
+
+kafka-down:
+	@bash scripts/kafka.sh down
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+# A short run of every fuzz target (FUZZTIME each).
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+# Benchmarks against the real broker, side by side with the raw franz-go ceiling.
+BENCH_RECORDS ?= 100000
+bench:
+	@set -o pipefail; \
+	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
+	eval "$$line"; \
+	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) test -run '^$$' -bench . -benchtime 1x -benchmem ./processor -args -bench.records $(BENCH_RECORDS); \
+	rc=$$?; \
+	bash scripts/kafka.sh down; \
+	exit $$rc
+
+clean:
+	rm -rf bin .dev
