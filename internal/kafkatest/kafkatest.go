@@ -7,13 +7,16 @@
 package kafkatest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -21,26 +24,95 @@ import (
 // Cluster is the broker a test runs against.
 type Cluster struct {
 	Brokers []string
-	// Kind is "real" (REDRIVE_TEST_BROKERS), "testcontainers" or "kfake".
+	// Kind is KindReal (REDRIVE_TEST_BROKERS), KindContainer or KindKfake.
 	Kind string
 }
 
+// Kinds of broker.
+const (
+	KindReal      = "real"
+	KindContainer = "testcontainers"
+	KindKfake     = "kfake"
+)
+
+// HowToStart is the message a CI run without a broker fails with.
+const HowToStart = "behaviour tests need a real Kafka broker under CI=true: run `make test` " +
+	"(it starts one), or `eval \"$(bash scripts/kafka.sh up | tail -1)\"; export REDRIVE_TEST_BROKERS=$KAFKA_BROKERS`"
+
+// Choose decides where the broker comes from: the env's
+// REDRIVE_TEST_BROKERS, a healthy Docker, or kfake outside CI. An empty kind
+// with an error means the test must fail.
+func Choose(getenv func(string) string, dockerHealthy func() bool) (kind string, err error) {
+	if getenv("REDRIVE_TEST_BROKERS") != "" {
+		return KindReal, nil
+	}
+	if getenv("REDRIVE_TEST_NO_DOCKER") == "" && dockerHealthy() {
+		return KindContainer, nil
+	}
+	if ci := strings.ToLower(getenv("CI")); ci == "true" || ci == "1" {
+		return "", fmt.Errorf("%s", HowToStart)
+	}
+	return KindKfake, nil
+}
+
 // New returns a broker for t (see the package doc for the order).
-// TODO(helper): testcontainers branch, CI refusal, version logging.
 func New(t testing.TB) *Cluster {
 	t.Helper()
-	if s := os.Getenv("REDRIVE_TEST_BROKERS"); s != "" {
-		c := &Cluster{Brokers: strings.Split(s, ","), Kind: "real"}
-		t.Logf("kafkatest: real broker at %s", s)
-		return c
+	kind, err := Choose(os.Getenv, dockerHealthy)
+	if err != nil {
+		t.Fatal("kafkatest: " + err.Error())
 	}
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
+	switch kind {
+	case KindReal:
+		brokers := strings.Split(os.Getenv("REDRIVE_TEST_BROKERS"), ",")
+		t.Logf("kafkatest: real broker at %s (%s)", strings.Join(brokers, ","), version(brokers))
+		return &Cluster{Brokers: brokers, Kind: KindReal}
+	case KindContainer:
+		brokers, err := container()
+		if err != nil {
+			t.Fatalf("kafkatest: testcontainers: %v", err)
+		}
+		t.Logf("kafkatest: testcontainers broker at %s (%s)", strings.Join(brokers, ","), version(brokers))
+		return &Cluster{Brokers: brokers, Kind: KindContainer}
+	}
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatalf("kafkatest: kfake: %v", err)
 	}
 	t.Cleanup(kc.Close)
-	t.Logf("kafkatest: embedded kfake broker at %v", kc.ListenAddrs())
-	return &Cluster{Brokers: kc.ListenAddrs(), Kind: "kfake"}
+	t.Logf("kafkatest: embedded kfake broker at %v (not Apache Kafka: set REDRIVE_TEST_BROKERS or run make test for the real one)", kc.ListenAddrs())
+	return &Cluster{Brokers: kc.ListenAddrs(), Kind: KindKfake}
+}
+
+var (
+	versionOnce sync.Map // brokers → string
+)
+
+// version is the broker's version as guessed from its ApiVersions, once
+// per test binary and broker list.
+func version(brokers []string) string {
+	key := strings.Join(brokers, ",")
+	if v, ok := versionOnce.Load(key); ok {
+		return v.(string)
+	}
+	v := "version unknown"
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		vs, err := kadm.NewClient(cl).ApiVersions(ctx)
+		cancel()
+		cl.Close()
+		if err == nil {
+			for _, bv := range vs.Sorted() {
+				if bv.Err == nil {
+					v = "Apache Kafka " + bv.VersionGuess()
+					break
+				}
+			}
+		}
+	}
+	versionOnce.Store(key, v)
+	return v
 }
 
 // Client returns a client for c, closed when t ends.
@@ -52,6 +124,27 @@ func (c *Cluster) Client(t testing.TB, opts ...kgo.Opt) *kgo.Client {
 	}
 	t.Cleanup(cl.Close)
 	return cl
+}
+
+// Admin returns an admin client for c, closed when t ends.
+func (c *Cluster) Admin(t testing.TB) *kadm.Client {
+	t.Helper()
+	return kadm.NewClient(c.Client(t))
+}
+
+// CreateTopic creates a topic and fails t on any error, the per-topic one
+// included.
+func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32, configs map[string]*string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Admin(t).CreateTopics(ctx, partitions, 1, configs, name)
+	if err == nil {
+		err = resp[name].Err
+	}
+	if err != nil {
+		t.Fatalf("kafkatest: create topic %s: %v", name, err)
+	}
 }
 
 var seq atomic.Int64
