@@ -2,9 +2,9 @@ package processor_test
 
 import (
 	"bytes"
-	"math/rand/v2"
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"

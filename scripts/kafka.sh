@@ -1,79 +1,128 @@
 #!/usr/bin/env bash
-# Runs a single-node Apache Kafka broker (KRaft, broker+controller) on
-# 127.0.0.1 for tests and benchmarks, from the broker jars on Maven Central.
+# Runs a single-node Apache Kafka broker (KRaft, broker+controller in one
+# JVM) on 127.0.0.1 for tests and benchmarks, from the broker's jars on Maven
+# Central. No Docker needed: Java 17+ and Maven.
 #
-#   scripts/kafka.sh up      start (or find the running one); last line: KAFKA_BROKERS=127.0.0.1:<port>
-#   scripts/kafka.sh down    stop it and remove its data
+#   scripts/kafka.sh up      start it (or find the running one); the LAST line
+#                            of output is KAFKA_BROKERS=127.0.0.1:<port>, so
+#                            eval "$(scripts/kafka.sh up | tail -1)" works
+#   scripts/kafka.sh down    stop it (SIGTERM, SIGKILL after 20 s) and remove its state
 #   scripts/kafka.sh status  print the line if running, exit 1 if not
 #
-# Environment: KAFKA_VERSION (pinned default below), REDRIVE_CACHE (jar
-# cache, default ~/.cache/redrive), REDRIVE_KAFKA_DIR (state, default
-# /tmp/redrive-kafka).
+# Environment:
+#   KAFKA_VERSION      broker version (default pinned below)
+#   REDRIVE_CACHE      jar cache, default ~/.cache/redrive (holds kafka-<version>/lib)
+#   REDRIVE_KAFKA_DIR  state: config, data, log, pid; default /tmp/redrive-kafka
+#   KAFKA_READY_TIMEOUT  seconds to wait for readiness, default 90
+#
+# Everything but the KAFKA_BROKERS line goes to stderr.
 set -euo pipefail
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
 CACHE="${REDRIVE_CACHE:-$HOME/.cache/redrive}"
 LIB="$CACHE/kafka-$KAFKA_VERSION/lib"
 STATE="${REDRIVE_KAFKA_DIR:-/tmp/redrive-kafka}"
+READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-90}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+INSTALL_HINT="apt-get install -y openjdk-17-jre-headless maven"
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
 
+# running: a pid file whose process is alive and a port file (written only
+# once the broker answered a metadata request).
 running() {
   [[ -f "$STATE/pid" && -f "$STATE/port" ]] || return 1
   kill -0 "$(cat "$STATE/pid")" 2>/dev/null
 }
 
-need_tools() {
-  command -v java >/dev/null || die "java not found: install Java 17 or newer (apt-get install -y openjdk-17-jre-headless)"
-  local v
-  v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
-  [[ -n "$v" && "$v" -ge 17 ]] || die "Java $v found; Kafka $KAFKA_VERSION needs Java 17 or newer"
-  command -v mvn >/dev/null || die "mvn not found: install Maven (apt-get install -y maven)"
+line() { echo "KAFKA_BROKERS=127.0.0.1:$(cat "$STATE/port")"; }
+
+# lock serialises up and down on one state dir, so a second `up` during a
+# start waits for it and then reports the same broker. The lock file sits
+# beside the state dir because `down` removes the dir.
+lock() {
+  mkdir -p "$(dirname "$STATE")"
+  exec 9>"$STATE.lock"
+  flock -w 180 9 || die "another kafka.sh holds $STATE.lock"
 }
 
+need_tools() {
+  command -v java >/dev/null || die "java not found; Kafka $KAFKA_VERSION needs Java 17 or newer: $INSTALL_HINT"
+  local v
+  v=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
+  [[ -n "$v" && "$v" -ge 17 ]] || die "java is version '${v:-unknown}'; Kafka $KAFKA_VERSION needs Java 17 or newer: $INSTALL_HINT"
+  command -v mvn >/dev/null || die "mvn not found; it fetches the broker from Maven Central: $INSTALL_HINT"
+  command -v go >/dev/null || die "go not found; the readiness probe is a Go program (scripts/kafkaready)"
+}
+
+# mvn_fail explains a failed Maven run and exits.
+mvn_fail() {
+  local logf=$1
+  tail -25 "$logf" >&2
+  if grep -qiE 'could not transfer|unknown ?host|connect(ion)? (timed out|refused)|network is unreachable|no route to host|offline' "$logf"; then
+    die "Maven Central cannot be reached (network, proxy or ~/.m2/settings.xml mirror?); the broker's jars for Kafka $KAFKA_VERSION are not in ~/.m2 either"
+  fi
+  die "Maven could not resolve org.apache.kafka:kafka_2.13:$KAFKA_VERSION (log above)"
+}
+
+# resolve copies the broker's runtime classpath into $LIB once; the marker
+# file is written only after everything succeeded.
 resolve() {
   [[ -f "$LIB/.complete" ]] && return 0
   log "resolving org.apache.kafka:kafka_2.13:$KAFKA_VERSION from Maven Central into $LIB"
-  local pom; pom=$(mktemp -d)
-  cat > "$pom/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
-<groupId>redrive</groupId><artifactId>kafka-broker</artifactId><version>1</version>
-<dependencies><dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency></dependencies></project>
+  local work; work=$(mktemp -d)
+  cat > "$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>redrive.local</groupId><artifactId>kafka-broker-classpath</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId><version>$KAFKA_VERSION</version></dependency>
+  </dependencies>
+</project>
 POM
   rm -rf "$LIB"; mkdir -p "$LIB"
-  if ! (cd "$pom" && mvn -B -q org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$LIB" >"$pom/mvn.log" 2>&1); then
-    tail -20 "$pom/mvn.log" >&2
-    die "could not resolve the Kafka broker from Maven Central (network, proxy or ~/.m2 settings?)"
-  fi
-  ls "$LIB"/kafka_2.13-*.jar >/dev/null 2>&1 || die "resolution finished but no kafka_2.13 jar in $LIB"
+  (cd "$work" && mvn -B -q org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$LIB" >"$work/mvn.log" 2>&1) || mvn_fail "$work/mvn.log"
+  ls "$LIB"/kafka_2.13-"$KAFKA_VERSION".jar >/dev/null 2>&1 || die "Maven finished but $LIB has no kafka_2.13-$KAFKA_VERSION.jar"
+
+  # The broker's pom brings log4j-core but no SLF4J binding (the release
+  # tarball adds one), so without this the broker logs nothing at all. Add
+  # the binding for the resolved log4j and SLF4J versions.
+  local log4j slf4j binding
+  log4j=$(ls "$LIB" | sed -n 's/^log4j-api-\(.*\)\.jar$/\1/p' | head -1)
+  slf4j=$(ls "$LIB" | sed -n 's/^slf4j-api-\([0-9]*\)\..*\.jar$/\1/p' | head -1)
+  [[ -n "$log4j" ]] || die "no log4j-api in the resolved classpath; cannot configure broker logging"
+  binding=log4j-slf4j-impl
+  [[ "$slf4j" == 1 ]] || binding=log4j-slf4j2-impl
+  (cd "$work" && mvn -B -q org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy \
+      -Dartifact="org.apache.logging.log4j:$binding:$log4j" -DoutputDirectory="$LIB" >"$work/mvn-binding.log" 2>&1) \
+    || mvn_fail "$work/mvn-binding.log"
+
   touch "$LIB/.complete"
-  rm -rf "$pom"
+  rm -rf "$work"
+  log "cached $(ls "$LIB" | wc -l) jars"
 }
 
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-
-# ready asks the broker for metadata with the project's own Go client.
-ready() {
-  (cd "$HERE/.." && go run ./scripts/kafkaready "127.0.0.1:$1") >/dev/null 2>&1
-}
-
-up() {
-  if running; then
-    echo "KAFKA_BROKERS=127.0.0.1:$(cat "$STATE/port")"
-    return 0
+  if command -v python3 >/dev/null; then
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+  else
+    # No python3: a random high port that nothing listens on (bash's /dev/tcp).
+    local p
+    while :; do
+      p=$((20000 + RANDOM % 40000))
+      (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+    done
   fi
-  need_tools
-  resolve
-  rm -rf "$STATE"; mkdir -p "$STATE/data"
-  local port cport
-  port=$(free_port); cport=$(free_port)
-  while [[ "$cport" == "$port" ]]; do cport=$(free_port); done
+}
+
+write_config() {
+  local port=$1 cport=$2
   cat > "$STATE/server.properties" <<PROPS
+# Single combined KRaft node for tests; written by scripts/kafka.sh.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$cport
@@ -84,6 +133,7 @@ inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 log.dirs=$STATE/data
 num.partitions=1
+# Tests rely on a missing topic being an error.
 auto.create.topics.enable=false
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=10
@@ -91,65 +141,105 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
+# No 3 s wait before the first rebalance; crash tests use short sessions.
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 PROPS
-  cat > "$STATE/log4j2.properties" <<'L4J'
+  cat > "$STATE/log4j2.properties" <<L4J
 status = error
-appender.console.type = Console
-appender.console.name = STDOUT
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = [%d] %p %m (%c)%n
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = $STATE/kafka.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = INFO
-rootLogger.appenderRef.stdout.ref = STDOUT
-logger.kafka.name = kafka
-logger.kafka.level = INFO
+rootLogger.appenderRef.file.ref = FILE
 logger.state.name = state.change.logger
 logger.state.level = WARN
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = WARN
 L4J
+}
+
+up() {
+  lock
+  if running; then
+    log "already running (pid $(cat "$STATE/pid"), state $STATE)"
+    line
+    return 0
+  fi
+  need_tools
+  resolve
+  [[ -f "$STATE/pid" ]] && log "stale state in $STATE (broker gone): starting afresh"
+  rm -rf "$STATE"; mkdir -p "$STATE/data"
+  local port cport
+  port=$(free_port); cport=$(free_port)
+  while [[ "$cport" == "$port" ]]; do cport=$(free_port); done
+  write_config "$port" "$cport"
+
   local cp="$LIB/*" id
-  id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
-  [[ ${#id} -eq 22 ]] || die "StorageTool random-uuid gave '$id'"
+  id=$(java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool random-uuid 2>"$STATE/format.log" | tail -1)
+  [[ ${#id} -eq 22 ]] || { cat "$STATE/format.log" >&2; die "StorageTool random-uuid gave '$id'"; }
   java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool format \
-    --cluster-id "$id" --config "$STATE/server.properties" --standalone >"$STATE/format.log" 2>&1 \
-    || { cat "$STATE/format.log" >&2; die "formatting the data dir failed"; }
-  log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$port (controller $cport), log $STATE/kafka.log"
-  nohup java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
-    -cp "$cp" kafka.Kafka "$STATE/server.properties" >"$STATE/kafka.log" 2>&1 &
-  echo $! > "$STATE/pid"
+    --cluster-id "$id" --config "$STATE/server.properties" --standalone >>"$STATE/format.log" 2>&1 \
+    || { cat "$STATE/format.log" >&2; die "formatting $STATE/data failed"; }
+
+  log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$port (controller 127.0.0.1:$cport), log $STATE/kafka.log"
+  # Its own session, so a Ctrl-C in the terminal that ran `up` does not reach
+  # it; the inner shell records its pid and becomes the JVM.
+  STATE="$STATE" setsid bash -c 'echo $$ > "$STATE/pid"; exec "$@"' kafka \
+    java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
+      -Dlog4j2.configurationFile="$STATE/log4j2.properties" \
+      -cp "$cp" kafka.Kafka "$STATE/server.properties" \
+    </dev/null >"$STATE/stdout.log" 2>&1 9>&- &
+
   # Build the readiness probe while the JVM starts.
-  (cd "$HERE/.." && go build -o "$STATE/kafkaready" ./scripts/kafkaready) || die "building scripts/kafkaready failed"
-  local deadline=$((SECONDS + 120))
-  until "$STATE/kafkaready" "127.0.0.1:$port" >/dev/null 2>&1; do
-    if ! kill -0 "$(cat "$STATE/pid")" 2>/dev/null; then
-      tail -30 "$STATE/kafka.log" >&2; die "the broker exited during start-up"
+  (cd "$ROOT" && go build -o "$STATE/kafkaready" ./scripts/kafkaready) || { down_locked; die "building scripts/kafkaready failed"; }
+  for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -s "$STATE/pid" ]] && break; sleep 0.1; done
+  local pid; pid=$(cat "$STATE/pid")
+  local deadline=$((SECONDS + READY_TIMEOUT)) out
+  until out=$("$STATE/kafkaready" "127.0.0.1:$port" 2>/dev/null); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -30 "$STATE/kafka.log" "$STATE/stdout.log" >&2 2>/dev/null || true
+      die "the broker exited during start-up (state kept in $STATE)"
     fi
-    if (( SECONDS > deadline )); then
-      tail -30 "$STATE/kafka.log" >&2; down >/dev/null 2>&1 || true; die "the broker did not answer a metadata request within 120 s"
+    if (( SECONDS >= deadline )); then
+      tail -30 "$STATE/kafka.log" "$STATE/stdout.log" >&2 2>/dev/null || true
+      down_locked
+      die "the broker did not answer a metadata request within $READY_TIMEOUT s (log tail above)"
     fi
     sleep 0.5
   done
   echo "$port" > "$STATE/port"
-  grep -q "Kafka Server started" "$STATE/kafka.log" && log "$(grep -m1 'Kafka Server started' "$STATE/kafka.log" | sed 's/^\[[^]]*\] //')"
-  echo "KAFKA_BROKERS=127.0.0.1:$port"
+  flock -u 9
+  log "$out; $(grep -m1 -o 'Kafka Server started' "$STATE/kafka.log" || echo 'no start line in the log')"
+  line
 }
 
-down() {
+# down_locked stops the broker and removes the state; the caller holds the lock.
+down_locked() {
   if [[ -f "$STATE/pid" ]]; then
     local pid; pid=$(cat "$STATE/pid")
-    if kill -0 "$pid" 2>/dev/null; then
+    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
       kill -TERM "$pid" 2>/dev/null || true
       for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-      kill -0 "$pid" 2>/dev/null && { log "broker did not stop in 20 s: SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; }
+      if kill -0 "$pid" 2>/dev/null; then
+        log "the broker did not stop within 20 s: SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+      fi
     fi
   fi
   rm -rf "$STATE"
-  log "stopped"
+}
+
+down() {
+  lock
+  if [[ -d "$STATE" ]]; then down_locked; log "stopped; removed $STATE"; else log "not running"; fi
 }
 
 status() {
-  if running; then echo "KAFKA_BROKERS=127.0.0.1:$(cat "$STATE/port")"; else echo "kafka.sh: not running" >&2; exit 1; fi
+  if running; then line; else log "not running (state $STATE)"; exit 1; fi
 }
 
 case "${1:-}" in
