@@ -189,3 +189,36 @@ func (e *env) committed(topic string, part int32) int64 {
 	}
 	return o.At
 }
+
+func TestDeadLetterRedactsConfiguredHeadersAndAddsSpringHeaders(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.p.RedactHeaders = []string{"Authorization"}
+	e.p.DLQHeaderStyle = "spring"
+	e.start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		return processor.Outcome{Kind: processor.Permanent, Code: "ERROR_WRONG_USER_KEY", Err: errors.New("400 wrong key")}
+	}))
+	e.produce(&kgo.Record{Topic: e.p.Topic, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
+		{Key: "authorization", Value: []byte("Bearer secret")},
+		{Key: "trace", Value: []byte("t-1")},
+	}})
+	dead := e.collect(e.p.DLQ, 1, 30*time.Second, 500*time.Millisecond)
+	if len(dead) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(dead))
+	}
+	r := dead[0]
+	if v, _ := header(r, "authorization"); v != "[redacted]" {
+		t.Errorf("authorization = %q, want [redacted]", v)
+	}
+	if v, _ := header(r, "trace"); v != "t-1" {
+		t.Errorf("trace = %q, want t-1 (unredacted headers kept)", v)
+	}
+	if v, _ := header(r, "kafka_dlt-original-topic"); v != e.p.Topic {
+		t.Errorf("kafka_dlt-original-topic = %q, want %q", v, e.p.Topic)
+	}
+	if v, _ := header(r, "kafka_dlt-exception-message"); v != "400 wrong key" {
+		t.Errorf("kafka_dlt-exception-message = %q", v)
+	}
+	if v, _ := header(r, retry.HeaderGroup); v != "redrive."+e.p.Name {
+		t.Errorf("redrive-group = %q", v)
+	}
+}

@@ -2,22 +2,31 @@ package processor
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/retry"
 )
 
-// deadLetter builds w's dead letter. TODO: the dlq package's builder
-// (redaction, truncation to fit, compatibility headers).
+// deadLetter builds w's dead letter with the dlq package: user headers
+// redacted as configured, compatibility headers added, the value cut to fit
+// the DLQ's max.message.bytes (marked redrive-truncated).
 func (p *pipeline) deadLetter(w *work, meta retry.Meta, reason string) *kgo.Record {
-	meta.Reason, meta.Group, meta.Instance = reason, p.cfg.GroupID(), p.pc.Instance
-	meta.State, meta.Due, meta.Tier = nil, time.Time{}, ""
-	return &kgo.Record{Topic: p.cfg.DLQ, Key: w.rec.Key, Value: w.rec.Value, Headers: retry.Encode(meta, w.user)}
+	meta.Reason = reason
+	return dlq.Build(w.rec, meta, w.user, dlq.BuildOptions{
+		Topic:          p.cfg.DLQ,
+		RedactHeaders:  p.cfg.RedactHeaders,
+		Group:          p.cfg.GroupID(),
+		Instance:       p.pc.Instance,
+		HeaderStyle:    p.cfg.DLQHeaderStyle,
+		MaxRecordBytes: int(p.dlqMaxBytes.Load()),
+	})
 }
 
-// shrink halves a dead letter's value, marking the original size.
+// shrink halves a dead letter's value, marking the original size: the
+// fallback when the broker still says the record is too large (its limit
+// was lowered after start, or the batch overhead was larger than estimated).
 func (p *pipeline) shrink(r *kgo.Record) *kgo.Record {
 	c := *r
 	orig := len(r.Value)
