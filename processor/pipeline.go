@@ -234,6 +234,9 @@ func (p *pipeline) room() int {
 	return max(0, p.cfg.MaxInflight-p.inflight)
 }
 
+// pollWait bounds one poll, so the loop beats at least this often when idle.
+const pollWait = 2 * time.Second
+
 func (p *pipeline) pollLoop(ctx context.Context) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -248,12 +251,15 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 			}
 			continue
 		}
-		fs := p.cl.PollRecords(ctx, n)
+		// A bounded poll, so an idle loop still beats (liveness).
+		pctx, cancel := context.WithTimeout(ctx, pollWait)
+		fs := p.cl.PollRecords(pctx, n)
+		cancel()
 		if fs.IsClientClosed() {
 			return errors.New("kafka client closed")
 		}
 		fs.EachError(func(topic string, part int32, err error) {
-			if errors.Is(err, context.Canceled) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
 			}
 			p.log.Error("fetch failed", "topic", topic, "partition", part, "err", err)
