@@ -130,7 +130,7 @@ func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
 			firstErr = &BadHeaderError{Header: h.Key, Value: string(h.Value), Reason: reason}
 		}
 	}
-	var hasPart, hasOff bool
+	var hasPart, hasOff, hasTS bool
 	for _, h := range hs {
 		if !strings.HasPrefix(h.Key, HeaderPrefix) {
 			user = append(user, h)
@@ -193,6 +193,7 @@ func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
 			hasOff = err == nil
 		case HeaderOriginTimestamp:
 			m.OriginTimestamp, err = millis(v)
+			hasTS = err == nil
 		case HeaderFirstErrorAt:
 			m.FirstErrorAt, err = millis(v)
 		case HeaderLastErrorAt:
@@ -219,6 +220,9 @@ func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
 			m.Instance = v
 		case HeaderTruncated:
 			m.Truncated, err = strconv.ParseInt(v, 10, 64)
+			if err == nil && m.Truncated < 0 {
+				err = errors.New("negative")
+			}
 		case HeaderNotReadySince:
 			m.NotReadySince, err = millis(v)
 		}
@@ -233,6 +237,19 @@ func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
 			m.HasOrigin = true
 		}
 	}
+	// The origin is one group: Encode writes none of it without the topic,
+	// so a part of it alone would be lost on the next hop.
+	if firstErr == nil && m.OriginTopic == "" {
+		for _, p := range []struct {
+			key string
+			has bool
+		}{{HeaderOriginPartition, hasPart}, {HeaderOriginOffset, hasOff}, {HeaderOriginTimestamp, hasTS}} {
+			if p.has {
+				firstErr = &BadHeaderError{Header: p.key, Value: headerValue(hs, p.key), Reason: "without origin topic"}
+				break
+			}
+		}
+	}
 	return m, user, firstErr
 }
 
@@ -245,6 +262,15 @@ var known = map[string]bool{
 }
 
 func isKnown(k string) bool { return known[k] }
+
+func headerValue(hs []kgo.RecordHeader, key string) string {
+	for _, h := range hs {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
 
 func nonNegInt(v string) (int, error) {
 	n, err := strconv.Atoi(v)
@@ -331,6 +357,9 @@ func TruncateUTF8(s string, n int) string {
 	}
 	if len(s) <= n {
 		return s
+	}
+	if n <= 0 {
+		return ""
 	}
 	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {

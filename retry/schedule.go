@@ -81,7 +81,7 @@ func (s Schedule) Validate() error {
 	if s.MaxAttempts < 1 {
 		return fmt.Errorf("%w: max_attempts must be at least 1", ErrBadSchedule)
 	}
-	if s.Jitter < 0 || s.Jitter > 1 {
+	if !(s.Jitter >= 0 && s.Jitter <= 1) { // NaN too
 		return fmt.Errorf("%w: jitter must be between 0 and 1", ErrBadSchedule)
 	}
 	return nil
