@@ -1,0 +1,163 @@
+package httphandler
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
+)
+
+const (
+	maxErrorBytes = retry.MaxErrorBytes // redrive-error's bound
+	maxCodeBytes  = 64                  // longer codes are cut (metrics label them "other" anyway)
+	bodySnippet   = 200                 // bytes of a failure's body quoted in its error
+)
+
+// Causes a ResponseError can wrap, for errors.Is.
+var (
+	// ErrBodyTooLarge: a 2xx body was longer than Options.MaxBodyBytes.
+	ErrBodyTooLarge = errors.New("response body too large")
+	// ErrBadResponse: JSON mode, a 2xx body was not one JSON value.
+	ErrBadResponse = errors.New("response body is not JSON")
+	// ErrNotOK: JSON mode, the ok field did not hold the ok value.
+	ErrNotOK = errors.New("response is not ok")
+)
+
+// ResponseError is Outcome.Err for an HTTP answer that was not a success.
+type ResponseError struct {
+	URL        string // the handler's URL without query or user info
+	StatusCode int
+	Code       string // the outcome's code
+	Cause      error  // ErrBodyTooLarge, ErrBadResponse, ErrNotOK, or nil for a failing status
+	Detail     string // what was wrong with a 2xx answer
+	Body       string // the start of the body, valid UTF-8, control characters as spaces
+}
+
+// Error is "POST <url>: <status>[: <detail>][: <body>]", at most 1 KiB.
+func (e *ResponseError) Error() string {
+	var b strings.Builder
+	b.WriteString("POST ")
+	b.WriteString(e.URL)
+	b.WriteString(": ")
+	b.WriteString(strings.TrimSpace(strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)))
+	if e.Detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Detail)
+	}
+	if e.Body != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Body)
+	}
+	return truncate(b.String(), maxErrorBytes)
+}
+
+// Unwrap returns Cause.
+func (e *ResponseError) Unwrap() error { return e.Cause }
+
+// classify maps one HTTP answer to an Outcome. body holds at most
+// MaxBodyBytes bytes; tooLarge says the answer had more. sent is the state
+// the request carried. It must not panic, whatever the answer.
+func (h *Handler) classify(status int, header http.Header, body []byte, tooLarge bool, sent []byte, now time.Time) processor.Outcome {
+	var doc any
+	var docErr error = ErrBadResponse
+	if h.json != nil && !tooLarge {
+		doc, docErr = decodeJSON(body)
+	}
+	rerr := &ResponseError{URL: h.safeURL, StatusCode: status}
+	var out processor.Outcome
+	fallback := "http_" + strconv.Itoa(status)
+	switch {
+	case status == http.StatusAccepted:
+		out.Kind = processor.NotReady
+	case isSuccess(status):
+		switch {
+		case tooLarge:
+			fallback, rerr.Cause = CodeBodyTooLarge, ErrBodyTooLarge
+			rerr.Detail = fmt.Sprintf("body longer than %d bytes", h.maxBody)
+		case h.json == nil:
+			return processor.Outcome{Kind: processor.Success, Result: body}
+		case docErr != nil:
+			fallback, rerr.Cause = CodeBadResponse, ErrBadResponse
+			rerr.Detail = "body is not JSON: " + docErr.Error()
+		default:
+			ok, detail := h.json.ok(doc)
+			if ok {
+				return processor.Outcome{Kind: processor.Success, Result: body}
+			}
+			fallback, rerr.Cause, rerr.Detail = CodeNotOK, ErrNotOK, detail
+		}
+		out.Kind = processor.Transient
+	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests,
+		status >= 500 && status <= 599:
+		out.Kind = processor.Transient
+	case status >= 400 && status <= 499:
+		out.Kind = processor.Permanent
+	default: // 1xx, 3xx (redirects are not followed), nonsense
+		out.Kind = processor.Transient
+	}
+
+	out.Code = cleanCode(header.Get(HeaderErrorCode))
+	if out.Code == "" && h.json != nil && docErr == nil {
+		out.Code = cleanCode(h.json.code(doc))
+	}
+	if out.Code == "" {
+		out.Code = fallback
+	}
+	if k, ok := h.classOf[out.Code]; ok {
+		out.Kind = k
+	}
+	out.MinDelay, _ = parseRetryAfter(header.Get(HeaderRetryAfter), now)
+	if d := h.minDelay[out.Code]; d > out.MinDelay {
+		out.MinDelay = d
+	}
+	if out.Kind == processor.NotReady {
+		out.State = sent
+		if s := header.Get(HeaderState); s != "" {
+			out.State = []byte(s)
+		}
+	}
+	rerr.Code = out.Code
+	rerr.Body = snippet(body, bodySnippet)
+	out.Err = rerr
+	return out
+}
+
+// cleanCode makes a code fit for a header and a metric label: trimmed,
+// valid UTF-8, no control characters, at most maxCodeBytes.
+func cleanCode(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '_'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+	return strings.TrimSpace(truncate(s, maxCodeBytes))
+}
+
+// snippet is the first n bytes of b as one line of valid UTF-8.
+func snippet(b []byte, n int) string {
+	if len(b) > n+utf8.UTFMax {
+		b = b[:n+utf8.UTFMax]
+	}
+	s := strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(string(b), "\uFFFD"))
+	return strings.TrimSpace(truncate(s, n))
+}
+
+// truncate cuts s to at most n bytes of valid UTF-8.
+func truncate(s string, n int) string { return retry.TruncateUTF8(s, n) }

@@ -1,0 +1,62 @@
+// Package httphandler is redrive's built-in processor.Handler: it POSTs each
+// record to one URL and turns the HTTP response into an Outcome, following
+// the protocol in design.md ("The HTTP handler").
+//
+// Request. Body: the record value. Headers:
+//
+//	Content-Type            the record's content-type header (matched case-insensitively),
+//	                        else a static Content-Type, else application/octet-stream
+//	Idempotency-Key         the request id (redrive-id); the same on every attempt and poll
+//	Redrive-Attempt         this attempt, 1-based (a not-ready poll repeats its attempt's number)
+//	Redrive-State           the state the last not-ready answer carried, when there is one
+//	Redrive-State-Encoding  base64url, when the state is not printable ASCII and was encoded
+//	Redrive-Key             the record key; absent when the key is null
+//	Redrive-Key-Encoding    base64url, when the key is not printable ASCII and was encoded
+//	(static headers)        Options.Headers; they cannot replace the headers above
+//
+// "Printable ASCII" is bytes 0x20 to 0x7E, not starting or ending with a
+// space (HTTP would trim it); anything else is sent as unpadded base64url
+// (RFC 4648 §5). An empty non-null key is sent as an empty Redrive-Key.
+//
+// Response → Outcome:
+//
+//	202                       not-ready; State from Redrive-State (the sent state is kept
+//	                          when the answer has none), MinDelay from Retry-After
+//	other 2xx                 success, Result = the body (in JSON mode: see below)
+//	408, 425, 429, 5xx        transient, MinDelay from Retry-After
+//	other 4xx                 permanent
+//	1xx, 3xx, anything else   transient (redirects are never followed)
+//	no response in Timeout    transient, code timeout
+//	cannot connect            transient, code connect (dial, DNS, TLS certificate)
+//	other transport failure   transient, code network (reset, malformed response)
+//	the caller's ctx is done  transient, code canceled
+//	2xx body > MaxBodyBytes   transient, code body_too_large (never truncated)
+//	id with control chars     invalid, code bad_request_id (not sent: it cannot be a header)
+//
+// Retry-After is read as delay-seconds or an HTTP-date, on any failure
+// (not only 429/503); negative, unparseable and past values are ignored and
+// values above 24h are capped at 24h.
+//
+// Error code, first match wins: the Redrive-Error-Code response header; the
+// JSON code field (JSON mode, any status whose body decodes); redrive's own:
+// http_<status> (http_202 for a bare not-ready), timeout, connect, network,
+// canceled, body_too_large, bad_response, not_ok. Codes are trimmed, made
+// valid UTF-8 and cut to 64 bytes. Code rules (Options.Codes) then set the
+// class of any failure by its code, redrive's own codes included, and raise
+// MinDelay; they never turn a success into a failure or back.
+//
+// JSON mode (Options.JSON), for services that answer 200 with an error in
+// the body (2captcha: {"status":0,"request":"ERROR_NO_SLOT_AVAILABLE"}): a
+// 2xx other than 202 is a success only when the value at OKField equals
+// OKValue; otherwise it is a transient failure with the code at CodeField
+// (not_ok when there is none) unless a code rule says otherwise. A 2xx body
+// that is not JSON is transient, code bad_response.
+//
+// Errors. Outcome.Err is a *ResponseError for an answer that was not a
+// success and wraps the transport error otherwise. Its text, which becomes
+// redrive-error, is at most 1 KiB of valid UTF-8 and names the URL without
+// its query or user info, which often carry API keys.
+//
+// The package must never follow a redirect, read an unbounded body, or panic
+// on a response; a Handler is safe for concurrent use.
+package httphandler

@@ -1,0 +1,364 @@
+package httphandler
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrive/redrive/processor"
+)
+
+// Request and response headers of the protocol.
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"        // the request id (redrive-id)
+	HeaderAttempt        = "Redrive-Attempt"        // this attempt, 1-based
+	HeaderState          = "Redrive-State"          // opaque state: sent back on a poll, read from a 202
+	HeaderStateEncoding  = "Redrive-State-Encoding" // "base64url" when the sent state was encoded
+	HeaderKey            = "Redrive-Key"            // the record key
+	HeaderKeyEncoding    = "Redrive-Key-Encoding"   // "base64url" when the key was encoded
+	HeaderErrorCode      = "Redrive-Error-Code"     // response: the service's error code
+	HeaderRetryAfter     = "Retry-After"            // response: seconds or an HTTP-date
+
+	// EncodingBase64URL is the value of the -Encoding headers: unpadded
+	// base64url, RFC 4648 §5.
+	EncodingBase64URL = "base64url"
+)
+
+// Error codes the handler itself gives (a service's own codes win).
+const (
+	CodeTimeout      = "timeout"        // no complete answer within Options.Timeout
+	CodeConnect      = "connect"        // could not connect: dial, DNS, TLS certificate
+	CodeNetwork      = "network"        // the connection failed after it was made
+	CodeCanceled     = "canceled"       // the caller's context ended (shutdown, revoke)
+	CodeBodyTooLarge = "body_too_large" // a 2xx body longer than Options.MaxBodyBytes
+	CodeBadResponse  = "bad_response"   // JSON mode: a 2xx body that is not JSON
+	CodeNotOK        = "not_ok"         // JSON mode: not ok, and no code in the body
+	CodeBadID        = "bad_request_id" // the request id cannot be sent as a header
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout      = 30 * time.Second
+	DefaultMaxBodyBytes = 1 << 20
+)
+
+// Options configures a Handler.
+type Options struct {
+	// URL is where records are POSTed: absolute, http or https.
+	URL string
+	// Timeout bounds one attempt, from sending to the last byte of the
+	// answer. Default 30s.
+	Timeout time.Duration
+	// Headers are sent with every request, already ${ENV}-expanded. They
+	// cannot name a protocol header (Idempotency-Key, Redrive-*), Host or
+	// Content-Length; a Content-Type here is used for records without one.
+	Headers map[string]string
+	// JSON, when set, reads the ok flag and the error code from the body.
+	JSON *JSONRule
+	// MaxBodyBytes bounds the response body that is read. Default 1 MiB.
+	// A longer 2xx body is a transient failure (body_too_large), never a
+	// truncated result; of a failure's body only the start is read.
+	MaxBodyBytes int64
+	// Codes override the class of a failure by its code.
+	Codes Codes
+	// Client sends the requests. Default: a client of its own with pooled
+	// connections. Redirects are not followed unless Client.CheckRedirect
+	// is set.
+	Client *http.Client
+}
+
+// JSONRule is JSON mode: the body of a 2xx answer says whether it worked.
+type JSONRule struct {
+	// OKField is the dot path of the ok flag, e.g. "status" or "data.ok";
+	// a numeric segment indexes an array ("items.0.ok").
+	OKField string
+	// OKValue is the value meaning ok: a string, a bool or a number
+	// (compared by value: 1 equals 1.0). Types must match: "1" is not 1.
+	OKValue any
+	// CodeField is the dot path of the error code (optional). A string is
+	// the code; a number or bool is used as written.
+	CodeField string
+}
+
+// Codes are the code rules: the class a failure with that code gets, and a
+// minimum delay before the next attempt. Codes match exactly (case matters).
+type Codes struct {
+	Transient []string
+	NotReady  []string
+	Permanent []string
+	// MinDelay raises the outcome's MinDelay (e.g. above Retry-After).
+	MinDelay map[string]time.Duration
+}
+
+// Handler is the HTTP processor.Handler. It is safe for concurrent use.
+type Handler struct {
+	url      string // as configured
+	safeURL  string // for messages: no query, no user info
+	timeout  time.Duration
+	maxBody  int64
+	headers  http.Header
+	ctype    string // default Content-Type
+	json     *jsonRule
+	classOf  map[string]processor.Kind
+	minDelay map[string]time.Duration
+	client   *http.Client
+}
+
+var _ processor.Handler = (*Handler)(nil)
+
+// ErrOptions is wrapped by every error New returns.
+var ErrOptions = errors.New("httphandler: bad options")
+
+// New checks o and returns a Handler.
+func New(o Options) (*Handler, error) {
+	bad := func(format string, args ...any) (*Handler, error) {
+		return nil, fmt.Errorf("%w: "+format, append([]any{ErrOptions}, args...)...)
+	}
+	u, err := url.Parse(o.URL)
+	if err != nil {
+		return bad("url: %v", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return bad("url %q: want an absolute http or https URL", redact(u))
+	}
+	if o.Timeout < 0 {
+		return bad("timeout %s is negative", o.Timeout)
+	}
+	if o.MaxBodyBytes < 0 {
+		return bad("max body bytes %d is negative", o.MaxBodyBytes)
+	}
+	h := &Handler{
+		url:      o.URL,
+		safeURL:  redact(u),
+		timeout:  o.Timeout,
+		maxBody:  o.MaxBodyBytes,
+		headers:  http.Header{},
+		ctype:    "application/octet-stream",
+		classOf:  map[string]processor.Kind{},
+		minDelay: map[string]time.Duration{},
+	}
+	if h.timeout == 0 {
+		h.timeout = DefaultTimeout
+	}
+	if h.maxBody == 0 {
+		h.maxBody = DefaultMaxBodyBytes
+	}
+	for k, v := range o.Headers {
+		if !validToken(k) {
+			return bad("header name %q is not a valid HTTP header name", k)
+		}
+		if !validValue(v) {
+			return bad("header %s: value holds control characters", k)
+		}
+		ck := http.CanonicalHeaderKey(k)
+		switch {
+		case ck == "Content-Type":
+			h.ctype = v
+			continue
+		case ck == HeaderIdempotencyKey, ck == "Host", ck == "Content-Length", ck == "Transfer-Encoding",
+			strings.HasPrefix(ck, "Redrive-"):
+			return bad("header %s is set by the handler and cannot be configured", ck)
+		}
+		h.headers.Set(ck, v)
+	}
+	if o.JSON != nil {
+		if h.json, err = compileJSON(o.JSON); err != nil {
+			return bad("json: %v", err)
+		}
+	}
+	for _, l := range []struct {
+		codes []string
+		kind  processor.Kind
+	}{{o.Codes.Transient, processor.Transient}, {o.Codes.NotReady, processor.NotReady}, {o.Codes.Permanent, processor.Permanent}} {
+		for _, c := range l.codes {
+			if c == "" {
+				return bad("codes: empty code in the %s list", l.kind)
+			}
+			if k, ok := h.classOf[c]; ok && k != l.kind {
+				return bad("codes: %q is both %s and %s", c, k, l.kind)
+			}
+			h.classOf[c] = l.kind
+		}
+	}
+	for c, d := range o.Codes.MinDelay {
+		if d < 0 {
+			return bad("codes: min delay of %q is negative", c)
+		}
+		h.minDelay[c] = d
+	}
+	h.client = o.Client
+	if h.client == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 256 // a processor runs up to `concurrency` requests to one host
+		h.client = &http.Client{Transport: t}
+	}
+	if h.client.CheckRedirect == nil {
+		c := *h.client // a copy: never change the caller's client
+		c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+		h.client = &c
+	}
+	return h, nil
+}
+
+// Handle POSTs req's record and maps the answer to an Outcome.
+func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.Outcome {
+	if req.ID != "" && !validValue(req.ID) {
+		return processor.Outcome{Kind: processor.Invalid, Code: CodeBadID,
+			Err: fmt.Errorf("request id %q cannot be sent as %s: it holds control characters", truncate(req.ID, 200), HeaderIdempotencyKey)}
+	}
+	actx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	var value []byte
+	var key []byte
+	ctype := h.ctype
+	if req.Record != nil {
+		value, key = req.Record.Value, req.Record.Key
+		for _, hd := range req.Record.Headers {
+			if strings.EqualFold(hd.Key, "content-type") && len(hd.Value) > 0 && validValue(string(hd.Value)) {
+				ctype = string(hd.Value)
+				break
+			}
+		}
+	}
+	hr, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(value))
+	if err != nil { // the URL was checked in New; not reached in practice
+		return processor.Outcome{Kind: processor.Transient, Code: CodeNetwork, Err: fmt.Errorf("POST %s: %w", h.safeURL, err)}
+	}
+	hr.Header = h.headers.Clone()
+	hr.Header.Set("Content-Type", ctype)
+	if req.ID != "" {
+		hr.Header.Set(HeaderIdempotencyKey, req.ID)
+	}
+	hr.Header.Set(HeaderAttempt, strconv.Itoa(req.Attempt))
+	if len(req.State) > 0 {
+		setBytes(hr.Header, HeaderState, HeaderStateEncoding, req.State)
+	}
+	if key != nil {
+		setBytes(hr.Header, HeaderKey, HeaderKeyEncoding, key)
+	}
+
+	resp, err := h.client.Do(hr)
+	if err != nil {
+		return h.transportFailure(ctx, err)
+	}
+	defer resp.Body.Close()
+	body, tooLarge, err := readBody(resp.Body, h.maxBody)
+	if err != nil && (isSuccess(resp.StatusCode) || ctx.Err() != nil) {
+		// A failure's body only adds detail; a success's is the result.
+		return h.transportFailure(ctx, err)
+	}
+	return h.classify(resp.StatusCode, resp.Header, body, tooLarge, req.State, time.Now())
+}
+
+// readBody reads at most limit bytes of r; tooLarge reports that there was more.
+func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) {
+	body, err = io.ReadAll(io.LimitReader(r, limit+1))
+	if int64(len(body)) > limit {
+		return body[:limit], true, err
+	}
+	return body, false, err
+}
+
+func isSuccess(status int) bool { return status >= 200 && status < 300 }
+
+// transportFailure is the outcome of a request that got no (complete) answer.
+func (h *Handler) transportFailure(ctx context.Context, err error) processor.Outcome {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		err = uerr.Err // its text repeats the URL, query included
+	}
+	code, what := CodeNetwork, "network error"
+	var nerr net.Error
+	var operr *net.OpError
+	var dnserr *net.DNSError
+	var tlserr *tls.RecordHeaderError
+	var certerr *tls.CertificateVerificationError
+	switch {
+	case ctx.Err() != nil:
+		code, what = CodeCanceled, "canceled"
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &nerr) && nerr.Timeout()):
+		code, what = CodeTimeout, fmt.Sprintf("no answer within %s", h.timeout)
+	case errors.As(err, &operr) && operr.Op == "dial", errors.As(err, &dnserr),
+		errors.As(err, &tlserr), errors.As(err, &certerr):
+		code, what = CodeConnect, "cannot connect"
+	}
+	return processor.Outcome{Kind: processor.Transient, Code: code,
+		Err: &transportError{msg: truncate(fmt.Sprintf("POST %s: %s: %v", h.safeURL, what, err), maxErrorBytes), err: err}}
+}
+
+// transportError keeps the cause for errors.Is with a message of bounded length.
+type transportError struct {
+	msg string
+	err error
+}
+
+func (e *transportError) Error() string { return e.msg }
+func (e *transportError) Unwrap() error { return e.err }
+
+// setBytes sets name to v, or to v in base64url with enc set when v is not
+// printable ASCII.
+func setBytes(h http.Header, name, enc string, v []byte) {
+	if printable(v) {
+		h.Set(name, string(v))
+		return
+	}
+	h.Set(name, base64.RawURLEncoding.EncodeToString(v))
+	h.Set(enc, EncodingBase64URL)
+}
+
+// printable: 0x20-0x7E only, no space at either end (HTTP trims it).
+func printable(v []byte) bool {
+	if len(v) > 0 && (v[0] == ' ' || v[len(v)-1] == ' ') {
+		return false
+	}
+	for _, c := range v {
+		if c < 0x20 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// validValue reports whether v can be sent as an HTTP header value.
+func validValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validToken reports whether s is an HTTP token (a header name).
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// redact is u for messages: without user info, query and fragment.
+func redact(u *url.URL) string {
+	c := *u
+	c.User, c.RawQuery, c.ForceQuery, c.Fragment, c.RawFragment = nil, "", false, "", ""
+	return c.String()
+}
