@@ -1,0 +1,32 @@
+// Package topics names a pipeline's topics and makes sure they exist with
+// settings that cannot lose a record.
+//
+// A pipeline has a main topic, one retry topic per tier
+// (`<topic>.retry.<delay>`, the delay in its shortest form), a dead-letter
+// topic (`<topic>.dlq` unless configured) and, optionally, a results topic.
+// [ForPipeline] turns a pipeline's configuration into [Spec]s; [Ensure]
+// creates the missing ones and then checks everything; [Check] only looks.
+// Both return a [Report] that says, per topic, what the broker has and, for
+// each problem, the command that fixes it.
+//
+// What is checked, and why:
+//
+//   - A tier or DLQ with fewer partitions than its main topic: the processor
+//     spreads retries over as many partitions as the main topic has, and a
+//     narrower tier becomes the bottleneck of every retry.
+//   - A tier or DLQ whose cleanup.policy is not exactly delete: compaction
+//     keeps only the newest record per key, so two requests with the same key
+//     waiting in a tier (or dead-lettered) would silently become one.
+//   - A tier whose retention.ms is shorter than its delay: records would be
+//     deleted before they are due. Tiers are created with
+//     max(7 days, 4 × delay) so that a processor that is down for a while
+//     still finds them.
+//   - A DLQ whose retention.ms is shorter than configured: dead letters are
+//     the evidence of what failed, and must stay as long as promised.
+//
+// This package creates topics and reads them; it must never delete a topic
+// or alter an existing one — no partitions added, no config changed, not
+// even on a topic it created itself: an existing topic may hold records
+// nobody has processed yet, and it may be another team's. It reports what
+// to fix, with the command, and leaves the fixing to an operator.
+package topics

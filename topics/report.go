@@ -1,0 +1,113 @@
+package topics
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// Report is what Ensure or Check found, one TopicState per spec.
+type Report struct {
+	Topics []TopicState
+}
+
+// TopicState is one topic as the broker has it.
+type TopicState struct {
+	Spec    Spec
+	Exists  bool
+	Created bool // by this Ensure call
+	// Partitions and Replication are the topic's actual partition count
+	// and the smallest replica count of its partitions.
+	Partitions  int32
+	Replication int
+	// CleanupPolicy and RetentionMs are the topic's effective configs;
+	// RetentionMs -1 keeps records forever.
+	CleanupPolicy string
+	RetentionMs   int64
+	// Problems say what is wrong, each starting with the topic's name and
+	// ending with the fix.
+	Problems []string
+}
+
+// OK reports whether the topic exists and has no problem.
+func (s TopicState) OK() bool { return s.Exists && len(s.Problems) == 0 }
+
+// OK reports whether every topic exists and none has a problem.
+func (r Report) OK() bool {
+	for _, t := range r.Topics {
+		if !t.OK() {
+			return false
+		}
+	}
+	return true
+}
+
+// Problems are all topics' problems, in report order.
+func (r Report) Problems() []string {
+	var ps []string
+	for _, t := range r.Topics {
+		ps = append(ps, t.Problems...)
+	}
+	return ps
+}
+
+// WriteTable writes the report as an aligned table, one row per topic
+// with its state (ok, created or PROBLEM), followed by every problem and
+// its fix. An empty report writes nothing.
+func (r Report) WriteTable(w io.Writer) {
+	if len(r.Topics) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tROLE\tPARTITIONS\tREPLICATION\tRETENTION\tCLEANUP\tSTATE")
+	for _, t := range r.Topics {
+		state := "ok"
+		switch {
+		case !t.OK():
+			state = "PROBLEM"
+		case t.Created:
+			state = "created"
+		}
+		if !t.Exists {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t%s\n", t.Spec.Name, t.Spec.Role, state)
+			continue
+		}
+		cleanup := t.CleanupPolicy
+		if cleanup == "" {
+			cleanup = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
+			t.Spec.Name, t.Spec.Role, t.Partitions, t.Replication, formatMs(t.RetentionMs), cleanup, state)
+	}
+	tw.Flush()
+	if ps := r.Problems(); len(ps) > 0 {
+		fmt.Fprintf(w, "\n%d problem(s):\n", len(ps))
+		for _, p := range ps {
+			fmt.Fprintf(w, "  PROBLEM %s\n", p)
+		}
+	}
+}
+
+// formatMs writes a retention for people: "infinite" for a negative one,
+// whole days as "7d", else the shortest duration ("6h", "1h30m"), else
+// milliseconds. 0 is unknown: "-".
+func formatMs(ms int64) string {
+	const day = 24 * time.Hour
+	d := time.Duration(ms) * time.Millisecond
+	switch {
+	case ms < 0:
+		return "infinite"
+	case ms == 0:
+		return "-"
+	case d%day == 0:
+		return strconv.FormatInt(int64(d/day), 10) + "d"
+	case d%time.Second == 0:
+		return retry.FormatDelay(d)
+	default:
+		return strconv.FormatInt(ms, 10) + "ms"
+	}
+}
