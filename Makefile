@@ -12,16 +12,18 @@ PKGS := ./...
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/redrive ./cmd/redrive
 
-# Starts the broker, runs the whole suite with the race detector against it,
-# and stops the broker whatever the tests did.
+# Starts the broker (or uses the one `make kafka-up` left running), runs the
+# whole suite with the race detector against it, and stops the broker it
+# started whatever the tests did.
 test:
 	@set -o pipefail; \
+	started=1; bash scripts/kafka.sh status >/dev/null 2>&1 && started=0; \
 	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
 	eval "$$line"; \
 	echo "testing against the real broker at $$KAFKA_BROKERS"; \
 	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) test -race -count=1 -timeout 14m $(PKGS); \
 	rc=$$?; \
-	bash scripts/kafka.sh down; \
+	if [ $$started = 1 ]; then bash scripts/kafka.sh down; fi; \
 	exit $$rc
 
 # The suite on the embedded kfake broker: fast, no Java.

@@ -1,18 +1,43 @@
-// Package config is redrive's YAML configuration: the types, the loader
-// (strict: unknown keys, bad durations and bad tier lists are errors that
-// name the key's path and line), ${ENV} expansion and REDRIVE_* overrides.
+// Package config is redrive's YAML configuration: the types, the loader,
+// defaults and validation.
 //
-// It only describes and validates; it never connects to anything.
+// Loading a file ([Load], [Parse]) goes through four steps, in this order:
+//
+//  1. Decode, strictly. The file is walked as a YAML node tree: an unknown
+//     key, a duplicate key or a value of the wrong type is an [*Error] that
+//     names the key's path and line ("line 12: pipelines[0].retry.tierz:
+//     unknown key (known: tiers, max_attempts, jitter)"). All problems are
+//     reported at once, joined with [errors.Join]. Anchors, aliases and
+//     merge keys (<<) work as in YAML.
+//  2. Expand ${NAME} in every string value (before it is typed, so
+//     "partitions: ${PARTS}" works) with the environment; see [Parse].
+//  3. Override from REDRIVE_* environment variables ([Config.ApplyEnv]).
+//  4. Fill defaults ([Config.SetDefaults]) and validate ([Config.Validate]).
+//
+// A key that is absent, or null, gets its default. For numbers and
+// durations a zero also means the default, except where zero means
+// something: retry.jitter (0: no jitter) and ttl (0: no expiry).
+//
+// A pipeline without handler.http is valid: a Go program that embeds the
+// processor supplies its own handler for it.
+//
+// The package only describes and validates. It never connects to anything
+// and never opens a file other than the one it is asked to load (TLS files
+// are checked where they are used, in internal/kafkaconn).
 package config
-
-import "time"
 
 // Config is the whole file.
 type Config struct {
-	Brokers   []string   `yaml:"brokers"`
-	HTTPAddr  string     `yaml:"http_addr"`
-	ClientID  string     `yaml:"client_id"`
-	Instance  string     `yaml:"instance"` // written to redrive-instance; default hostname
+	// Brokers are the seed brokers, host:port. A single string is split at
+	// commas, so "brokers: ${KAFKA_BROKERS}" works. Required.
+	Brokers []string `yaml:"brokers" config:"csv"`
+	// HTTPAddr serves /metrics, /healthz and /readyz (default 127.0.0.1:9090).
+	HTTPAddr string `yaml:"http_addr"`
+	// ClientID is the Kafka client id (default: franz-go's).
+	ClientID string `yaml:"client_id"`
+	// Instance is written to redrive-instance on dead letters (default: the
+	// host name, filled in by the processor).
+	Instance  string     `yaml:"instance"`
 	SASL      *SASL      `yaml:"sasl"`
 	TLS       *TLS       `yaml:"tls"`
 	Pipelines []Pipeline `yaml:"pipelines"`
@@ -21,11 +46,18 @@ type Config struct {
 	SessionTimeout Duration `yaml:"session_timeout"`
 	// ShutdownGrace bounds how long SIGTERM waits for in-flight work (default 30s).
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+
+	// src remembers where values came from (file lines, environment
+	// variables) so that Validate can point at them. Nil for a Config built
+	// in Go.
+	src *sources
 }
 
 // SASL authenticates to the brokers.
 type SASL struct {
-	Mechanism string `yaml:"mechanism"` // PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, in any case;
+	// SetDefaults upper-cases it.
+	Mechanism string `yaml:"mechanism"`
 	User      string `yaml:"user"`
 	Password  string `yaml:"password"`
 }
@@ -33,8 +65,8 @@ type SASL struct {
 // TLS encrypts broker connections.
 type TLS struct {
 	Enabled            bool   `yaml:"enabled"`
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
+	CAFile             string `yaml:"ca_file"`   // default: the system roots
+	CertFile           string `yaml:"cert_file"` // client certificate; needs key_file
 	KeyFile            string `yaml:"key_file"`
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 	ServerName         string `yaml:"server_name"`
@@ -42,20 +74,22 @@ type TLS struct {
 
 // Pipeline is one main topic with its tiers, DLQ and results topic.
 type Pipeline struct {
-	Name             string   `yaml:"name"`
+	Name             string   `yaml:"name"` // default: the topic
 	Topic            string   `yaml:"topic"`
 	Results          string   `yaml:"results"`
 	Partitions       int32    `yaml:"partitions"`  // default 6
 	Replication      int16    `yaml:"replication"` // default 1
 	Retry            Retry    `yaml:"retry"`
 	DLQ              DLQ      `yaml:"dlq"`
-	TTL              Duration `yaml:"ttl"`
+	TTL              Duration `yaml:"ttl"`                // 0: no expiry
 	NotReadyDeadline Duration `yaml:"not_ready_deadline"` // default 10m
 	Concurrency      int      `yaml:"concurrency"`        // default 64
 	MaxInflight      int      `yaml:"max_inflight"`       // records polled but unfinished; default 4*concurrency
-	MaxInflightBytes int64    `yaml:"max_inflight_bytes"` // default 64 MiB
-	Ordering         string   `yaml:"ordering"`           // "" (none) or "key"
-	Handler          Handler  `yaml:"handler"`
+	// MaxInflightBytes bounds the bytes of those records (default 64 MiB).
+	// The file may say 67108864 or "64MiB".
+	MaxInflightBytes int64   `yaml:"max_inflight_bytes" config:"bytes"`
+	Ordering         string  `yaml:"ordering"` // "" (none) or "key"
+	Handler          Handler `yaml:"handler"`
 }
 
 // Retry is the tier schedule.
@@ -63,6 +97,10 @@ type Retry struct {
 	Tiers       []Duration `yaml:"tiers"`        // strictly increasing, default [5s, 30s, 5m]
 	MaxAttempts int        `yaml:"max_attempts"` // default 4
 	Jitter      float64    `yaml:"jitter"`       // default 0.1
+	// JitterSet says Jitter was given, so that an explicit 0 is kept by
+	// SetDefaults. The loader sets it; set it when building a Config in Go
+	// with Jitter 0.
+	JitterSet bool `yaml:"-"`
 }
 
 // DLQ is the dead-letter topic.
@@ -75,24 +113,26 @@ type DLQ struct {
 
 // Handler says how records are handled.
 type Handler struct {
-	HTTP  *HTTPHandler `yaml:"http"`
+	HTTP  *HTTPHandler `yaml:"http"` // nil: a handler embedded in Go
 	Codes Codes        `yaml:"codes"`
 }
 
 // HTTPHandler is the built-in HTTP handler.
 type HTTPHandler struct {
-	URL          string            `yaml:"url"`
-	Timeout      Duration          `yaml:"timeout"` // default 30s
-	Headers      map[string]string `yaml:"headers"`
-	JSON         *JSONMode         `yaml:"json"`
-	MaxBodyBytes int64             `yaml:"max_body_bytes"` // default 1 MiB
+	URL     string            `yaml:"url"`     // absolute http or https URL; required
+	Timeout Duration          `yaml:"timeout"` // default 30s
+	Headers map[string]string `yaml:"headers"` // static request headers
+	JSON    *JSONMode         `yaml:"json"`
+	// MaxBodyBytes bounds the response body read (default 1 MiB). The file
+	// may say 1048576 or "1MiB".
+	MaxBodyBytes int64 `yaml:"max_body_bytes" config:"bytes"`
 }
 
 // JSONMode reads the ok flag and the code from a JSON body (2captcha style).
 type JSONMode struct {
-	OKField   string `yaml:"ok_field"`
-	OKValue   any    `yaml:"ok_value"`
-	CodeField string `yaml:"code_field"`
+	OKField   string `yaml:"ok_field"`   // dotted path, required
+	OKValue   any    `yaml:"ok_value"`   // a string, bool or number; required
+	CodeField string `yaml:"code_field"` // dotted path, optional
 }
 
 // Codes override the class of an outcome by its error code.
@@ -105,14 +145,8 @@ type Codes struct {
 
 // Analyzer is the DLQ analyzer's settings.
 type Analyzer struct {
-	HTTPAddr string `yaml:"http_addr"`
+	HTTPAddr string `yaml:"http_addr"` // default 127.0.0.1:9091
 	Token    string `yaml:"token"`
 	Rules    []any  `yaml:"rules"`  // typed by the analyzer issue
 	Alerts   []any  `yaml:"alerts"` // typed by the analyzer issue
 }
-
-// Duration is a time.Duration written as "5s", "1h30m".
-type Duration time.Duration
-
-// D is the value as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/retry"
+)
+
+// writeConfig writes a one-pipeline config for the test's broker.
+func writeConfig(t *testing.T, brokers []string, topic, solverURL, extra string) string {
+	t.Helper()
+	handler := ""
+	if solverURL != "" {
+		handler = fmt.Sprintf("    handler:\n      http: {url: %q, timeout: 5s}\n", solverURL)
+	}
+	y := fmt.Sprintf(`brokers: [%q]
+http_addr: "127.0.0.1:0"
+session_timeout: 6s
+shutdown_grace: 10s
+instance: test
+pipelines:
+  - name: %s
+    topic: %s
+    results: %s.results
+    partitions: 3
+    retry: {tiers: [1s, 2s], max_attempts: 3, jitter: 0}
+%s%s`, brokers[0], topic, topic, topic, handler, extra)
+	p := filepath.Join(t.TempDir(), "redrive.yaml")
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runOut(ctx context.Context, args ...string) (int, string) {
+	var out bytes.Buffer
+	code := runCtx(ctx, args, &out, &out)
+	return code, out.String()
+}
+
+func TestTopicsCheckEnsureCheck(t *testing.T) {
+	c := kafkatest.New(t)
+	topic := kafkatest.Topic(t, "cmd")
+	cfg := writeConfig(t, c.Brokers, topic, "", "")
+	ctx := context.Background()
+
+	code, out := runOut(ctx, "topics", "check", "-c", cfg)
+	if code != 1 || !strings.Contains(out, topic+".dlq") || !strings.Contains(out, "PROBLEM") {
+		t.Fatalf("check before ensure: exit %d, want 1 with the missing topics listed:\n%s", code, out)
+	}
+	code, out = runOut(ctx, "topics", "ensure", "-c", cfg)
+	if code != 0 {
+		t.Fatalf("ensure: exit %d:\n%s", code, out)
+	}
+	for _, name := range []string{topic, topic + ".retry.1s", topic + ".retry.2s", topic + ".dlq", topic + ".results"} {
+		if !strings.Contains(out, name) {
+			t.Errorf("ensure table does not list %s:\n%s", name, out)
+		}
+	}
+	if code, out = runOut(ctx, "topics", "check", "-c", cfg); code != 0 {
+		t.Fatalf("check after ensure: exit %d:\n%s", code, out)
+	}
+}
+
+func TestUsageAndConfigErrorsExit2(t *testing.T) {
+	ctx := context.Background()
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	_ = os.WriteFile(bad, []byte("brokers: [\"127.0.0.1:1\"]\npipelines:\n  - topic: x\n    retry: {tierz: [1s]}\n"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"process"}, "no config"},
+		{[]string{"process", "-c", bad}, "tierz"},
+		{[]string{"process", "-c", filepath.Join(t.TempDir(), "missing.yaml")}, "missing.yaml"},
+		{[]string{"nosuch"}, "unknown command"},
+		{[]string{"analyze"}, "not built yet"},
+	} {
+		code, out := runOut(ctx, tc.args...)
+		if code != 2 || !strings.Contains(out, tc.want) {
+			t.Errorf("%v: exit %d, want 2 mentioning %q:\n%s", tc.args, code, tc.want, out)
+		}
+	}
+	if code, out := runOut(ctx, "version"); code != 0 || !strings.HasPrefix(out, "redrive ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+// solver is a scripted HTTP solver: the value says what to answer.
+type solver struct {
+	mu    sync.Mutex
+	calls map[string]int // by Idempotency-Key
+}
+
+func (s *solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	id := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	s.calls[id]++
+	n := s.calls[id]
+	s.mu.Unlock()
+	switch v := string(body); {
+	case strings.HasPrefix(v, "slow"):
+		time.Sleep(20 * time.Millisecond)
+		fmt.Fprintf(w, "solved %s", v)
+	case v == "flaky" && n == 1:
+		w.Header().Set("Redrive-Error-Code", "ERROR_NO_SLOT_AVAILABLE")
+		w.WriteHeader(503)
+	case v == "wrong-key":
+		w.Header().Set("Redrive-Error-Code", "ERROR_WRONG_USER_KEY")
+		w.WriteHeader(400)
+	default:
+		fmt.Fprintf(w, "solved %s", v)
+	}
+}
+
+func (s *solver) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[id]
+}
+
+// collect reads topic from the start until n records or timeout.
+func collect(t *testing.T, c *kafkatest.Cluster, topic string, n int, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for len(out) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+func hdr(r *kgo.Record, k string) string {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func TestProcessCommandHandlesAndStopsCleanly(t *testing.T) {
+	c := kafkatest.New(t)
+	topic := kafkatest.Topic(t, "proc")
+	s := &solver{calls: map[string]int{}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	cfg := writeConfig(t, c.Brokers, topic, srv.URL+"/solve", "")
+	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+		t.Fatalf("ensure: %s", out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	var out bytes.Buffer
+	go func() { done <- runCtx(ctx, []string{"process", "-c", cfg}, io.Discard, &out) }()
+
+	cl := c.Client(t)
+	rec := func(id, v string) *kgo.Record {
+		return &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}}
+	}
+	if err := cl.ProduceSync(context.Background(), rec("a", "easy"), rec("b", "flaky"), rec("c", "wrong-key")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	results := collect(t, c, topic+".results", 2, 30*time.Second)
+	dead := collect(t, c, topic+".dlq", 1, 30*time.Second)
+	got := map[string]string{}
+	for _, r := range results {
+		got[hdr(r, retry.HeaderID)] = string(r.Value) + " attempt " + hdr(r, retry.HeaderAttempt)
+	}
+	if got["a"] != "solved easy attempt 1" || got["b"] != "solved flaky attempt 2" {
+		t.Errorf("results = %v, want a on attempt 1 and b (503 once) on attempt 2", got)
+	}
+	if len(dead) != 1 || hdr(dead[0], retry.HeaderReason) != "permanent" || hdr(dead[0], retry.HeaderErrorCode) != "ERROR_WRONG_USER_KEY" {
+		t.Errorf("dead letters = %d, want c as permanent ERROR_WRONG_USER_KEY", len(dead))
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("process exit %d after cancel, want 0:\n%s", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("process did not stop within 30s of SIGTERM")
+	}
+}
+
+func TestDevRunsEverything(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var out syncBuf
+	go func() {
+		done <- runCtx(ctx, []string{"dev", "--kafka-port", "0", "--http", addr, "--rate", "100", "--duration", "90s"}, &out, &out)
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	var snap devSnapshot
+	for time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		resp, err := http.Get("http://" + addr + "/api/dev")
+		if err != nil {
+			continue
+		}
+		snap = devSnapshot{}
+		_ = decodeJSON(resp.Body, &snap)
+		resp.Body.Close()
+		if sum(snap, "redrive_outcomes_total{", "outcome=success") > 0 && snap.ByReason["permanent"] > 0 && sum(snap, "redrive_retries_scheduled_total{", "tier=1s") > 0 && strings.Contains(out.String(), "handled ") {
+			break
+		}
+	}
+	if snap.ByReason["permanent"] == 0 || len(snap.DeadLetters) == 0 {
+		t.Errorf("no dead letters on the dev dashboard after 60s: %+v\n%s", snap, out.String())
+	}
+	if sum(snap, "redrive_retries_scheduled_total{", "tier=1s") == 0 {
+		t.Errorf("no retries in the dev dashboard's counters: %v", snap.Counters)
+	}
+	resp, err := http.Get("http://" + addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "Latest dead letters") || !strings.Contains(string(page), "ERROR_WRONG_USER_KEY") {
+		t.Errorf("dashboard page lacks the dead letters table")
+	}
+	if !strings.Contains(out.String(), "handled ") || !strings.Contains(out.String(), "dead-lettered ") {
+		t.Errorf("dev printed no summary line:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "dashboard     http://"+addr+"/") {
+		t.Errorf("dev did not print the dashboard URL:\n%s", out.String())
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Errorf("dev exit %d, want 0:\n%s", code, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("dev did not stop")
+	}
+}
+
+func TestDevConfigIsValid(t *testing.T) {
+	c := devConfig("127.0.0.1:1", "http://127.0.0.1:2/solve")
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// sum adds the dashboard counters of a metric whose labels include label.
+func sum(s devSnapshot, metric, label string) float64 {
+	var n float64
+	for k, v := range s.Counters {
+		if strings.HasPrefix(k, metric) && strings.Contains(k, label) {
+			n += v
+		}
+	}
+	return n
+}

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/retry"
+)
+
+// buildBinary builds cmd/redrive once per test binary run.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "redrive")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type proc struct {
+	cmd *exec.Cmd
+	log *syncBuf
+}
+
+func startProc(t *testing.T, bin, cfg string) *proc {
+	t.Helper()
+	p := &proc{log: &syncBuf{}}
+	p.cmd = exec.Command(bin, "process", "-c", cfg)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _, _ = p.cmd.Process.Wait() })
+	return p
+}
+
+// TestKilledProcessLosesNothing: a processor killed with SIGKILL again and
+// again during a run of thousands of requests with failures, restarted each
+// time, brings every request to a terminal topic (results or DLQ; at least
+// once: duplicates counted, none lost), and a SIGTERM at the end exits 0
+// with every offset committed.
+func TestKilledProcessLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	c := kafkatest.New(t)
+	bin := buildBinary(t)
+	topic := kafkatest.Topic(t, "crash")
+	s := &solver{calls: map[string]int{}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	cfg := writeConfig(t, c.Brokers, topic, srv.URL+"/solve", "    concurrency: 16\n")
+	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+		t.Fatalf("ensure: %s", out)
+	}
+	const n, kills = 2000, 3
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	var recs []*kgo.Record
+	want := map[string]string{} // id → terminal topic
+	for i := range n {
+		id := fmt.Sprintf("req-%d", i)
+		v, to := "slow", topic+".results"
+		switch {
+		case i%10 == 0:
+			v = "flaky" // one 503, then a result from the 1s tier
+		case i%25 == 1:
+			v, to = "wrong-key", topic+".dlq"
+		}
+		want[id] = to
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	var killedAt []int
+	for k := range kills {
+		p := startProc(t, bin, cfg)
+		target := distinct(s) + n/(kills+2)
+		deadline := time.Now().Add(60 * time.Second)
+		for distinct(s) < target {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d handled %d of %d in 60s:\n%s", k+1, distinct(s), n, p.log.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = p.cmd.Process.Wait()
+		killedAt = append(killedAt, distinct(s))
+	}
+	if killedAt[len(killedAt)-1] >= n {
+		t.Fatalf("all %d handled before the last kill; the test proves nothing", n)
+	}
+
+	last := startProc(t, bin, cfg)
+	results := collectIDs(t, c, topic+".results", countTo(want, topic+".results"), 120*time.Second)
+	dead := collectIDs(t, c, topic+".dlq", countTo(want, topic+".dlq"), 60*time.Second)
+	missing, wrong := 0, 0
+	for id, to := range want {
+		got := results
+		if to == topic+".dlq" {
+			got = dead
+		}
+		if got[id] == 0 {
+			missing++
+		}
+		if results[id] > 0 && dead[id] > 0 {
+			wrong++
+		}
+	}
+	if missing > 0 || wrong > 0 {
+		t.Fatalf("after SIGKILLs at %v handled: %d of %d requests reached no terminal topic (lost), %d reached both:\n%s",
+			killedAt, missing, n, wrong, last.log.String())
+	}
+	dups := 0
+	for _, m := range []map[string]int{results, dead} {
+		for _, k := range m {
+			dups += k - 1
+		}
+	}
+	t.Logf("SIGKILLed at %v of %d distinct requests handled; all %d reached their terminal topic; %d duplicates (at least once)", killedAt, n, n, dups)
+
+	if err := last.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- last.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("SIGTERM: %v (want exit 0):\n%s", err, last.log.String())
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatalf("no exit within 25s of SIGTERM (grace 10s):\n%s", last.log.String())
+	}
+	for _, tp := range []string{topic, topic + ".retry.1s", topic + ".retry.2s"} {
+		if lag := groupLag(t, c, "redrive."+topic, tp); lag != 0 {
+			t.Errorf("after SIGTERM the group's lag on %s is %d, want 0 (everything committed)", tp, lag)
+		}
+	}
+}
+
+func countTo(want map[string]string, topic string) int {
+	n := 0
+	for _, to := range want {
+		if to == topic {
+			n++
+		}
+	}
+	return n
+}
+
+func distinct(s *solver) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls)
+}
+
+// collectIDs counts records per redrive-id on topic until n distinct ids.
+func collectIDs(t *testing.T, c *kafkatest.Cluster, topic string, n int, timeout time.Duration) map[string]int {
+	t.Helper()
+	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	ids := map[string]int{}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for len(ids) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { ids[hdr(r, retry.HeaderID)]++ })
+	}
+	// Settle briefly to count late duplicates.
+	sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+	defer scancel()
+	cl.PollFetches(sctx).EachRecord(func(r *kgo.Record) { ids[hdr(r, retry.HeaderID)]++ })
+	return ids
+}
+
+func groupLag(t *testing.T, c *kafkatest.Cluster, group, topic string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	lags, err := c.Admin(t).Lag(ctx, group)
+	if err != nil {
+		t.Fatalf("lag: %v", err)
+	}
+	gl, ok := lags[group]
+	if !ok || gl.Error() != nil {
+		t.Fatalf("lag of %s: %v", group, gl.Error())
+	}
+	return gl.Lag.TotalByTopic()[topic].Lag
+}
+

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/config"
+	"github.com/redrive/redrive/internal/demosolver"
+	"github.com/redrive/redrive/internal/obs"
+)
+
+type devFlags struct {
+	kafkaPort  int
+	httpAddr   string
+	solverAddr string
+	rate       float64
+	duration   time.Duration
+	seed       uint64
+}
+
+func newDevCmd(g *globals) *cobra.Command {
+	f := &devFlags{}
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "everything on one machine: embedded broker, demo solver, processor, sample traffic, dashboard",
+		Long: `Starts an embedded Kafka broker (kfake, in memory) on 127.0.0.1, a demo
+CAPTCHA solver that fails, defers and rejects some requests, creates the
+pipeline's topics, runs the processor against the solver, produces sample
+traffic and serves a dashboard. With -c, the config's pipelines are used
+(their brokers replaced by the embedded one; pipelines without
+handler.http are pointed at the demo solver). Ctrl-C stops it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runDev(cmd.Context(), g, f, cmd.ErrOrStderr()) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.kafkaPort, "kafka-port", 19092, "port of the embedded broker on 127.0.0.1 (0: any free port)")
+	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:9090", "dashboard, /metrics, /healthz, /readyz")
+	fl.StringVar(&f.solverAddr, "solver", "127.0.0.1:0", "demo solver address")
+	fl.Float64Var(&f.rate, "rate", 20, "sample requests per second (0: none)")
+	fl.DurationVar(&f.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
+	fl.Uint64Var(&f.seed, "seed", 1, "demo solver's random seed")
+	return cmd
+}
+
+// devConfig is the pipeline `redrive dev` runs without -c: the design's
+// example with short tiers, so retries are visible within a minute.
+func devConfig(brokers, solverURL string) *config.Config {
+	yaml := fmt.Sprintf(`
+brokers: [%q]
+shutdown_grace: 5s
+pipelines:
+  - name: solve
+    topic: solve.requests
+    results: solve.results
+    partitions: 6
+    retry: {tiers: [1s, 5s, 15s], max_attempts: 4, jitter: 0.1}
+    not_ready_deadline: 2m
+    concurrency: 64
+    dlq: {redact_headers: [authorization]}
+    handler:
+      http: {url: %q, timeout: 5s}
+      codes:
+        transient: [ERROR_NO_SLOT_AVAILABLE]
+        not_ready: [CAPCHA_NOT_READY]
+        permanent: [ERROR_WRONG_USER_KEY]
+`, brokers, solverURL)
+	c, err := config.Parse([]byte(yaml), func(string) string { return "" })
+	if err != nil {
+		panic("redrive dev's built-in config is invalid: " + err.Error()) // a bug, caught by tests
+	}
+	return c
+}
+
+func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
+	if f.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.duration)
+		defer cancel()
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(f.kafkaPort), kfake.GroupMinSessionTimeout(time.Second))
+	if err != nil {
+		return fmt.Errorf("embedded broker on 127.0.0.1:%d: %w (try --kafka-port 0)", f.kafkaPort, err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()[0]
+
+	solver := demosolver.New(demosolver.Config{FailRate: 0.25, NotReadyRate: 0.15, PermanentRate: 0.03, PollsToReady: 2, Latency: 20 * time.Millisecond, Seed: f.seed})
+	sl, err := net.Listen("tcp", f.solverAddr)
+	if err != nil {
+		return fmt.Errorf("demo solver on %s: %w", f.solverAddr, err)
+	}
+	ssrv := &http.Server{Handler: solver, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = ssrv.Serve(sl) }()
+	defer ssrv.Close()
+	solverURL := "http://" + sl.Addr().String() + "/solve"
+
+	var c *config.Config
+	if g.configPath != "" {
+		if c, err = g.load(); err != nil {
+			return err
+		}
+		c.Brokers, c.SASL, c.TLS = []string{brokers}, nil, nil
+		for i := range c.Pipelines {
+			if c.Pipelines[i].Handler.HTTP == nil {
+				c.Pipelines[i].Handler.HTTP = &config.HTTPHandler{URL: solverURL, Timeout: config.Duration(5 * time.Second), MaxBodyBytes: 1 << 20}
+			}
+		}
+	} else {
+		c = devConfig(brokers, solverURL)
+	}
+	c.HTTPAddr = f.httpAddr
+
+	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
+	rep, err := topicsRun(tctx, c, true)
+	tcancel()
+	if err != nil {
+		rep.WriteTable(out)
+		return fmt.Errorf("creating topics on the embedded broker: %w", err)
+	}
+
+	o := obs.New()
+	dash, err := newDevDashboard(ctx, c, o)
+	if err != nil {
+		return err
+	}
+	o.Mux.Handle("GET /{$}", dash)
+	o.Mux.HandleFunc("GET /api/dev", dash.serveJSON)
+	addr, err := o.Serve(ctx, c.HTTPAddr, slog.Default())
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(out, `
+redrive dev is running
+  dashboard     http://%s/
+  metrics       http://%s/metrics   (/healthz, /readyz)
+  kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s.dlq -C -J)
+  demo solver   %s
+  traffic       %.0f requests/s to %s
+Ctrl-C stops it.
+
+`, addr, addr, brokers, brokers, c.Pipelines[0].Topic, solverURL, f.rate, c.Pipelines[0].Topic)
+
+	if f.rate > 0 {
+		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)
+	}
+	go summaryLoop(ctx, dash, out, 5*time.Second)
+	return runProcessor(ctx, c, nil, o)
+}
+
+// sampleTraffic produces solve requests until ctx is done: mostly good
+// ones, a few with a wrong key (the solver rejects those permanently).
+func sampleTraffic(ctx context.Context, brokers, topic string, rate float64, seed uint64) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		slog.Error("sample traffic", "err", err)
+		return
+	}
+	defer cl.Close()
+	rnd := rand.New(rand.NewPCG(seed, 7))
+	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer t.Stop()
+	sites := []string{"shop.example", "forum.example", "bank.example", "mail.example"}
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		site := sites[rnd.IntN(len(sites))]
+		apiKey := "demo-key"
+		if rnd.IntN(50) == 0 {
+			apiKey = "bad-key"
+		}
+		v := fmt.Sprintf(`{"type":"recaptcha","site":%q,"api_key":%q,"n":%d}`, site, apiKey, n)
+		cl.Produce(ctx, &kgo.Record{
+			Key:   []byte(site),
+			Value: []byte(v),
+			Headers: []kgo.RecordHeader{
+				{Key: "content-type", Value: []byte("application/json")},
+				{Key: "idempotency-key", Value: []byte("req-" + strconv.Itoa(n))},
+				{Key: "authorization", Value: []byte("Bearer demo-secret")},
+			},
+		}, nil)
+	}
+}
+
+// summaryLoop prints one line every interval: handled, retried per tier,
+// dead-lettered, in flight.
+func summaryLoop(ctx context.Context, d *devDashboard, out io.Writer, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fmt.Fprintln(out, d.snapshot().summary())
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrive/redrive/internal/config"
+	"github.com/redrive/redrive/internal/kafkaconn"
+	"github.com/redrive/redrive/internal/obs"
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/httphandler"
+)
+
+func newProcessCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "process",
+		Short: "run the config's pipelines with the built-in HTTP handler",
+		Long: `Consumes each pipeline's main and retry topics in the consumer group
+redrive.<pipeline>, POSTs every record to the pipeline's handler.http.url,
+and writes results, retries and dead letters. SIGTERM or SIGINT: stop
+fetching, finish in-flight work within shutdown_grace, commit, exit 0.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.load()
+			if err != nil {
+				return err
+			}
+			o := obs.New()
+			addr, err := o.Serve(cmd.Context(), c.HTTPAddr, slog.Default())
+			if err != nil {
+				return err
+			}
+			slog.Info("serving /metrics, /healthz, /readyz", "addr", "http://"+addr)
+			return runProcessor(cmd.Context(), c, nil, o)
+		},
+	}
+}
+
+// runProcessor runs c's pipelines until ctx is done. handlers, by pipeline
+// name, override the HTTP handler from the config.
+func runProcessor(ctx context.Context, c *config.Config, handlers map[string]processor.Handler, o *obs.Server) error {
+	pc, err := processorConfig(c, handlers, o)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	pr, err := processor.New(pc, nil)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	slog.Info("processor starting", "pipelines", len(pc.Pipelines), "brokers", c.Brokers, "instance", pc.Instance)
+	if err := pr.Run(ctx); err != nil {
+		return err
+	}
+	slog.Info("processor stopped cleanly")
+	return nil
+}
+
+func processorConfig(c *config.Config, handlers map[string]processor.Handler, o *obs.Server) (processor.Config, error) {
+	opts, err := kafkaconn.Opts(c)
+	if err != nil {
+		return processor.Config{}, err
+	}
+	pc := processor.Config{
+		Brokers:        c.Brokers,
+		ClientOpts:     opts[1:], // the seed brokers are passed as Brokers
+		Instance:       c.Instance,
+		SessionTimeout: c.SessionTimeout.D(),
+		ShutdownGrace:  c.ShutdownGrace.D(),
+		Registerer:     o.Registry,
+		Logger:         slog.Default(),
+		Ready:          o.Ready,
+		Beat:           o.Beat,
+	}
+	for _, p := range c.Pipelines {
+		h := handlers[p.Name]
+		if h == nil {
+			if p.Handler.HTTP == nil {
+				return pc, fmt.Errorf("pipeline %q: no handler.http in the config (a Go program can embed processor.New with its own Handler instead)", p.Name)
+			}
+			hh, err := httpHandler(p)
+			if err != nil {
+				return pc, fmt.Errorf("pipeline %q: %w", p.Name, err)
+			}
+			h = hh
+		}
+		pc.Pipelines = append(pc.Pipelines, processorPipeline(p, h))
+	}
+	return pc, nil
+}
+
+func processorPipeline(p config.Pipeline, h processor.Handler) processor.Pipeline {
+	return processor.Pipeline{
+		Name:             p.Name,
+		Topic:            p.Topic,
+		Results:          p.Results,
+		DLQ:              p.DLQTopic(),
+		Schedule:         p.Schedule(),
+		TTL:              p.TTL.D(),
+		NotReadyDeadline: p.NotReadyDeadline.D(),
+		Concurrency:      p.Concurrency,
+		MaxInflight:      p.MaxInflight,
+		MaxInflightBytes: p.MaxInflightBytes,
+		OrderByKey:       p.Ordering == "key",
+		RedactHeaders:    p.DLQ.RedactHeaders,
+		DLQHeaderStyle:   p.DLQ.HeaderStyle,
+		Handler:          h,
+	}
+}
+
+func httpHandler(p config.Pipeline) (*httphandler.Handler, error) {
+	hc := p.Handler.HTTP
+	o := httphandler.Options{
+		URL:          hc.URL,
+		Timeout:      hc.Timeout.D(),
+		Headers:      hc.Headers,
+		MaxBodyBytes: hc.MaxBodyBytes,
+	}
+	if hc.JSON != nil {
+		o.JSON = &httphandler.JSONRule{OKField: hc.JSON.OKField, OKValue: hc.JSON.OKValue, CodeField: hc.JSON.CodeField}
+	}
+	cr := p.Handler.Codes
+	o.Codes.Transient, o.Codes.NotReady, o.Codes.Permanent = cr.Transient, cr.NotReady, cr.Permanent
+	if len(cr.MinDelay) > 0 {
+		o.Codes.MinDelay = map[string]time.Duration{}
+		for k, v := range cr.MinDelay {
+			o.Codes.MinDelay[k] = v.D()
+		}
+	}
+	return httphandler.New(o)
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/config"
+	"github.com/redrive/redrive/internal/kafkaconn"
+	"github.com/redrive/redrive/topics"
+)
+
+func newTopicsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "topics",
+		Short: "create (ensure) or verify (check) every topic of the config's pipelines",
+	}
+	var timeout time.Duration
+	mk := func(use, short string, ensure bool) *cobra.Command {
+		return &cobra.Command{
+			Use:   use,
+			Short: short,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				c, err := g.load()
+				if err != nil {
+					return err
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+				defer cancel()
+				rep, err := topicsRun(ctx, c, ensure)
+				rep.WriteTable(cmd.OutOrStdout())
+				if err != nil {
+					return &exitError{1, err}
+				}
+				return nil
+			},
+		}
+	}
+	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long")
+	cmd.AddCommand(
+		mk("ensure", "create missing topics with the configured partitions, replication and configs; then check all (exit 1 on a problem)", true),
+		mk("check", "report missing or misconfigured topics without changing anything (exit 1 on a problem)", false),
+	)
+	return cmd
+}
+
+// topicsRun ensures or checks every pipeline's topics.
+func topicsRun(ctx context.Context, c *config.Config, ensure bool) (topics.Report, error) {
+	opts, err := kafkaconn.Opts(c)
+	if err != nil {
+		return topics.Report{}, err
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return topics.Report{}, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var all topics.Report
+	var errs []error
+	for _, p := range c.Pipelines {
+		specs := topics.ForPipeline(p)
+		var rep topics.Report
+		if ensure {
+			rep, err = topics.Ensure(ctx, adm, specs)
+		} else {
+			rep, err = topics.Check(ctx, adm, specs)
+		}
+		all.Topics = append(all.Topics, rep.Topics...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pipeline %s: %w", p.Name, err))
+		}
+	}
+	return all, errors.Join(errs...)
+}

@@ -1,0 +1,573 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// decoder walks a YAML node tree into a Config. It is strict where
+// yaml.v3's own decoder is lenient (unknown and duplicate keys), it expands
+// ${NAME} in scalars before typing them, and it keeps going after a problem
+// so that all of them are reported at once, each with its path and line.
+type decoder struct {
+	getenv func(string) string
+	errs   []error
+	lines  map[string]int        // path → line of its key or list item
+	text   map[*yaml.Node]string // scalars already expanded
+	bad    map[*yaml.Node]bool   // scalars whose expansion failed (reported once)
+	steps  int                   // nodes visited, aliases counted each time
+	stop   bool                  // the step budget ran out
+}
+
+// maxSteps bounds the work aliases can make: "pipelines: [*p, *p, ...]"
+// with lists of aliases inside can multiply a small file into a huge tree.
+const maxSteps = 1 << 20
+
+// maxMergeDepth bounds << merges of merges (and catches a merge cycle).
+const maxMergeDepth = 8
+
+var durationType = reflect.TypeFor[Duration]()
+
+// decodeFile fills c from data. It reports decoding problems only; it does
+// not apply overrides or defaults and does not validate.
+func decodeFile(data []byte, getenv func(string) string, c *Config) error {
+	c.src = &sources{lines: map[string]int{}, from: map[string]string{}}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file: all defaults (and Validate says what is missing)
+		}
+		return syntaxError(err)
+	}
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return syntaxError(err)
+		}
+		if len(more.Content) > 0 && !(more.Content[0].Kind == yaml.ScalarNode && more.Content[0].ShortTag() == "!!null") {
+			return &Error{Line: more.Line, Msg: "a second YAML document (after ---); the configuration is one document", Err: ErrSyntax}
+		}
+	}
+	d := &decoder{
+		getenv: getenv,
+		lines:  c.src.lines,
+		text:   map[*yaml.Node]string{},
+		bad:    map[*yaml.Node]bool{},
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil
+		}
+		root = root.Content[0]
+	}
+	d.value(root, "", reflect.ValueOf(c).Elem(), "")
+	return errors.Join(d.errs...) // capped by Parse
+}
+
+func syntaxError(err error) error {
+	return &Error{Msg: strings.TrimPrefix(err.Error(), "yaml: "), Err: ErrSyntax}
+}
+
+func (d *decoder) fail(n *yaml.Node, path string, kind error, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	d.errs = append(d.errs, &Error{Line: line, Path: path, Msg: fmt.Sprintf(format, args...), Err: kind})
+}
+
+// step counts a node against maxSteps; false means stop.
+func (d *decoder) step(n *yaml.Node, path string) bool {
+	if d.stop {
+		return false
+	}
+	d.steps++
+	if d.steps > maxSteps {
+		d.stop = true
+		d.fail(n, path, ErrSyntax, "the document is too large once its aliases are expanded (more than %d nodes)", maxSteps)
+		return false
+	}
+	return true
+}
+
+// deref follows an alias to its anchored node.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && i < 16; i++ {
+		n = n.Alias
+	}
+	if n == nil || n.Kind == yaml.AliasNode {
+		return nil
+	}
+	return n
+}
+
+// value decodes n into v. opts are the field's `config:"..."` options.
+func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, opts string) {
+	if n = deref(n); n == nil {
+		d.fail(nil, path, ErrSyntax, "an alias that leads nowhere")
+		return
+	}
+	if !d.step(n, path) {
+		return
+	}
+	if n.Kind == yaml.ScalarNode {
+		if _, null, ok := d.scalar(n, path); !ok || null {
+			return // null (or absent after expansion): keep the zero value, so the default applies
+		}
+	}
+	t := v.Type()
+	if t == durationType {
+		s, ok := d.want(n, path, "a duration such as 30s")
+		if !ok {
+			return
+		}
+		dur, err := ParseDuration(s)
+		if err != nil {
+			d.fail(n, path, ErrType, "%v", err)
+			return
+		}
+		v.SetInt(int64(dur))
+		return
+	}
+	switch t.Kind() {
+	case reflect.Interface:
+		d.anyValue(n, path, v)
+	case reflect.Pointer:
+		p := reflect.New(t.Elem())
+		d.value(n, path, p.Elem(), opts)
+		v.Set(p)
+	case reflect.Struct:
+		d.structValue(n, path, v)
+	case reflect.Slice:
+		d.sliceValue(n, path, v, opts)
+	case reflect.Map:
+		d.mapValue(n, path, v)
+	case reflect.String:
+		if s, ok := d.want(n, path, "a string"); ok {
+			v.SetString(s)
+		}
+	case reflect.Bool:
+		s, ok := d.want(n, path, "true or false")
+		if !ok {
+			return
+		}
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "true", "yes", "on":
+			v.SetBool(true)
+		case "false", "no", "off":
+			v.SetBool(false)
+		default:
+			d.fail(n, path, ErrType, "want true or false, got %q", s)
+		}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		s, ok := d.want(n, path, "a whole number")
+		if !ok {
+			return
+		}
+		var i int64
+		var err error
+		if opts == "bytes" {
+			i, err = parseBytes(s)
+		} else {
+			i, err = parseInt(s, t.Bits())
+		}
+		if err != nil {
+			d.fail(n, path, ErrType, "%v", err)
+			return
+		}
+		v.SetInt(i)
+	case reflect.Float32, reflect.Float64:
+		s, ok := d.want(n, path, "a number")
+		if !ok {
+			return
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), t.Bits())
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			d.fail(n, path, ErrType, "want a number, got %q", s)
+			return
+		}
+		v.SetFloat(f)
+	default:
+		d.fail(n, path, ErrType, "no decoder for %s", t) // a new field of a type this file does not know
+	}
+}
+
+// scalar is n's value with ${NAME} expanded, and whether it is null.
+// ok is false when the expansion failed (and was reported).
+func (d *decoder) scalar(n *yaml.Node, path string) (s string, null, ok bool) {
+	if d.bad[n] {
+		return "", false, false
+	}
+	s, done := d.text[n]
+	if !done {
+		var err error
+		if s, err = expand(n.Value, d.getenv); err != nil {
+			d.bad[n] = true
+			d.fail(n, path, ErrExpand, "%v", err)
+			return "", false, false
+		}
+		d.text[n] = s
+	}
+	return s, isNull(n, s), true
+}
+
+// isNull: empty once expanded, an explicit !!null, or a plain ~ or null.
+// So "ttl: ${TTL}" and "ttl: \"${TTL}\"" with TTL unset are an absent ttl.
+func isNull(n *yaml.Node, s string) bool {
+	if s == "" {
+		return true
+	}
+	if n.Style&yaml.TaggedStyle != 0 {
+		return n.Tag == "!!null"
+	}
+	if n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) != 0 {
+		return false
+	}
+	switch s {
+	case "~", "null", "Null", "NULL":
+		return true
+	}
+	return false
+}
+
+// want is n's expanded text, or a type error when n is not a scalar.
+func (d *decoder) want(n *yaml.Node, path, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		d.fail(n, path, ErrType, "want %s, got %s", what, kindName(n))
+		return "", false
+	}
+	s, _, ok := d.scalar(n, path)
+	return s, ok
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		return strconv.Quote(n.Value)
+	}
+	return "something else"
+}
+
+// pair is one key: value of a mapping; merged ones come from <<.
+type pair struct {
+	key, val *yaml.Node
+	merged   bool
+}
+
+// pairs lists a mapping's own pairs, then those it merges with <<, in
+// precedence order: own keys win over merged ones, earlier merges over
+// later ones.
+func (d *decoder) pairs(n *yaml.Node, path string, depth int) []pair {
+	var own, merged []pair
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if !d.step(k, path) {
+			return nil
+		}
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			merged = append(merged, d.merge(val, path, depth)...)
+			continue
+		}
+		own = append(own, pair{key: k, val: val})
+	}
+	for i := range merged {
+		merged[i].merged = true
+	}
+	return append(own, merged...)
+}
+
+func (d *decoder) merge(val *yaml.Node, path string, depth int) []pair {
+	if depth >= maxMergeDepth {
+		d.fail(val, path, ErrSyntax, "<< merges nested more than %d deep (a merge cycle?)", maxMergeDepth)
+		return nil
+	}
+	m := deref(val)
+	if m != nil && m.Kind == yaml.MappingNode {
+		return d.pairs(m, path, depth+1)
+	}
+	if m != nil && m.Kind == yaml.SequenceNode {
+		var out []pair
+		for _, e := range m.Content {
+			if e = deref(e); e == nil || e.Kind != yaml.MappingNode {
+				d.fail(val, path, ErrType, "<< merges a mapping or a list of mappings")
+				continue
+			}
+			out = append(out, d.pairs(e, path, depth+1)...)
+		}
+		return out
+	}
+	d.fail(val, path, ErrType, "<< merges a mapping or a list of mappings")
+	return nil
+}
+
+// key is a mapping key's text. Keys are not ${}-expanded.
+func (d *decoder) key(k *yaml.Node, path string) (string, bool) {
+	if k = deref(k); k == nil || k.Kind != yaml.ScalarNode {
+		d.fail(k, path, ErrType, "a key must be a string")
+		return "", false
+	}
+	return k.Value, true
+}
+
+func (d *decoder) structValue(n *yaml.Node, path string, v reflect.Value) {
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, ErrType, "want a mapping (key: value), got %s", kindName(n))
+		return
+	}
+	fs := fieldsOf(v.Type())
+	seen := map[string]int{}
+	for _, p := range d.pairs(n, path, 0) {
+		name, ok := d.key(p.key, path)
+		if !ok {
+			continue
+		}
+		fp := name
+		if path != "" {
+			fp = path + "." + name
+		}
+		if first, dup := seen[name]; dup {
+			if !p.merged {
+				d.fail(p.key, fp, ErrDuplicateKey, "duplicate key (first on line %d)", first)
+			}
+			continue
+		}
+		seen[name] = p.key.Line
+		f, ok := fs.byName[name]
+		if !ok {
+			d.fail(p.key, fp, ErrUnknownKey, "unknown key (known: %s)", fs.known)
+			continue
+		}
+		d.lines[fp] = p.key.Line
+		d.value(p.val, fp, v.Field(f.index), f.opts)
+		if f.setFlag >= 0 && !d.null(p.val, fp) {
+			v.Field(f.setFlag).SetBool(true)
+		}
+	}
+}
+
+// null reports whether an (already decoded) value is null.
+func (d *decoder) null(n *yaml.Node, path string) bool {
+	if n = deref(n); n == nil || n.Kind != yaml.ScalarNode {
+		return false
+	}
+	_, null, ok := d.scalar(n, path)
+	return ok && null
+}
+
+func (d *decoder) sliceValue(n *yaml.Node, path string, v reflect.Value, opts string) {
+	if n.Kind == yaml.ScalarNode && opts == "csv" && v.Type().Elem().Kind() == reflect.String {
+		s, _, _ := d.scalar(n, path)
+		v.Set(reflect.ValueOf(splitCSV(s)).Convert(v.Type()))
+		return
+	}
+	if n.Kind != yaml.SequenceNode {
+		d.fail(n, path, ErrType, "want a list, got %s", kindName(n))
+		return
+	}
+	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	for i, e := range n.Content {
+		ep := path + "[" + strconv.Itoa(i) + "]"
+		d.lines[ep] = e.Line
+		d.value(e, ep, s.Index(i), "")
+	}
+	v.Set(s)
+}
+
+func (d *decoder) mapValue(n *yaml.Node, path string, v reflect.Value) {
+	t := v.Type()
+	if n.Kind != yaml.MappingNode {
+		d.fail(n, path, ErrType, "want a mapping (key: value), got %s", kindName(n))
+		return
+	}
+	m := reflect.MakeMap(t)
+	seen := map[string]int{}
+	for _, p := range d.pairs(n, path, 0) {
+		k, ok := d.key(p.key, path)
+		if !ok {
+			continue
+		}
+		fp := mapPath(path, k)
+		if first, dup := seen[k]; dup {
+			if !p.merged {
+				d.fail(p.key, fp, ErrDuplicateKey, "duplicate key (first on line %d)", first)
+			}
+			continue
+		}
+		seen[k] = p.key.Line
+		d.lines[fp] = p.key.Line
+		e := reflect.New(t.Elem()).Elem()
+		d.value(p.val, fp, e, "")
+		m.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), e)
+	}
+	v.Set(m)
+}
+
+// mapPath is the path of a user-named key: headers.Authorization, or
+// headers["X.Y"] when the key would not read well after a dot.
+func mapPath(path, key string) string {
+	simple := key != ""
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if !(c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			simple = false
+			break
+		}
+	}
+	if simple {
+		return path + "." + key
+	}
+	return path + "[" + strconv.Quote(key) + "]"
+}
+
+// anyValue decodes an untyped value (ok_value, analyzer rules) with
+// yaml.v3, after expanding ${NAME} in its scalars. Expanded plain scalars
+// are typed again, so "ok_value: ${OK}" with OK=1 is the number 1.
+func (d *decoder) anyValue(n *yaml.Node, path string, v reflect.Value) {
+	errs := len(d.errs)
+	d.expandTree(n, path, map[*yaml.Node]bool{})
+	if len(d.errs) > errs || d.stop {
+		return
+	}
+	var x any
+	if err := n.Decode(&x); err != nil {
+		d.fail(n, path, ErrType, "%s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return
+	}
+	if x != nil {
+		v.Set(reflect.ValueOf(x))
+	}
+}
+
+// expandTree expands the scalars under n in place, each node once.
+func (d *decoder) expandTree(n *yaml.Node, path string, seen map[*yaml.Node]bool) {
+	if n == nil || seen[n] || !d.step(n, path) {
+		return
+	}
+	seen[n] = true
+	switch n.Kind {
+	case yaml.AliasNode:
+		d.expandTree(n.Alias, path, seen)
+	case yaml.ScalarNode:
+		s, _, ok := d.scalar(n, path)
+		if ok && s != n.Value {
+			n.Value = s
+			if n.Style&(yaml.TaggedStyle|yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle|yaml.LiteralStyle|yaml.FoldedStyle) == 0 {
+				n.Tag = "" // resolve the expanded text afresh: 1 is a number, true a bool
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i].Value
+			d.expandTree(n.Content[i+1], mapPath(path, k), seen)
+		}
+	default:
+		for i, c := range n.Content {
+			d.expandTree(c, path+"["+strconv.Itoa(i)+"]", seen)
+		}
+	}
+}
+
+func parseInt(s string, bits int) (int64, error) {
+	t := strings.ReplaceAll(strings.TrimSpace(s), "_", "")
+	i, err := strconv.ParseInt(t, 10, bits)
+	if err != nil {
+		if errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("%s is out of range", strings.TrimSpace(s))
+		}
+		return 0, fmt.Errorf("want a whole number, got %q", s)
+	}
+	return i, nil
+}
+
+// byteUnits are the suffixes a byte size may carry, lower-cased.
+var byteUnits = map[string]int64{
+	"": 1, "b": 1,
+	"k": 1000, "kb": 1000, "kib": 1 << 10, "ki": 1 << 10,
+	"m": 1000 * 1000, "mb": 1000 * 1000, "mib": 1 << 20, "mi": 1 << 20,
+	"g": 1000 * 1000 * 1000, "gb": 1000 * 1000 * 1000, "gib": 1 << 30, "gi": 1 << 30,
+}
+
+// parseBytes reads a byte size: 1048576, 1_048_576, 1MiB, 64 MB, 512KiB.
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	if i < len(t) && (t[i] == '-' || t[i] == '+') {
+		i++
+	}
+	for i < len(t) && ('0' <= t[i] && t[i] <= '9' || t[i] == '_') {
+		i++
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	mult, ok := byteUnits[unit]
+	if !ok {
+		return 0, fmt.Errorf("want a byte size such as 1048576 or 1MiB, got %q", s)
+	}
+	n, err := parseInt(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("want a byte size such as 1048576 or 1MiB, got %q", s)
+	}
+	if n > math.MaxInt64/mult || n < math.MinInt64/mult {
+		return 0, fmt.Errorf("%s is out of range", t)
+	}
+	return n * mult, nil
+}
+
+// fields is what the decoder knows of a struct type.
+type fields struct {
+	byName map[string]field
+	known  string // the keys in declaration order, for "unknown key" messages
+}
+
+type field struct {
+	index   int
+	opts    string // `config:"..."`
+	setFlag int    // index of the <Name>Set bool, or -1
+}
+
+var fieldCache sync.Map // reflect.Type → *fields
+
+func fieldsOf(t reflect.Type) *fields {
+	if fs, ok := fieldCache.Load(t); ok {
+		return fs.(*fields)
+	}
+	fs := &fields{byName: map[string]field{}}
+	var names []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		fl := field{index: i, opts: f.Tag.Get("config"), setFlag: -1}
+		if sf, ok := t.FieldByName(f.Name + "Set"); ok && sf.Type.Kind() == reflect.Bool && len(sf.Index) == 1 {
+			fl.setFlag = sf.Index[0]
+		}
+		fs.byName[name] = fl
+		names = append(names, name)
+	}
+	fs.known = strings.Join(names, ", ")
+	fieldCache.Store(t, fs)
+	return fs
+}

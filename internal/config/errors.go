@@ -1,0 +1,113 @@
+package config
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+)
+
+// The kinds of problem an [*Error] wraps; test them with errors.Is.
+var (
+	// ErrSyntax: the file is not YAML (or holds more than one document).
+	ErrSyntax = errors.New("not valid YAML")
+	// ErrUnknownKey: a key that is not part of the configuration.
+	ErrUnknownKey = errors.New("unknown key")
+	// ErrDuplicateKey: a key given twice in one mapping.
+	ErrDuplicateKey = errors.New("duplicate key")
+	// ErrType: a value of the wrong type (a list where a string belongs,
+	// "abc" for a number, a bad duration).
+	ErrType = errors.New("wrong type")
+	// ErrExpand: a bad ${NAME} reference.
+	ErrExpand = errors.New("bad ${} reference")
+	// ErrInvalid: a value that is well typed but not allowed.
+	ErrInvalid = errors.New("invalid value")
+)
+
+// Error is one problem with the configuration and where it is.
+type Error struct {
+	// Line in the file, 1-based; 0 when the value did not come from the
+	// file (a default, an override) or the Config was built in Go.
+	Line int
+	// Path is the key's path: "pipelines[0].retry.tiers[1]".
+	Path string
+	// Source names where the value came from when it was not the file:
+	// "REDRIVE_BROKERS", "--brokers".
+	Source string
+	// Msg says what is wrong.
+	Msg string
+	// Err is the kind: ErrUnknownKey, ErrType, ErrInvalid, ...
+	Err error
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Line > 0 {
+		b.WriteString("line " + strconv.Itoa(e.Line) + ": ")
+	}
+	if e.Path != "" {
+		b.WriteString(e.Path)
+		if e.Source != "" {
+			b.WriteString(" (from " + e.Source + ")")
+		}
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap gives the kind.
+func (e *Error) Unwrap() error { return e.Err }
+
+// maxErrors bounds the problems reported at once; a file that is wrong
+// everywhere is not worth a thousand lines.
+const maxErrors = 50
+
+// join is errors.Join, capped at maxErrors.
+func join(errs []error) error {
+	if len(errs) > maxErrors {
+		more := len(errs) - maxErrors
+		errs = append(errs[:maxErrors:maxErrors], errors.New("and "+strconv.Itoa(more)+" more problems"))
+	}
+	return errors.Join(errs...)
+}
+
+// sources records where values came from: the file's lines by path, and
+// the paths that environment variables or flags overrode.
+type sources struct {
+	lines map[string]int
+	from  map[string]string
+}
+
+// at finds where path (or its nearest ancestor that is known) came from.
+func (s *sources) at(path string) (line int, from string) {
+	if s == nil {
+		return 0, ""
+	}
+	for p := path; p != ""; p = parent(p) {
+		if f, ok := s.from[p]; ok {
+			return 0, f
+		}
+		if l, ok := s.lines[p]; ok {
+			return l, ""
+		}
+	}
+	return 0, ""
+}
+
+// override marks path (and everything below it) as set by from.
+func (s *sources) override(path, from string) {
+	for p := range s.lines {
+		if p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
+			delete(s.lines, p)
+		}
+	}
+	s.from[path] = from
+}
+
+// parent cuts the last element off a path: a.b[2] → a.b → a → "".
+func parent(p string) string {
+	if i := strings.LastIndexAny(p, ".["); i >= 0 {
+		return p[:i]
+	}
+	return ""
+}
