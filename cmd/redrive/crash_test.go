@@ -199,4 +199,3 @@ func groupLag(t *testing.T, c *kafkatest.Cluster, group, topic string) int64 {
 	}
 	return gl.Lag.TotalByTopic()[topic].Lag
 }
-
