@@ -121,15 +121,20 @@ func (g *globals) load() (*config.Config, error) {
 	if g.configPath == "" {
 		return nil, &exitError{2, errors.New("no config: pass -c FILE (see redrive.example.yaml)")}
 	}
-	c, err := config.Load(g.configPath)
+	getenv := os.Getenv
+	if g.brokers != "" {
+		// --brokers wins over the file and REDRIVE_BROKERS, and rescues a
+		// file without brokers, so it is applied as that variable.
+		getenv = func(k string) string {
+			if k == config.EnvBrokers {
+				return g.brokers
+			}
+			return os.Getenv(k)
+		}
+	}
+	c, err := config.LoadEnv(g.configPath, getenv)
 	if err != nil {
 		return nil, &exitError{2, err}
-	}
-	if g.brokers != "" {
-		c.SetBrokers(g.brokers)
-		if err := c.Validate(); err != nil {
-			return nil, &exitError{2, err}
-		}
 	}
 	return c, nil
 }

@@ -25,8 +25,9 @@ var (
 
 // Error is one problem with the configuration and where it is.
 type Error struct {
-	// Line in the file, 1-based; 0 when the value did not come from the
-	// file (a default, an override) or the Config was built in Go.
+	// Line in the file, 1-based: the key's, or for a default the nearest
+	// enclosing key's. 0 when the value came from an override (see
+	// Source) or the Config was not parsed from a file.
 	Line int
 	// Path is the key's path: "pipelines[0].retry.tiers[1]".
 	Path string

@@ -10,12 +10,14 @@ import (
 // expands ${NAME} with getenv, applies the REDRIVE_* overrides from getenv
 // (ApplyEnv), fills defaults (SetDefaults) and validates (Validate).
 //
-// ${NAME} is expanded in every string value, before the value is typed,
-// not in keys. NAME is letters, digits and _. A variable that getenv
-// reports empty (unset) expands to "", so a value that is only
-// "${NAME}" is then absent and gets its default; "$${" writes a literal
-// "${"; an unterminated "${" is an error. Expanded text is not expanded
-// again. A nil getenv is an empty environment.
+// ${NAME} is expanded in every scalar value, before the value is typed
+// (so "partitions: ${PARTS}" works), not in keys. NAME is letters, digits
+// and _. A variable that getenv reports empty (unset) expands to "", and a
+// value that is empty once expanded, quoted or not, is an absent one: it
+// gets its default. "$${" is a literal "${"; an unterminated "${" is an
+// error. Expanded text is not expanded again. Inside a YAML flow
+// collection ({...} or [...]) quote the reference, "${NAME}": braces are
+// YAML syntax there. A nil getenv is an empty environment.
 //
 // Every problem found is reported, joined, decoding problems first; each
 // is an *Error with the path of the key and its line. A validation problem

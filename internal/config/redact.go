@@ -34,8 +34,10 @@ func (c Config) Redacted() Config {
 				hc.Headers[k] = redact(v)
 			}
 		}
-		if u, err := url.Parse(h.URL); err == nil {
-			hc.URL = u.Redacted()
+		if u, err := url.Parse(h.URL); err == nil && u.User != nil {
+			if _, has := u.User.Password(); has {
+				hc.URL = u.Redacted()
+			}
 		}
 		r.Pipelines[i].Handler.HTTP = &hc
 	}
