@@ -309,7 +309,6 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 			ps.paused = true
 			p.cl.PauseFetchPartitions(map[string][]int32{topic: {part}})
 			p.m.pausedParts.WithLabelValues(p.cfg.Name).Inc()
-			p.log.Info("DBG pause", "tp", ps.tp, "waiting", ps.waiting, "total", p.waiting)
 		}
 	}
 	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
@@ -353,7 +352,6 @@ func (p *pipeline) onDue(w *work) {
 		ps.paused = false
 		p.cl.ResumeFetchPartitions(map[string][]int32{ps.tp.topic: {ps.tp.partition}})
 		p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
-		p.log.Info("DBG resume", "tp", ps.tp, "waiting", ps.waiting, "total", p.waiting)
 	}
 }
 
@@ -515,7 +513,6 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 		ps.gone = true
 		ps.cancel()
 		p.waiting -= ps.waiting
-		p.log.Info("DBG drop", "tp", ps.tp, "waiting", ps.waiting, "paused", ps.paused, "total", p.waiting)
 		if ps.paused {
 			p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
 		}

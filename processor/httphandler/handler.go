@@ -237,7 +237,14 @@ func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.
 	hr.Header = h.headers.Clone()
 	hr.Header.Set("Content-Type", ctype)
 	if req.ID != "" {
-		hr.Header.Set(HeaderIdempotencyKey, req.ID)
+		// Set under the lower-case name on purpose: net/http treats a POST
+		// with a canonical "Idempotency-Key" as replayable and silently
+		// resends it when a reused connection drops after the request was
+		// written, so a solver could do (and charge) the work twice within
+		// one attempt. Without it, net/http still retries a request that was
+		// never written, and a drop after writing becomes a transient attempt
+		// the schedule counts. Header names are case-insensitive on the wire.
+		hr.Header["idempotency-key"] = []string{req.ID}
 	}
 	hr.Header.Set(HeaderAttempt, strconv.Itoa(req.Attempt))
 	if len(req.State) > 0 {
