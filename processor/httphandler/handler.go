@@ -237,14 +237,12 @@ func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.
 	hr.Header = h.headers.Clone()
 	hr.Header.Set("Content-Type", ctype)
 	if req.ID != "" {
-		// Set under the lower-case name on purpose: net/http treats a POST
-		// with a canonical "Idempotency-Key" as replayable and silently
-		// resends it when a reused connection drops after the request was
-		// written, so a solver could do (and charge) the work twice within
-		// one attempt. Without it, net/http still retries a request that was
-		// never written, and a drop after writing becomes a transient attempt
-		// the schedule counts. Header names are case-insensitive on the wire.
-		hr.Header["idempotency-key"] = []string{req.ID}
+		// With this header net/http treats the POST as replayable: when a
+		// reused keep-alive connection breaks before any answer, it resends
+		// the request on a fresh connection within this attempt. A solver
+		// that read the request and then hung up sees it again at once; it
+		// would anyway on the next attempt, and dedupes by this key.
+		hr.Header.Set(HeaderIdempotencyKey, req.ID)
 	}
 	hr.Header.Set(HeaderAttempt, strconv.Itoa(req.Attempt))
 	if len(req.State) > 0 {
