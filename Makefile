@@ -56,11 +56,12 @@ fuzz:
 BENCH_RECORDS ?= 100000
 bench:
 	@set -o pipefail; \
+	started=1; bash scripts/kafka.sh status >/dev/null 2>&1 && started=0; \
 	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
 	eval "$$line"; \
 	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) test -run '^$$' -bench . -benchtime 1x -benchmem ./processor -args -bench.records $(BENCH_RECORDS); \
 	rc=$$?; \
-	bash scripts/kafka.sh down; \
+	if [ $$started = 1 ]; then bash scripts/kafka.sh down; fi; \
 	exit $$rc
 
 clean:
