@@ -95,7 +95,7 @@ type pipeline struct {
 
 type lane struct{ queue []*work }
 
-func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics) (*pipeline, error) {
+func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.Opt) (*pipeline, error) {
 	p := &pipeline{
 		cfg:    cfg,
 		pc:     pc,
@@ -135,6 +135,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics) (*pipeline, er
 		kgo.ProducerLinger(2 * time.Millisecond),
 	}
 	opts = append(opts, pc.ClientOpts...)
+	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)

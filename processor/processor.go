@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/plugin/kprom"
 )
@@ -27,8 +28,6 @@ func New(cfg Config, h Handler) (*Processor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("processor metrics: %w", err)
 	}
-	kp := kprom.NewMetrics("redrive_kafka", kprom.Registerer(cfg.Registerer), kprom.WithClientLabel())
-	cfg.ClientOpts = append(cfg.ClientOpts, withHooks(kp))
 	pr := &Processor{cfg: cfg}
 	for _, pc := range cfg.Pipelines {
 		ph := pc.Handler
@@ -38,7 +37,11 @@ func New(cfg Config, h Handler) (*Processor, error) {
 		if ph == nil {
 			return nil, fmt.Errorf("%w: pipeline %q has no handler", ErrConfig, pc.Name)
 		}
-		pl, err := newPipeline(&pr.cfg, pc, ph, m)
+		// One set of client metrics per pipeline's client, told apart by a
+		// pipeline label (kprom registers its collectors once per Metrics).
+		kp := kprom.NewMetrics("redrive_kafka",
+			kprom.Registerer(prometheus.WrapRegistererWith(prometheus.Labels{"pipeline": pc.Name}, cfg.Registerer)))
+		pl, err := newPipeline(&pr.cfg, pc, ph, m, withHooks(kp))
 		if err != nil {
 			pr.close()
 			return nil, err
