@@ -16,7 +16,8 @@
 //
 // A key that is absent, or null, gets its default. For numbers and
 // durations a zero also means the default, except where zero means
-// something: retry.jitter (0: no jitter) and ttl (0: no expiry).
+// something: retry.jitter (0: no jitter), ttl (0: no expiry) and an
+// analyzer alert's threshold (0: any dead letter).
 //
 // A pipeline without handler.http is valid: a Go program that embeds the
 // processor supplies its own handler for it.
@@ -146,7 +147,12 @@ type Codes struct {
 // Analyzer is the DLQ analyzer's settings.
 type Analyzer struct {
 	HTTPAddr string `yaml:"http_addr"` // default 127.0.0.1:9091
-	Token    string `yaml:"token"`
-	Rules    []any  `yaml:"rules"`  // typed by the analyzer issue
-	Alerts   []any  `yaml:"alerts"` // typed by the analyzer issue
+	// Token is the bearer token of the analyzer's mutating HTTP endpoints;
+	// without one they are off.
+	Token string `yaml:"token"`
+	// Rules decide, in order, what happens to each dead letter; see
+	// AnalyzerRule.
+	Rules []AnalyzerRule `yaml:"rules"`
+	// Alerts post to a webhook while their condition holds; see AlertRule.
+	Alerts []AlertRule `yaml:"alerts"`
 }

@@ -148,7 +148,7 @@ func TestParseDesignExample(t *testing.T) {
 				},
 			},
 		}},
-		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091", Token: "atok", Rules: []any{}, Alerts: []any{}},
+		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091", Token: "atok", Rules: []AnalyzerRule{}, Alerts: []AlertRule{}},
 		SessionTimeout: dur("45s"),
 		ShutdownGrace:  dur("30s"),
 	}
@@ -352,10 +352,11 @@ tls:
   enabled: ${T}
 analyzer:
   rules:
-    - match: "${A}"
-      n: ${P}
-      quoted: "${P}"
-      literal: '$${A}'
+    - name: "${A}"
+      match: {codes: "${A}", headers: {n: "${P}", literal: '$${A}'}}
+      action: republish
+      max_redrives: ${P}
+      after: "${NOPE}"
 
 `
 		c := mustParse(t, doc, getenv)
@@ -375,7 +376,8 @@ analyzer:
 		if !c.TLS.Enabled {
 			t.Errorf("tls.enabled = false")
 		}
-		wantRule := map[string]any{"match": "alpha", "n": 12, "quoted": "12", "literal": "${A}"}
+		wantRule := AnalyzerRule{Name: "alpha", Match: RuleMatch{Codes: []string{"alpha"}, Headers: map[string]string{"n": "12", "literal": "${A}"}},
+			Action: "republish", MaxRedrives: 12}
 		if len(c.Analyzer.Rules) != 1 || !reflect.DeepEqual(c.Analyzer.Rules[0], wantRule) {
 			t.Errorf("rules = %#v, want [%#v]", c.Analyzer.Rules, wantRule)
 		}
@@ -1036,7 +1038,10 @@ func TestLoad(t *testing.T) {
 const exampleFile = "../../redrive.example.yaml"
 
 // exampleEnv answers the ${VARS} the example uses.
-var exampleEnv = env("SOLVER_TOKEN", "solver-token", "KAFKA_PASSWORD", "kafka-password", "REDRIVE_ANALYZER_TOKEN", "analyzer-token")
+var exampleEnv = env("SOLVER_TOKEN", "solver-token", "KAFKA_PASSWORD", "kafka-password", "REDRIVE_ANALYZER_TOKEN", "analyzer-token", "SLACK_WEBHOOK_URL", exampleWebhook)
+
+// exampleWebhook stands in for the example's ${SLACK_WEBHOOK_URL}.
+const exampleWebhook = "https://hooks.slack.com/services/T0000/B0000/s3cr3tXYZ"
 
 func TestExampleFile(t *testing.T) {
 	data, err := os.ReadFile(exampleFile)
@@ -1063,7 +1068,7 @@ func TestExampleFile(t *testing.T) {
 	// With every optional "#~" line switched on.
 	full := regexp.MustCompile(`(?m)^(\s*)#~ ?`).ReplaceAllString(string(data), "$1")
 	// (REDRIVE_ANALYZER_TOKEN unset here: an override would hide the key.)
-	c = mustParse(t, full, env("SOLVER_TOKEN", "solver-token", "KAFKA_PASSWORD", "kafka-password"))
+	c = mustParse(t, full, env("SOLVER_TOKEN", "solver-token", "KAFKA_PASSWORD", "kafka-password", "SLACK_WEBHOOK_URL", exampleWebhook))
 	if c.SASL == nil || c.SASL.Password != "kafka-password" || c.TLS == nil || !c.TLS.Enabled || c.Pipelines[0].Handler.HTTP.JSON == nil {
 		t.Errorf("optional sections not parsed:\n%s", dump(c))
 	}
@@ -1140,6 +1145,15 @@ func FuzzParse(f *testing.F) {
 	f.Add("brokers: ${B}\npipelines: [&p {topic: t}, {<<: *p, topic: u}]\n")
 	f.Add(pipe("handler: {http: {url: 'http://h/', json: {ok_field: a, ok_value: ${N}}}}") + "analyzer: {rules: [{a: ${D}}]}\n")
 	f.Add(pipe("name: $${x}", "max_inflight_bytes: 1MiB"))
+	f.Add(analyzerDoc("rules:",
+		"  - {name: a, pipeline: solve, action: republish, to: failover, after: 10m, max_redrives: ${N}, match: {codes: 'X, http_5*', reasons: [exhausted], classes: [transient], origins: ['solve.*'], headers: {k: v}}}",
+		"  - {action: drop, match: {codes: [ERROR_WRONG_USER_KEY]}}",
+		"  - {action: keep}",
+		"alerts:",
+		"  - {kind: rate, threshold: 0, window: ${D}, webhook: 'https://hooks.slack.com/services/T/B/x', repeat: 5m, match: {reasons: [permanent]}}",
+		"  - {name: d, pipeline: hooks, kind: depth, threshold: 10, webhook: 'http://127.0.0.1:1/a?k=1'}",
+		"  - {kind: oldest, age: 1h, webhook: 'http://u:p@127.0.0.1:1/'}"))
+	f.Add(analyzerDoc("rules: [{action: resend, to: solve.requests.dlq, max_redrives: -1}]", "alerts: [{kind: oldest, threshold: 1, webhook: /x}]"))
 	f.Add("a: &a [*a]\n")
 	f.Fuzz(func(t *testing.T, doc string) {
 		getenv := env("N", "3", "D", "90s", "B", "h:1,h:2", "X", "${N}")
@@ -1197,6 +1211,12 @@ func durations(c *Config) []Duration {
 		for _, d := range p.Handler.Codes.MinDelay {
 			ds = append(ds, d)
 		}
+	}
+	for _, r := range c.Analyzer.Rules {
+		ds = append(ds, r.After)
+	}
+	for _, a := range c.Analyzer.Alerts {
+		ds = append(ds, a.Window, a.Age, a.Repeat)
 	}
 	return ds
 }

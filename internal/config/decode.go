@@ -438,7 +438,7 @@ func mapPath(path, key string) string {
 	return path + "[" + strconv.Quote(key) + "]"
 }
 
-// anyValue decodes an untyped value (ok_value, analyzer rules) with
+// anyValue decodes an untyped value (handler.http.json.ok_value) with
 // yaml.v3, after expanding ${NAME} in its scalars. Expanded plain scalars
 // are typed again, so "ok_value: ${OK}" with OK=1 is the number 1.
 func (d *decoder) anyValue(n *yaml.Node, path string, v reflect.Value) {

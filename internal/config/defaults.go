@@ -24,6 +24,9 @@ const (
 
 	DefaultHTTPTimeout      = 30 * time.Second
 	DefaultHTTPMaxBodyBytes = 1 << 20
+
+	DefaultMaxRedrives = 3         // analyzer.rules[].max_redrives of a republish rule
+	DefaultAlertRepeat = time.Hour // analyzer.alerts[].repeat
 )
 
 // DefaultTiers are the retry tiers of a pipeline whose retry.tiers is
@@ -35,8 +38,11 @@ func DefaultTiers() []Duration {
 // SetDefaults fills in every value left empty or zero (see the Default*
 // constants): nil retry.tiers become DefaultTiers; a zero jitter becomes
 // 0.1 unless JitterSet (which it then sets); an empty dlq.topic becomes
-// "<topic>.dlq"; an empty pipeline name becomes its topic. It also
-// upper-cases sasl.mechanism. It is idempotent, and Parse calls it.
+// "<topic>.dlq"; an empty pipeline name becomes its topic; an unnamed
+// analyzer rule or alert is named "rule-<n>" or "alert-<n>" (n counting
+// from 1), a republish rule's zero max_redrives becomes 3 and an alert's
+// zero repeat 1h. It also upper-cases sasl.mechanism. It is idempotent,
+// and Parse calls it.
 func (c *Config) SetDefaults() {
 	if c.HTTPAddr == "" {
 		c.HTTPAddr = DefaultHTTPAddr
@@ -56,6 +62,7 @@ func (c *Config) SetDefaults() {
 	for i := range c.Pipelines {
 		c.Pipelines[i].setDefaults()
 	}
+	c.Analyzer.setDefaults()
 }
 
 func (p *Pipeline) setDefaults() {

@@ -8,8 +8,9 @@ const RedactedValue = "[redacted]"
 // Redacted is a copy of c fit for printing: the SASL password, the
 // analyzer token and every handler.http header value are replaced by
 // "[redacted]" (empty values stay empty, so that a missing secret still
-// shows), and a password in a handler URL by "xxxxx" (url.URL.Redacted).
-// c itself is not changed.
+// shows), a password in a handler URL by "xxxxx" (url.URL.Redacted), and
+// everything after the host of an alert webhook URL by "[redacted]"
+// (RedactedURL). c itself is not changed.
 func (c Config) Redacted() Config {
 	r := c
 	if c.SASL != nil {
@@ -18,6 +19,13 @@ func (c Config) Redacted() Config {
 		r.SASL = &s
 	}
 	r.Analyzer.Token = redact(c.Analyzer.Token)
+	if c.Analyzer.Alerts != nil {
+		r.Analyzer.Alerts = make([]AlertRule, len(c.Analyzer.Alerts))
+		copy(r.Analyzer.Alerts, c.Analyzer.Alerts)
+		for i := range r.Analyzer.Alerts {
+			r.Analyzer.Alerts[i].Webhook = RedactedURL(c.Analyzer.Alerts[i].Webhook)
+		}
+	}
 	if c.Pipelines != nil {
 		r.Pipelines = make([]Pipeline, len(c.Pipelines))
 		copy(r.Pipelines, c.Pipelines)

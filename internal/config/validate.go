@@ -69,6 +69,7 @@ func (c *Config) validate() []error {
 		v.pipeline(i, &c.Pipelines[i], names, consumed)
 	}
 	v.addr("analyzer.http_addr", c.Analyzer.HTTPAddr)
+	v.analyzer(c)
 	return v.errs
 }
 

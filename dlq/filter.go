@@ -1,0 +1,368 @@
+package dlq
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// ErrBadFilter is wrapped by every error about a filter: a bad time, a bad
+// header or key filter, a reason or class that does not exist.
+var ErrBadFilter = errors.New("bad dead-letter filter")
+
+// Filter selects dead letters: the `replay` and `dlq` commands' flags, the
+// analyzer's /api/deadletters query and the match of a Rule.
+//
+// Every field that is set must match (AND); within a list, any entry may
+// match (OR). An empty field matches everything, so the zero Filter
+// matches every dead letter.
+type Filter struct {
+	// Codes match redrive-error-code exactly; an entry ending in "*"
+	// matches by prefix ("http_5*"), and "*" alone matches any code,
+	// none included.
+	Codes []string
+	// Reasons match redrive-reason exactly: exhausted, permanent,
+	// invalid, expired.
+	Reasons []string
+	// Classes match redrive-error-class exactly: transient, not-ready,
+	// permanent, invalid, expired.
+	Classes []string
+	// Origins match redrive-origin-topic like Codes (exactly, or by prefix
+	// with a trailing "*").
+	Origins []string
+	// Since and Until bound the dead-lettering time (the DLQ record's
+	// timestamp, DeadLetter.Timestamp): Since <= t < Until. A zero bound
+	// is open.
+	Since, Until time.Time
+	// Key matches the record key byte for byte (a Go string holds any
+	// bytes; see ParseKeyFilter for binary keys). Empty matches every
+	// key, the null key included.
+	Key string
+	// Headers match header values: for every name, some header of that
+	// name (case-insensitive) must have exactly that value (an empty value
+	// matches an empty header, not a missing one). User headers are
+	// searched, and for a redrive-* name also the redrive headers as
+	// Decode read them (DeadLetter.Meta, written as on the wire: decimal
+	// integers, Unix milliseconds), so "redrive-instance=pod-1" and
+	// "redrive-redrives=2" work. Compatibility headers (kafka_dlt-*,
+	// __connect.errors.*) are user headers here: their binary values
+	// match byte for byte.
+	Headers map[string]string
+}
+
+// Match reports whether d passes f. A nil d matches nothing.
+func (f Filter) Match(d *DeadLetter) bool {
+	if d == nil {
+		return false
+	}
+	if !matchPattern(f.Codes, d.Code) || !matchExact(f.Reasons, string(d.Reason)) ||
+		!matchExact(f.Classes, string(d.Class)) || !matchPattern(f.Origins, d.OriginTopic) {
+		return false
+	}
+	if !f.Since.IsZero() && d.Timestamp.Before(f.Since) {
+		return false
+	}
+	if !f.Until.IsZero() && !d.Timestamp.Before(f.Until) {
+		return false
+	}
+	if f.Key != "" && string(d.Key) != f.Key {
+		return false
+	}
+	if len(f.Headers) == 0 {
+		return true
+	}
+	var own []kgo.RecordHeader // redrive's headers, encoded once when asked for
+	for name, want := range f.Headers {
+		if hasHeader(d.UserHeaders, name, want) {
+			continue
+		}
+		if !isRedriveName(name) {
+			return false
+		}
+		if own == nil {
+			own = retry.Encode(d.Meta, nil)
+		}
+		if !hasHeader(own, name, want) {
+			return false
+		}
+	}
+	return true
+}
+
+// Validate reports what is wrong with f, every problem joined, each
+// wrapping ErrBadFilter: an empty list entry, an unknown reason or class,
+// an empty header name, Since not before Until.
+func (f Filter) Validate() error {
+	var errs []error
+	for _, p := range f.problems() {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrBadFilter, p))
+	}
+	return errors.Join(errs...)
+}
+
+func (f Filter) problems() []string {
+	var out []string
+	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	for _, l := range []struct {
+		what string
+		list []string
+	}{{"code", f.Codes}, {"reason", f.Reasons}, {"class", f.Classes}, {"origin topic", f.Origins}} {
+		if slices.Contains(l.list, "") {
+			bad("empty %s", l.what)
+		}
+	}
+	for _, r := range f.Reasons {
+		if _, err := ParseReason(r); err != nil && r != "" {
+			bad("%v", err)
+		}
+	}
+	for _, c := range f.Classes {
+		if c != "" && !retry.Class(c).Valid() {
+			bad("unknown error class %q (want transient, not-ready, permanent, invalid or expired)", c)
+		}
+	}
+	if _, empty := f.Headers[""]; empty {
+		bad("empty header name")
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		bad("since %s is not before until %s", f.Since.Format(time.RFC3339), f.Until.Format(time.RFC3339))
+	}
+	return out
+}
+
+func matchExact(list []string, s string) bool {
+	return len(list) == 0 || slices.Contains(list, s)
+}
+
+func matchPattern(list []string, s string) bool {
+	if len(list) == 0 {
+		return true
+	}
+	for _, p := range list {
+		if p == s {
+			return true
+		}
+		if n := len(p); n > 0 && p[n-1] == '*' && strings.HasPrefix(s, p[:n-1]) {
+			return true
+		}
+	}
+	return false
+}
+
+func hasHeader(hs []kgo.RecordHeader, name, value string) bool {
+	for _, h := range hs {
+		if strings.EqualFold(h.Key, name) && string(h.Value) == value {
+			return true
+		}
+	}
+	return false
+}
+
+func isRedriveName(name string) bool {
+	return len(name) > len(retry.HeaderPrefix) && strings.EqualFold(name[:len(retry.HeaderPrefix)], retry.HeaderPrefix)
+}
+
+// ParseHeaderFilter reads a "name=value" header filter (the --header flag):
+// the name is everything before the first "=", the value everything after
+// it, unchanged (it may be empty and may hold "=").
+func ParseHeaderFilter(s string) (name, value string, err error) {
+	name, value, ok := strings.Cut(s, "=")
+	switch {
+	case !ok:
+		return "", "", fmt.Errorf("%w: header %q: want name=value", ErrBadFilter, s)
+	case name == "":
+		return "", "", fmt.Errorf("%w: header %q: empty name", ErrBadFilter, s)
+	}
+	return name, value, nil
+}
+
+// ParseHeaderFilters reads repeated --header flags into Filter.Headers. A
+// name given twice (in any case) is an error: a filter asks for one value
+// per header.
+func ParseHeaderFilters(list []string) (map[string]string, error) {
+	if len(list) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(list))
+	lower := make(map[string]string, len(list))
+	for _, s := range list {
+		name, value, err := ParseHeaderFilter(s)
+		if err != nil {
+			return nil, err
+		}
+		if prev, dup := lower[strings.ToLower(name)]; dup {
+			return nil, fmt.Errorf("%w: header %q given twice (header names ignore case)", ErrBadFilter, prev)
+		}
+		lower[strings.ToLower(name)] = name
+		out[name] = value
+	}
+	return out, nil
+}
+
+// Base64Prefix marks a key filter given as base64 (standard alphabet,
+// padding optional), for keys that are not text.
+const Base64Prefix = "base64:"
+
+// ParseKeyFilter reads a --key flag into Filter.Key: the text itself, or
+// "base64:<data>" for a binary key (as DisplayBytes shows it). A text key
+// that starts with "base64:" is given in base64 too.
+func ParseKeyFilter(s string) (string, error) {
+	data, ok := strings.CutPrefix(s, Base64Prefix)
+	if !ok {
+		return s, nil
+	}
+	b, err := base64.StdEncoding.DecodeString(data)
+	if err != nil {
+		b, err = base64.RawStdEncoding.DecodeString(data)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: key %q: bad base64", ErrBadFilter, s)
+	}
+	if len(b) == 0 {
+		return "", fmt.Errorf("%w: key %q: empty", ErrBadFilter, s)
+	}
+	return string(b), nil
+}
+
+// ParseTime reads a --since/--until time or a since= query parameter:
+//
+//   - RFC 3339, "2024-05-01T10:00:00Z" or with an offset and fractional
+//     seconds; a space may stand for the "T";
+//   - a date, "2024-05-01", meaning its midnight UTC;
+//   - "now";
+//   - a relative time, how long before now: "2h", "30m", "90s", "7d",
+//     "1w", "1d12h", "1.5h" (Go duration units plus d = 24h and w = 7d).
+//
+// A time without a zone is an error, not a guess.
+func ParseTime(s string, now time.Time) (time.Time, error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return time.Time{}, fmt.Errorf("%w: empty time: want RFC 3339 (2024-05-01T10:00:00Z) or how long ago (2h, 7d)", ErrBadFilter)
+	}
+	if t == "now" {
+		return now, nil
+	}
+	if looksLikeDate(t) {
+		return parseAbsolute(s, t)
+	}
+	if t[0] == '-' || t[0] == '+' {
+		return time.Time{}, fmt.Errorf("%w: time %q: a relative time is how long ago, without a sign (2h)", ErrBadFilter, s)
+	}
+	ago, err := parseAgo(t)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%w: time %q: %v; want RFC 3339 (2024-05-01T10:00:00Z) or how long ago (2h, 30m, 7d)", ErrBadFilter, s, err)
+	}
+	return now.Add(-ago), nil
+}
+
+// looksLikeDate: four digits and a dash, the start of every absolute form.
+func looksLikeDate(t string) bool {
+	if len(t) < 5 || t[4] != '-' {
+		return false
+	}
+	for i := range 4 {
+		if t[i] < '0' || t[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func parseAbsolute(s, t string) (time.Time, error) {
+	if len(t) == len(time.DateOnly) {
+		d, err := time.Parse(time.DateOnly, t)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("%w: date %q: want YYYY-MM-DD", ErrBadFilter, s)
+		}
+		return d, nil
+	}
+	if len(t) > 10 && t[10] == ' ' {
+		t = t[:10] + "T" + t[11:]
+	}
+	v, err := time.Parse(time.RFC3339Nano, t)
+	if err == nil {
+		return v, nil
+	}
+	if _, nerr := time.Parse("2006-01-02T15:04:05.999999999", t); nerr == nil {
+		return time.Time{}, fmt.Errorf("%w: time %q has no zone: add Z (UTC) or an offset such as +02:00", ErrBadFilter, s)
+	}
+	return time.Time{}, fmt.Errorf("%w: time %q: want RFC 3339, e.g. 2024-05-01T10:00:00Z", ErrBadFilter, s)
+}
+
+var agoUnits = map[string]time.Duration{
+	"ns": time.Nanosecond, "us": time.Microsecond, "µs": time.Microsecond, "μs": time.Microsecond,
+	"ms": time.Millisecond, "s": time.Second, "m": time.Minute, "h": time.Hour,
+	"d": 24 * time.Hour, "w": 7 * 24 * time.Hour,
+}
+
+// parseAgo reads a duration with Go's units plus d and w. "0" alone is 0.
+func parseAgo(t string) (time.Duration, error) {
+	if t == "0" {
+		return 0, nil
+	}
+	const maxDur = time.Duration(1<<63 - 1)
+	var total time.Duration
+	for rest := t; rest != ""; {
+		i := 0
+		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
+			i++
+		}
+		num := rest[:i]
+		j := i
+		for j < len(rest) && !(rest[j] >= '0' && rest[j] <= '9' || rest[j] == '.') {
+			j++
+		}
+		unit := rest[i:j]
+		rest = rest[j:]
+		whole, frac, _ := strings.Cut(num, ".")
+		if whole == "" && frac == "" {
+			return 0, fmt.Errorf("a number must come before %q", unit)
+		}
+		if strings.Contains(frac, ".") {
+			return 0, fmt.Errorf("bad number %q", num)
+		}
+		u, ok := agoUnits[unit]
+		if !ok {
+			if unit == "" {
+				return 0, fmt.Errorf("%q has no unit", num)
+			}
+			return 0, fmt.Errorf("unknown unit %q (want ms, s, m, h, d or w)", unit)
+		}
+		var n int64
+		if whole != "" {
+			var err error
+			if n, err = strconv.ParseInt(whole, 10, 64); err != nil || n > int64(maxDur/u) {
+				return 0, errors.New("too long ago")
+			}
+		}
+		v := time.Duration(n) * u
+		if frac != "" {
+			if len(frac) > 18 {
+				frac = frac[:18] // beyond a nanosecond of a week
+			}
+			f, _ := strconv.ParseInt(frac, 10, 64)
+			v += time.Duration(float64(u) * float64(f) / pow10(len(frac)))
+		}
+		if v < 0 || total > maxDur-v {
+			return 0, errors.New("too long ago")
+		}
+		total += v
+	}
+	return total, nil
+}
+
+func pow10(n int) float64 {
+	p := 1.0
+	for range n {
+		p *= 10
+	}
+	return p
+}

@@ -1,0 +1,319 @@
+package config
+
+import (
+	"maps"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// The actions of an AnalyzerRule.
+const (
+	ActionRepublish = "republish" // write the request back (To, else the pipeline's main topic)
+	ActionKeep      = "keep"      // leave it in the DLQ, counted
+	ActionDrop      = "drop"      // count it as dropped; never republish it
+)
+
+// The kinds of an AlertRule.
+const (
+	AlertRate   = "rate"   // more than Threshold dead letters within Window
+	AlertDepth  = "depth"  // more than Threshold dead letters not yet handled by the analyzer
+	AlertOldest = "oldest" // the oldest dead letter not yet handled is older than Age
+)
+
+// deadLetterReasons are dlq.Reasons (this package cannot import dlq, which
+// imports it; a test in dlq checks the two agree).
+var deadLetterReasons = []string{"exhausted", "permanent", "invalid", "expired"}
+
+// AnalyzerRule is one rule for automatic republish. The analyzer takes the
+// rules in order for each dead letter; the first that matches decides. A
+// dead letter no rule matches is kept.
+type AnalyzerRule struct {
+	// Name identifies the rule in metrics, statistics and logs: unique
+	// among the rules; letters, digits, '.', '_' and '-'. Default:
+	// "rule-<n>", n its place in the list counting from 1.
+	Name string `yaml:"name"`
+	// Pipeline limits the rule to one pipeline's DLQ, by the pipeline's
+	// name. Default: every pipeline.
+	Pipeline string `yaml:"pipeline"`
+	// Match selects the dead letters the rule is for. Empty: all of them.
+	Match RuleMatch `yaml:"match"`
+	// Action is republish, keep or drop. Required.
+	Action string `yaml:"action"`
+	// To is the topic republish writes to, e.g. a failover provider's
+	// main topic. Default: the pipeline's main topic. Only with republish;
+	// never the DLQ the rule reads.
+	To string `yaml:"to"`
+	// After is how long after the dead-lettering time republish waits.
+	// Default 0: at once. Only with republish.
+	After Duration `yaml:"after"`
+	// MaxRedrives caps republishing: a dead letter already republished
+	// this many times (redrive-redrives) is parked instead, counted and
+	// never republished by the rule. 0 means the default, 3. Only with
+	// republish.
+	MaxRedrives int `yaml:"max_redrives"`
+}
+
+// RuleMatch selects dead letters. Every key that is set must match (AND);
+// within a list any entry may (OR). Empty matches everything. A list given
+// as a single string is split at commas, so "codes: ${RETRY_CODES}" works.
+type RuleMatch struct {
+	// Codes match redrive-error-code: exactly, or by prefix with a
+	// trailing "*" ("http_5*").
+	Codes []string `yaml:"codes" config:"csv"`
+	// Reasons match redrive-reason: exhausted, permanent, invalid, expired.
+	Reasons []string `yaml:"reasons" config:"csv"`
+	// Classes match redrive-error-class: transient, not-ready, permanent,
+	// invalid, expired.
+	Classes []string `yaml:"classes" config:"csv"`
+	// Origins match redrive-origin-topic, like Codes.
+	Origins []string `yaml:"origins" config:"csv"`
+	// Headers match header values exactly, header names in any case.
+	// Names starting with redrive- match redrive's own headers too.
+	Headers map[string]string `yaml:"headers"`
+}
+
+// IsZero reports whether m matches everything.
+func (m RuleMatch) IsZero() bool {
+	return len(m.Codes) == 0 && len(m.Reasons) == 0 && len(m.Classes) == 0 && len(m.Origins) == 0 && len(m.Headers) == 0
+}
+
+// AlertRule is one alert: while its condition holds, the analyzer posts a
+// JSON message (with a Slack-compatible "text" field) to Webhook, again
+// every Repeat, and once more when it no longer holds.
+type AlertRule struct {
+	// Name identifies the alert in messages and metrics: unique among the
+	// alerts; letters, digits, '.', '_' and '-'. Default: "alert-<n>", n
+	// its place in the list counting from 1.
+	Name string `yaml:"name"`
+	// Pipeline limits the alert to one pipeline, by name. Default: every
+	// pipeline, each on its own (each fires and resolves by itself).
+	Pipeline string `yaml:"pipeline"`
+	// Kind is rate, depth or oldest. Required.
+	Kind string `yaml:"kind"`
+	// Threshold: rate fires on more than Threshold dead letters within
+	// Window, depth on more than Threshold not yet handled. Required with
+	// rate and depth; 0 is allowed (any dead letter at all).
+	Threshold int `yaml:"threshold"`
+	// ThresholdSet says Threshold was given, so that an explicit 0 is
+	// kept. The loader sets it; set it when building a Config in Go with
+	// Threshold 0.
+	ThresholdSet bool `yaml:"-"`
+	// Window is the span a rate alert counts over. Required with rate.
+	Window Duration `yaml:"window"`
+	// Age: an oldest alert fires when the oldest dead letter not yet
+	// handled is older than Age. Required with oldest.
+	Age Duration `yaml:"age"`
+	// Webhook is the absolute http:// or https:// URL posted to. Required.
+	// It is a secret (a Slack webhook URL is its own credential): keep it
+	// in the environment, webhook: "${SLACK_WEBHOOK_URL}".
+	Webhook string `yaml:"webhook"`
+	// Repeat is how often a firing alert posts again. Default 1h.
+	Repeat Duration `yaml:"repeat"`
+	// Match counts only the dead letters it selects. Only with rate.
+	Match RuleMatch `yaml:"match"`
+}
+
+func (a *Analyzer) setDefaults() {
+	for i := range a.Rules {
+		r := &a.Rules[i]
+		if r.Name == "" {
+			r.Name = "rule-" + strconv.Itoa(i+1)
+		}
+		if r.Action == ActionRepublish && r.MaxRedrives == 0 {
+			r.MaxRedrives = DefaultMaxRedrives
+		}
+	}
+	for i := range a.Alerts {
+		al := &a.Alerts[i]
+		if al.Name == "" {
+			al.Name = "alert-" + strconv.Itoa(i+1)
+		}
+		if al.Repeat == 0 {
+			al.Repeat = Duration(DefaultAlertRepeat)
+		}
+	}
+}
+
+func (v *validator) analyzer(c *Config) {
+	pipes := map[string]int{}
+	for i, p := range c.Pipelines {
+		if _, dup := pipes[p.Name]; !dup {
+			pipes[p.Name] = i
+		}
+	}
+	names := map[string]int{}
+	for i := range c.Analyzer.Rules {
+		at := index("analyzer.rules", i)
+		r := &c.Analyzer.Rules[i]
+		v.ruleName(at, "analyzer.rules", r.Name, names, i)
+		v.pipelineRef(at+".pipeline", r.Pipeline, pipes)
+		v.match(at+".match", &r.Match)
+		switch r.Action {
+		case ActionRepublish:
+			if r.To != "" {
+				if msg := checkTopic(r.To); msg != "" {
+					v.add(at+".to", "%s", msg)
+				}
+				for j, p := range c.Pipelines {
+					if (r.Pipeline == "" || r.Pipeline == p.Name) && r.To == p.DLQTopic() {
+						v.add(at+".to", "%q is the DLQ of %s: a republished dead letter would come straight back", r.To, index("pipelines", j))
+					}
+				}
+			}
+			if r.After < 0 {
+				v.add(at+".after", "%s: must not be negative", r.After)
+			}
+			if r.MaxRedrives < 0 {
+				v.add(at+".max_redrives", "%d: must not be negative (0: the default, %d)", r.MaxRedrives, DefaultMaxRedrives)
+			}
+		case ActionKeep, ActionDrop:
+			for _, f := range []struct {
+				key string
+				set bool
+			}{{"to", r.To != ""}, {"after", r.After != 0}, {"max_redrives", r.MaxRedrives != 0}} {
+				if f.set {
+					v.add(at+"."+f.key, "only with action: republish (this rule's action is %s)", r.Action)
+				}
+			}
+		case "":
+			v.add(at+".action", "required: republish, keep or drop")
+		default:
+			v.add(at+".action", "%q: want republish, keep or drop", r.Action)
+		}
+	}
+
+	names = map[string]int{}
+	for i := range c.Analyzer.Alerts {
+		at := index("analyzer.alerts", i)
+		a := &c.Analyzer.Alerts[i]
+		v.ruleName(at, "analyzer.alerts", a.Name, names, i)
+		v.pipelineRef(at+".pipeline", a.Pipeline, pipes)
+		thresholdSet := a.ThresholdSet || a.Threshold != 0
+		notWith := func(key string, set bool, kinds string) {
+			if set {
+				v.add(at+"."+key, "only with kind: %s (this alert's kind is %s)", kinds, a.Kind)
+			}
+		}
+		switch a.Kind {
+		case AlertRate, AlertDepth:
+			if !thresholdSet {
+				v.add(at+".threshold", "required with kind: %s (the alert fires above it; 0: on any dead letter)", a.Kind)
+			} else if a.Threshold < 0 {
+				v.add(at+".threshold", "%d: must not be negative", a.Threshold)
+			}
+			notWith("age", a.Age != 0, AlertOldest)
+			if a.Kind == AlertRate {
+				if a.Window <= 0 {
+					v.add(at+".window", "required with kind: rate, more than 0: the span dead letters are counted over, e.g. 5m")
+				}
+				v.match(at+".match", &a.Match)
+			} else {
+				notWith("window", a.Window != 0, AlertRate)
+				notWith("match", !a.Match.IsZero(), AlertRate)
+			}
+		case AlertOldest:
+			if a.Age <= 0 {
+				v.add(at+".age", "required with kind: oldest, more than 0: how old the oldest dead letter may get, e.g. 1h")
+			}
+			notWith("threshold", a.Threshold != 0, "rate or depth")
+			notWith("window", a.Window != 0, AlertRate)
+			notWith("match", !a.Match.IsZero(), AlertRate)
+		case "":
+			v.add(at+".kind", "required: rate, depth or oldest")
+		default:
+			v.add(at+".kind", "%q: want rate, depth or oldest", a.Kind)
+		}
+		if a.Webhook == "" {
+			v.add(at+".webhook", "required: the http:// or https:// URL to post to (an unset ${VARIABLE}?)")
+		} else if u, err := url.Parse(a.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.add(at+".webhook", "%q: want an absolute http:// or https:// URL", RedactedURL(a.Webhook))
+		}
+		v.positive(at+".repeat", a.Repeat)
+	}
+}
+
+// ruleName checks the name of a rule or alert: legal and unique in list.
+func (v *validator) ruleName(at, list, name string, names map[string]int, i int) {
+	switch {
+	case name == "":
+		v.add(at+".name", "required (SetDefaults names it after its place in the list)")
+		return
+	case !legalName(name):
+		v.add(at+".name", "%q: use letters, digits, '.', '_' and '-'", name)
+	}
+	if j, dup := names[name]; dup {
+		v.add(at+".name", "%q is also the name of %s; names must be unique", name, index(list, j))
+		return
+	}
+	names[name] = i
+}
+
+func (v *validator) pipelineRef(at, name string, pipes map[string]int) {
+	if name == "" {
+		return
+	}
+	if _, ok := pipes[name]; !ok {
+		v.add(at, "%q: no pipeline has this name (pipelines: %s)", name, strings.Join(slices.Sorted(maps.Keys(pipes)), ", "))
+	}
+}
+
+func (v *validator) match(at string, m *RuleMatch) {
+	for j, code := range m.Codes {
+		if code == "" {
+			v.add(index(at+".codes", j), "empty code")
+		}
+	}
+	for j, r := range m.Reasons {
+		if !slices.Contains(deadLetterReasons, r) {
+			v.add(index(at+".reasons", j), "%q: want exhausted, permanent, invalid or expired", r)
+		}
+	}
+	for j, c := range m.Classes {
+		if c == "" || !retry.Class(c).Valid() {
+			v.add(index(at+".classes", j), "%q: want transient, not-ready, permanent, invalid or expired", c)
+		}
+	}
+	for j, o := range m.Origins {
+		if o == "" {
+			v.add(index(at+".origins", j), "empty topic")
+			continue
+		}
+		if prefix, ok := strings.CutSuffix(o, "*"); ok {
+			if prefix != "" && !legalName(prefix) {
+				v.add(index(at+".origins", j), "%q: a topic prefix uses only letters, digits, '.', '_' and '-'", o)
+			}
+			continue
+		}
+		if msg := checkTopic(o); msg != "" {
+			v.add(index(at+".origins", j), "%s", msg)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
+		if k == "" {
+			v.add(at+".headers", "empty header name")
+		}
+	}
+}
+
+// RedactedURL is u fit for logs and errors: a URL with anything after its
+// host (path, query, user info, fragment) shows as
+// "https://hooks.slack.com/[redacted]", since webhook URLs carry their
+// secret in the path; one that does not parse as a URL shows as
+// "[redacted]". An empty URL stays empty.
+func RedactedURL(u string) string {
+	if u == "" {
+		return ""
+	}
+	p, err := url.Parse(u)
+	if err != nil || p.Host == "" || p.Scheme == "" {
+		return RedactedValue
+	}
+	if (p.Path == "" || p.Path == "/") && p.RawQuery == "" && p.User == nil && p.Fragment == "" && p.Opaque == "" && !p.ForceQuery {
+		return u
+	}
+	return p.Scheme + "://" + p.Host + "/" + RedactedValue
+}
