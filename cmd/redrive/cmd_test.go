@@ -89,7 +89,7 @@ func TestUsageAndConfigErrorsExit2(t *testing.T) {
 		{[]string{"process", "-c", bad}, "tierz"},
 		{[]string{"process", "-c", filepath.Join(t.TempDir(), "missing.yaml")}, "missing.yaml"},
 		{[]string{"nosuch"}, "unknown command"},
-		{[]string{"analyze"}, "not built yet"},
+		{[]string{"analyze"}, "no config"},
 	} {
 		code, out := runOut(ctx, tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {
@@ -211,13 +211,19 @@ func TestDevRunsEverything(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
+	ln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anAddr := ln2.Addr().String()
 	ln.Close()
+	ln2.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan int, 1)
 	var out syncBuf
 	go func() {
-		done <- runCtx(ctx, []string{"dev", "--kafka-port", "0", "--http", addr, "--rate", "100", "--duration", "90s"}, &out, &out)
+		done <- runCtx(ctx, []string{"dev", "--kafka-port", "0", "--http", addr, "--analyzer", anAddr, "--rate", "100", "--duration", "90s"}, &out, &out)
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	var snap devSnapshot
@@ -252,8 +258,29 @@ func TestDevRunsEverything(t *testing.T) {
 	if !strings.Contains(out.String(), "handled ") || !strings.Contains(out.String(), "dead-lettered ") {
 		t.Errorf("dev printed no summary line:\n%s", out.String())
 	}
-	if !strings.Contains(out.String(), "dashboard     http://"+addr+"/") {
-		t.Errorf("dev did not print the dashboard URL:\n%s", out.String())
+	if !strings.Contains(out.String(), "dashboard     http://"+anAddr+"/") {
+		t.Errorf("dev did not print the analyzer's dashboard URL:\n%s", out.String())
+	}
+	var st struct {
+		Pipelines []struct {
+			Ready bool `json:"ready"`
+			Stats struct {
+				Total int64 `json:"total"`
+			} `json:"stats"`
+		} `json:"pipelines"`
+	}
+	for i := 0; i < 100; i++ {
+		if r, err := http.Get("http://" + anAddr + "/api/stats"); err == nil {
+			_ = decodeJSON(r.Body, &st)
+			r.Body.Close()
+			if len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total > 0 {
+				break
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(st.Pipelines) != 1 || st.Pipelines[0].Stats.Total == 0 {
+		t.Errorf("the analyzer in dev reports no dead letters: %+v", st)
 	}
 	cancel()
 	select {

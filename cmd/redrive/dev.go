@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,12 +22,13 @@ import (
 )
 
 type devFlags struct {
-	kafkaPort  int
-	httpAddr   string
-	solverAddr string
-	rate       float64
-	duration   time.Duration
-	seed       uint64
+	kafkaPort    int
+	httpAddr     string
+	analyzerAddr string
+	solverAddr   string
+	rate         float64
+	duration     time.Duration
+	seed         uint64
 }
 
 func newDevCmd(g *globals) *cobra.Command {
@@ -45,7 +47,8 @@ handler.http are pointed at the demo solver). Ctrl-C stops it.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.kafkaPort, "kafka-port", 19092, "port of the embedded broker on 127.0.0.1 (0: any free port)")
-	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:9090", "dashboard, /metrics, /healthz, /readyz")
+	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:9090", "the processor's status page, /metrics, /healthz, /readyz")
+	fl.StringVar(&f.analyzerAddr, "analyzer", "127.0.0.1:9091", "the analyzer's dashboard and API")
 	fl.StringVar(&f.solverAddr, "solver", "127.0.0.1:0", "demo solver address")
 	fl.Float64Var(&f.rate, "rate", 20, "sample requests per second (0: none)")
 	fl.DurationVar(&f.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
@@ -74,6 +77,14 @@ pipelines:
         transient: [ERROR_NO_SLOT_AVAILABLE]
         not_ready: [CAPCHA_NOT_READY]
         permanent: [ERROR_WRONG_USER_KEY]
+analyzer:
+  token: dev
+  rules:
+    - name: no-slot-later
+      match: {codes: [ERROR_NO_SLOT_AVAILABLE]}
+      action: republish
+      after: 10s
+      max_redrives: 1
 `, brokers, solverURL)
 	c, err := config.Parse([]byte(yaml), func(string) string { return "" })
 	if err != nil {
@@ -120,6 +131,10 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 		c = devConfig(brokers, solverURL)
 	}
 	c.HTTPAddr = f.httpAddr
+	c.Analyzer.HTTPAddr = f.analyzerAddr
+	if c.Analyzer.Token == "" {
+		c.Analyzer.Token = "dev"
+	}
 
 	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
 	rep, err := topicsRun(tctx, c, true)
@@ -141,22 +156,39 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 		return err
 	}
 
+	ao := obs.New()
+	an, err := newAnalyzer(c, ao)
+	if err != nil {
+		return err
+	}
+	anAddr := make(chan string, 1)
+	anDone := make(chan error, 1)
+	go func() { anDone <- serveAnalyzer(ctx, c, ao, an, anAddr) }()
+	var analyzerURL string
+	select {
+	case a := <-anAddr:
+		analyzerURL = "http://" + a + "/"
+	case err := <-anDone:
+		return fmt.Errorf("analyzer: %w", err)
+	}
+
 	fmt.Fprintf(out, `
 redrive dev is running
-  dashboard     http://%s/
-  metrics       http://%s/metrics   (/healthz, /readyz)
+  dashboard     %s   (DLQ analyzer; replay token %q)
+  processor     http://%s/   (status page; /metrics, /healthz, /readyz)
   kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s.dlq -C -J)
   demo solver   %s
   traffic       %.0f requests/s to %s
 Ctrl-C stops it.
 
-`, addr, addr, brokers, brokers, c.Pipelines[0].Topic, solverURL, f.rate, c.Pipelines[0].Topic)
+`, analyzerURL, c.Analyzer.Token, addr, brokers, brokers, c.Pipelines[0].Topic, solverURL, f.rate, c.Pipelines[0].Topic)
 
 	if f.rate > 0 {
 		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)
 	}
 	go summaryLoop(ctx, dash, out, 5*time.Second)
-	return runProcessor(ctx, c, nil, o)
+	perr := runProcessor(ctx, c, nil, o)
+	return errors.Join(perr, <-anDone)
 }
 
 // sampleTraffic produces solve requests until ctx is done: mostly good

@@ -96,9 +96,9 @@ func newRoot() *cobra.Command {
 		newDemoSolverCmd(g),
 		newVersionCmd(),
 	)
-	root.AddCommand(notYet("analyze", "consume the DLQ: statistics, alerts, rule-based republish"))
-	root.AddCommand(notYet("replay", "republish dead letters by filter"))
-	root.AddCommand(notYet("dlq", "dead-letter statistics, export and tail"))
+	root.AddCommand(newAnalyzeCmd(g))
+	root.AddCommand(newReplayCmd(g))
+	root.AddCommand(newDLQCmd(g))
 	return root
 }
 

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/dlq/analyzer"
+	"github.com/redrive/redrive/internal/config"
+	"github.com/redrive/redrive/internal/kafkaconn"
+	"github.com/redrive/redrive/internal/obs"
+)
+
+func newAnalyzeCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "analyze",
+		Short: "consume the DLQs: statistics, alerts, rule-based republish, JSON API and dashboard",
+		Long: `Reads each pipeline's DLQ from the earliest retained offset to rebuild
+its statistics, and, in the consumer group redrive.<pipeline>.analyzer,
+applies analyzer.rules to every dead letter (republish, keep, drop; park
+past max_redrives). Serves the dashboard at /, the JSON API under /api/,
+and /metrics, /healthz, /readyz on analyzer.http_addr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.load()
+			if err != nil {
+				return err
+			}
+			o := obs.New()
+			a, err := newAnalyzer(c, o)
+			if err != nil {
+				return &exitError{2, err}
+			}
+			return serveAnalyzer(cmd.Context(), c, o, a, nil)
+		},
+	}
+}
+
+// newAnalyzer builds the analyzer for c's pipelines, reporting into o.
+func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
+	opts, err := kafkaconn.Opts(c)
+	if err != nil {
+		return nil, err
+	}
+	rules, err := dlq.CompileRules(c.Analyzer.Rules)
+	if err != nil {
+		return nil, err
+	}
+	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat}
+	for _, p := range c.Pipelines {
+		ao.Pipelines = append(ao.Pipelines, analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name)})
+	}
+	for i, al := range c.Analyzer.Alerts {
+		name := al.Name
+		if name == "" {
+			name = fmt.Sprintf("alert-%d", i+1)
+		}
+		m := al.Match
+		ao.Alerts = append(ao.Alerts, analyzer.Alert{
+			Name: name, Pipeline: al.Pipeline, Kind: al.Kind, Threshold: al.Threshold,
+			Window: al.Window.D(), Age: al.Age.D(), Webhook: al.Webhook, Repeat: al.Repeat.D(),
+			Match: dlq.Filter{Codes: m.Codes, Reasons: m.Reasons, Classes: m.Classes, Origins: m.Origins, Headers: m.Headers},
+		})
+	}
+	return analyzer.New(ao)
+}
+
+// serveAnalyzer serves a's dashboard and API next to o's endpoints on
+// analyzer.http_addr and runs it until ctx is done. addrOut, if set,
+// receives the bound address.
+func serveAnalyzer(ctx context.Context, c *config.Config, o *obs.Server, a *analyzer.Analyzer, addrOut chan<- string) error {
+	if c.Analyzer.Token == "" {
+		slog.Warn("analyzer.token is not set: POST /api/replay is off")
+	}
+	o.Mux.Handle("/", a.Handler(c.Analyzer.Token))
+	addr, err := o.Serve(ctx, c.Analyzer.HTTPAddr, slog.Default())
+	if err != nil {
+		return err
+	}
+	slog.Info("analyzer dashboard", "url", "http://"+addr+"/")
+	if addrOut != nil {
+		addrOut <- addr
+	}
+	return a.Run(ctx)
+}

@@ -1,0 +1,350 @@
+package analyzer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/dlq"
+)
+
+// Pipeline is one DLQ the analyzer reads.
+type Pipeline struct {
+	// Name is the pipeline's name; the rule worker's group is
+	// "redrive.<Name>.analyzer".
+	Name string
+	// Topic is the pipeline's main topic, where republish writes by default.
+	Topic string
+	// DLQ is the dead-letter topic.
+	DLQ string
+	// Rules decide per dead letter; first match wins, no match keeps.
+	Rules []dlq.Rule
+}
+
+// GroupID is the rule worker's consumer group.
+func (p Pipeline) GroupID() string { return "redrive." + p.Name + ".analyzer" }
+
+// Options configure an Analyzer.
+type Options struct {
+	// ClientOpts connect to the brokers (seed brokers, SASL, TLS).
+	ClientOpts []kgo.Opt
+	Pipelines  []Pipeline
+	// Alerts are evaluated every AlertEvery (default 10s).
+	Alerts     []Alert
+	AlertEvery time.Duration
+	// Registerer receives the analyzer's metrics (default: a private registry).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	// Ready and Beat report into /readyz and /healthz. Optional.
+	Ready func(name string, err error)
+	Beat  func(name string)
+	// Recent is how many dead letters per pipeline are kept for browsing
+	// (default 10000).
+	Recent int
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// Analyzer runs the readers, workers and alerts of every pipeline.
+type Analyzer struct {
+	o     Options
+	m     *metrics
+	log   *slog.Logger
+	pipes []*pipe
+	admin *kgo.Client
+}
+
+// pipe is one pipeline's state.
+type pipe struct {
+	cfg    Pipeline
+	stats  *dlq.Stats
+	mu     sync.Mutex
+	recent []*dlq.DeadLetter // ring, newest at (head-1)
+	head   int
+	filled bool
+	ready  bool // the statistics reader reached the end offsets seen at start
+
+	depth        int64     // DLQ records not yet handled by the rule worker
+	oldestUnseen time.Time // dead-lettering time of the oldest not yet handled
+}
+
+// New checks the options; it does not connect.
+func New(o Options) (*Analyzer, error) {
+	if len(o.Pipelines) == 0 {
+		return nil, errors.New("analyzer: no pipelines")
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Recent <= 0 {
+		o.Recent = 10000
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.AlertEvery <= 0 {
+		o.AlertEvery = 10 * time.Second
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	a := &Analyzer{o: o, m: m, log: o.Logger.With("component", "analyzer")}
+	for _, p := range o.Pipelines {
+		if p.Name == "" || p.DLQ == "" {
+			return nil, fmt.Errorf("analyzer: pipeline %q needs a name and a DLQ", p.Name)
+		}
+		a.pipes = append(a.pipes, &pipe{cfg: p, stats: dlq.NewStats(10000), recent: make([]*dlq.DeadLetter, o.Recent)})
+	}
+	return a, nil
+}
+
+// Run reads, decides and alerts until ctx is done.
+func (a *Analyzer) Run(ctx context.Context) error {
+	admin, err := kgo.NewClient(a.o.ClientOpts...)
+	if err != nil {
+		return fmt.Errorf("analyzer: kafka client: %w", err)
+	}
+	a.admin = admin
+	defer admin.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 2*len(a.pipes))
+	for i, p := range a.pipes {
+		wg.Add(2)
+		go func() { defer wg.Done(); errs[2*i] = a.readStats(ctx, p) }()
+		go func() { defer wg.Done(); errs[2*i+1] = a.work(ctx, p) }()
+	}
+	wg.Add(2)
+	go func() { defer wg.Done(); a.depthLoop(ctx) }()
+	go func() { defer wg.Done(); a.alertLoop(ctx) }()
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// readStats rebuilds p's statistics from the earliest retained offset and
+// follows new dead letters.
+func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
+	name := "analyzer " + p.cfg.Name + " statistics"
+	a.ready(name, errors.New("rebuilding statistics from "+p.cfg.DLQ))
+	ends, err := a.endOffsets(ctx, p.cfg.DLQ)
+	for err != nil {
+		a.log.Error("cannot read the DLQ's end offsets; retrying", "dlq", p.cfg.DLQ, "err", err)
+		a.ready(name, fmt.Errorf("reading %s: %w", p.cfg.DLQ, err))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(2 * time.Second):
+		}
+		ends, err = a.endOffsets(ctx, p.cfg.DLQ)
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, a.o.ClientOpts...),
+		kgo.ConsumeTopics(p.cfg.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(500*time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)
+	}
+	defer cl.Close()
+	behind := map[int32]int64{} // partition → end offset still to reach
+	for part, end := range ends {
+		if end > 0 {
+			behind[part] = end
+		}
+	}
+	start := time.Now()
+	rebuilt := func() {
+		p.mu.Lock()
+		was := p.ready
+		p.ready = true
+		p.mu.Unlock()
+		if !was {
+			a.log.Info("statistics rebuilt", "pipeline", p.cfg.Name, "dead_letters", p.stats.Snapshot(a.o.Now(), 0).Total, "took", time.Since(start).Round(time.Millisecond))
+			a.ready(name, nil)
+		}
+	}
+	if len(behind) == 0 {
+		rebuilt()
+	}
+	for ctx.Err() == nil {
+		a.beat(name)
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		fs := cl.PollRecords(pctx, 5000)
+		cancel()
+		if fs.IsClientClosed() {
+			return nil
+		}
+		fs.EachError(func(t string, part int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			a.add(p, r)
+			if end, ok := behind[r.Partition]; ok && r.Offset+1 >= end {
+				delete(behind, r.Partition)
+			}
+		})
+		if len(behind) == 0 {
+			rebuilt()
+		}
+	}
+	return nil
+}
+
+// add takes one DLQ record into the statistics, the recent list and the
+// per-rule counts (decided by the rules, which are deterministic, so every
+// replica counts alike).
+func (a *Analyzer) add(p *pipe, r *kgo.Record) {
+	d, err := dlq.Decode(r)
+	if err != nil {
+		a.m.undecodable.WithLabelValues(p.cfg.Name).Inc()
+		a.log.Warn("not a valid dead letter; counted, never republished", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		if d == nil {
+			return
+		}
+	}
+	p.stats.Add(d)
+	a.m.deadLetters.WithLabelValues(p.cfg.Name, string(d.Reason), a.m.code(d.Code)).Inc()
+	dec := dlq.Decide(p.cfg.Rules, d, p.cfg.Topic)
+	switch dec.Action {
+	case dlq.ActionRepublish:
+		p.stats.Republished(dec.Rule)
+	case dlq.ActionPark:
+		p.stats.Parked(dec.Rule)
+	case dlq.ActionDrop:
+		p.stats.Dropped(dec.Rule)
+	default:
+		p.stats.Kept(dec.Rule)
+	}
+	p.mu.Lock()
+	p.recent[p.head] = d
+	p.head = (p.head + 1) % len(p.recent)
+	if p.head == 0 {
+		p.filled = true
+	}
+	p.mu.Unlock()
+}
+
+// find returns p's kept dead letters matching f, newest (by dead-lettering
+// time) first, at most limit.
+func (p *pipe) find(f dlq.Filter, limit int) []*dlq.DeadLetter {
+	p.mu.Lock()
+	n := p.head
+	if p.filled {
+		n = len(p.recent)
+	}
+	var out []*dlq.DeadLetter
+	for i := 1; i <= n; i++ {
+		d := p.recent[(p.head-i+len(p.recent))%len(p.recent)]
+		if d != nil && f.Match(d) {
+			out = append(out, d)
+		}
+	}
+	p.mu.Unlock()
+	// Arrival order interleaves partitions; order by time, then offset.
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].Timestamp.Equal(out[j].Timestamp) {
+			return out[i].Timestamp.After(out[j].Timestamp)
+		}
+		return out[i].Offset > out[j].Offset
+	})
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	return out
+}
+
+func (a *Analyzer) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(a.admin)
+	lo, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, err
+	}
+	if e := lo.Error(); e != nil {
+		return nil, e
+	}
+	out := map[int32]int64{}
+	found := false
+	lo.Each(func(o kadm.ListedOffset) {
+		found = true
+		out[o.Partition] = o.Offset
+	})
+	if !found {
+		return nil, fmt.Errorf("topic %s not found: run `redrive topics ensure`", topic)
+	}
+	return out, nil
+}
+
+// depthLoop publishes each DLQ's depth (end offsets minus the rule
+// worker's committed offsets) every few seconds.
+func (a *Analyzer) depthLoop(ctx context.Context) {
+	adm := kadm.NewClient(a.admin)
+	t := time.NewTicker(3 * time.Second)
+	defer t.Stop()
+	for {
+		for _, p := range a.pipes {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			lags, err := adm.Lag(lctx, p.cfg.GroupID())
+			cancel()
+			if err != nil {
+				continue
+			}
+			gl, ok := lags[p.cfg.GroupID()]
+			if !ok || gl.Error() != nil {
+				continue
+			}
+			var depth int64
+			for _, pl := range gl.Lag[p.cfg.DLQ] {
+				if pl.Err == nil && pl.Lag > 0 {
+					depth += pl.Lag
+				}
+			}
+			if gl.Lag[p.cfg.DLQ] == nil { // the group has committed nothing yet
+				if ends, err := a.endOffsets(ctx, p.cfg.DLQ); err == nil {
+					for _, e := range ends {
+						depth += e
+					}
+				}
+			}
+			p.mu.Lock()
+			p.depth = depth
+			oldest := p.oldestUnseen
+			p.mu.Unlock()
+			a.m.depth.WithLabelValues(p.cfg.Name).Set(float64(depth))
+			age := 0.0
+			if !oldest.IsZero() {
+				age = a.o.Now().Sub(oldest).Seconds()
+			}
+			a.m.oldest.WithLabelValues(p.cfg.Name).Set(age)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Analyzer) ready(name string, err error) {
+	if a.o.Ready != nil {
+		a.o.Ready(name, err)
+	}
+}
+
+func (a *Analyzer) beat(name string) {
+	if a.o.Beat != nil {
+		a.o.Beat(name)
+	}
+}

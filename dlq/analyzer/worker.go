@@ -1,0 +1,264 @@
+package analyzer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redrive/redrive/dlq"
+)
+
+// worker is one pipeline's rule worker: it owns the queues of the DLQ
+// partitions assigned to it. Rebalances happen only between polls
+// (BlockRebalanceOnPoll); the mutex guards the queues against the
+// rebalance callbacks, which run while the poll goroutine waits in
+// AllowRebalance or PollRecords.
+//
+// A dead letter whose rule says "republish after D" waits in its queue
+// while the records behind it are handled; the committed offset stays at
+// the lowest one not finished, so a restart re-reads (and re-decides, the
+// same way) everything from the oldest waiting record on.
+type worker struct {
+	a  *Analyzer
+	p  *pipe
+	cl *kgo.Client
+
+	mu     sync.Mutex
+	queues map[int32][]*held // polled, not yet committed past, in offset order
+	next   map[int32]int64   // offset to commit: the lowest not finished
+	paused map[int32]bool
+}
+
+// held is one polled dead letter.
+type held struct {
+	r    *kgo.Record
+	d    *dlq.DeadLetter // nil when it does not decode: kept
+	dec  dlq.Decision
+	done bool
+}
+
+// maxHeld bounds the records held per partition; at the bound the
+// partition is paused until half are finished.
+const maxHeld = 10000
+
+func (a *Analyzer) work(ctx context.Context, p *pipe) error {
+	w := &worker{a: a, p: p, queues: map[int32][]*held{}, next: map[int32]int64{}, paused: map[int32]bool{}}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, a.o.ClientOpts...),
+		kgo.ConsumerGroup(p.cfg.GroupID()),
+		kgo.ConsumeTopics(p.cfg.DLQ),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(w.assigned),
+		kgo.OnPartitionsRevoked(w.revoked),
+		kgo.OnPartitionsLost(w.lost),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.FetchMaxWait(500*time.Millisecond),
+	)...)
+	if err != nil {
+		return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)
+	}
+	w.cl = cl
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.commit(cctx)
+		cl.AllowRebalance() // else leaving the group waits for it forever
+		cl.Close()
+	}()
+	name := "analyzer " + p.cfg.Name + " rules"
+	for ctx.Err() == nil {
+		a.beat(name)
+		wait := w.handleDue(ctx)
+		if wait > 2*time.Second || wait <= 0 {
+			wait = 2 * time.Second
+		}
+		w.commit(ctx)
+		cl.AllowRebalance()
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		fs := cl.PollRecords(pctx, 1000)
+		cancel()
+		if fs.IsClientClosed() {
+			return nil
+		}
+		fs.EachError(func(t string, part int32, err error) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
+			}
+		})
+		w.mu.Lock()
+		fs.EachPartition(func(f kgo.FetchTopicPartition) {
+			if _, ours := w.next[f.Partition]; !ours {
+				return
+			}
+			for _, r := range f.Records {
+				h := &held{r: r}
+				if d, err := dlq.Decode(r); err == nil {
+					h.d, h.dec = d, dlq.Decide(w.p.cfg.Rules, d, w.p.cfg.Topic)
+				} else {
+					h.dec = dlq.Decision{Action: dlq.ActionKeep} // never republished
+				}
+				w.queues[f.Partition] = append(w.queues[f.Partition], h)
+			}
+		})
+		w.mu.Unlock()
+	}
+	return nil
+}
+
+// handleDue handles every held record that is due, moves each
+// partition's commit point past its finished prefix, pauses partitions that
+// hold too many waiting records, and returns how long until the next one
+// is due (0: none waiting).
+func (w *worker) handleDue(ctx context.Context) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.a.o.Now()
+	var soonest time.Duration
+	var oldest time.Time
+	for part, q := range w.queues {
+		for _, h := range q {
+			if h.done || ctx.Err() != nil {
+				continue
+			}
+			if h.dec.Action == dlq.ActionRepublish && !h.dec.Due(now) {
+				if wait := h.dec.NotBefore.Sub(now); soonest == 0 || wait < soonest {
+					soonest = wait
+				}
+				if oldest.IsZero() || h.r.Timestamp.Before(oldest) {
+					oldest = h.r.Timestamp
+				}
+				continue
+			}
+			if w.act(ctx, h.d, h.dec) {
+				h.done = true
+			}
+		}
+		i := 0
+		for i < len(q) && q[i].done {
+			w.next[part] = q[i].r.Offset + 1
+			i++
+		}
+		q = q[i:]
+		w.queues[part] = q
+		switch {
+		case len(q) >= maxHeld && !w.paused[part]:
+			w.paused[part] = true
+			w.cl.PauseFetchPartitions(map[string][]int32{w.p.cfg.DLQ: {part}})
+		case len(q) < maxHeld/2 && w.paused[part]:
+			delete(w.paused, part)
+			w.cl.ResumeFetchPartitions(map[string][]int32{w.p.cfg.DLQ: {part}})
+		}
+	}
+	w.p.mu.Lock()
+	w.p.oldestUnseen = oldest
+	w.p.mu.Unlock()
+	return soonest
+}
+
+// act carries out one decision. Republishing retries until the record is
+// acknowledged or ctx ends (then false: the offset is not committed).
+func (w *worker) act(ctx context.Context, d *dlq.DeadLetter, dec dlq.Decision) bool {
+	m := w.a.m
+	name := w.p.cfg.Name
+	switch dec.Action {
+	case dlq.ActionRepublish:
+		if d == nil {
+			return true
+		}
+		rec := dlq.Republish(d, dec.Topic)
+		b := backoff.NewExponentialBackOff()
+		b.MaxInterval = 10 * time.Second
+		for {
+			err := w.cl.ProduceSync(ctx, rec).FirstErr()
+			if err == nil {
+				m.actions.WithLabelValues(name, dec.Rule, "republished").Inc()
+				w.a.log.Info("republished", "pipeline", name, "rule", dec.Rule, "id", d.ID, "to", dec.Topic, "redrives", d.Redrives+1)
+				return true
+			}
+			if ctx.Err() != nil {
+				return false
+			}
+			m.republishFailures.WithLabelValues(name).Inc()
+			w.a.log.Error("republish failed; retrying, nothing committed past it", "pipeline", name, "id", d.ID, "to", dec.Topic, "err", err)
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(b.NextBackOff()):
+			}
+		}
+	case dlq.ActionPark:
+		m.actions.WithLabelValues(name, dec.Rule, "parked").Inc()
+	case dlq.ActionDrop:
+		m.actions.WithLabelValues(name, dec.Rule, "dropped").Inc()
+	default:
+		m.actions.WithLabelValues(name, ruleLabel(dec.Rule), "kept").Inc()
+	}
+	return true
+}
+
+func ruleLabel(r string) string {
+	if r == "" {
+		return "none"
+	}
+	return r
+}
+
+func (w *worker) commit(ctx context.Context) {
+	w.mu.Lock()
+	offs := map[string]map[int32]kgo.EpochOffset{}
+	for part, off := range w.next {
+		if off > 0 {
+			if offs[w.p.cfg.DLQ] == nil {
+				offs[w.p.cfg.DLQ] = map[int32]kgo.EpochOffset{}
+			}
+			offs[w.p.cfg.DLQ][part] = kgo.EpochOffset{Epoch: -1, Offset: off}
+		}
+	}
+	w.mu.Unlock()
+	if len(offs) == 0 {
+		return
+	}
+	w.cl.CommitOffsetsSync(ctx, offs, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+		if err != nil {
+			w.a.log.Warn("commit failed; will retry", "pipeline", w.p.cfg.Name, "err", err)
+		}
+	})
+}
+
+func (w *worker) assigned(_ context.Context, cl *kgo.Client, tps map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, part := range tps[w.p.cfg.DLQ] {
+		w.next[part] = 0
+		delete(w.queues, part)
+		delete(w.paused, part)
+	}
+	cl.ResumeFetchPartitions(tps) // pauses survive rebalances in kgo
+}
+
+func (w *worker) revoked(ctx context.Context, cl *kgo.Client, tps map[string][]int32) {
+	w.commit(ctx)
+	w.drop(cl, tps)
+}
+
+func (w *worker) lost(_ context.Context, cl *kgo.Client, tps map[string][]int32) {
+	w.drop(cl, tps)
+}
+
+func (w *worker) drop(cl *kgo.Client, tps map[string][]int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, part := range tps[w.p.cfg.DLQ] {
+		delete(w.next, part)
+		delete(w.queues, part)
+		delete(w.paused, part)
+	}
+	cl.ResumeFetchPartitions(tps)
+}
