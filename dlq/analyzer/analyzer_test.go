@@ -81,6 +81,41 @@ func (e *env) start(rules []dlq.Rule, alerts []analyzer.Alert, token string) (ba
 	return srv.URL, reg
 }
 
+// startStoppable runs an analyzer named name (its rule worker's group is
+// redrive.<name>.analyzer) with rules; stop ends it (idempotent).
+func (e *env) startStoppable(name string, rules []dlq.Rule) (base string, stop func()) {
+	e.t.Helper()
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
+		Pipelines:  []analyzer.Pipeline{{Name: name, Topic: e.main, DLQ: e.dlqName, Rules: rules}},
+		Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	srv := httptest.NewServer(a.Handler(""))
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			srv.Close()
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					e.t.Errorf("Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				e.t.Errorf("analyzer did not stop within 30s")
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return srv.URL, stop
+}
+
 func getJSON(t *testing.T, url string, v any) int {
 	t.Helper()
 	resp, err := http.Get(url)
