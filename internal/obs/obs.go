@@ -37,6 +37,7 @@ type Server struct {
 	Mux *http.ServeMux
 
 	now    func() time.Time
+	readyG *prometheus.GaugeVec
 	mu     sync.Mutex
 	checks map[string]error // nil: ready
 	beats  map[string]time.Time
@@ -54,6 +55,10 @@ func New() *Server {
 		checks:   map[string]error{},
 		beats:    map[string]time.Time{},
 	}
+	s.readyG = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_ready", Help: "1 while the named readiness check passes (the same checks as /readyz), else 0.",
+	}, []string{"check"})
+	reg.MustRegister(s.readyG)
 	s.Mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	s.Mux.HandleFunc("GET /healthz", s.healthz)
 	s.Mux.HandleFunc("GET /readyz", s.readyz)
@@ -65,6 +70,11 @@ func (s *Server) Ready(name string, err error) {
 	s.mu.Lock()
 	s.checks[name] = err
 	s.mu.Unlock()
+	v := 0.0
+	if err == nil {
+		v = 1
+	}
+	s.readyG.WithLabelValues(name).Set(v)
 }
 
 // Beat records that loop name made progress now.
@@ -81,6 +91,7 @@ func (s *Server) Forget(name string) {
 	delete(s.beats, name)
 	delete(s.checks, name)
 	s.mu.Unlock()
+	s.readyG.DeleteLabelValues(name)
 }
 
 // status is the JSON body of /healthz and /readyz.

@@ -68,7 +68,7 @@ func TestEndpoints(t *testing.T) {
 		t.Errorf("healthz after beat: %d", code)
 	}
 
-	if code, body := get(t, base+"/metrics"); code != 200 || !strings.Contains(body, "redrive_test_total 3") || !strings.Contains(body, "go_goroutines") {
+	if code, body := get(t, base+"/metrics"); code != 200 || !strings.Contains(body, "redrive_test_total 3") || !strings.Contains(body, "go_goroutines") || !strings.Contains(body, `redrive_ready{check="pipeline solve"} 1`) {
 		t.Errorf("metrics: %d, missing series", code)
 	}
 }
