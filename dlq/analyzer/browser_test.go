@@ -1,0 +1,491 @@
+package analyzer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"html"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/dlq/analyzer"
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/retry"
+)
+
+// TestBrowserDashboard loads the dashboard in headless Chromium against a
+// running analyzer and checks that the page shows the numbers the API
+// reports: the total, every error code's count, the per-minute chart and
+// the recent dead letters. Chromium is "chromium", "chromium-browser" or
+// "google-chrome" in PATH, or REDRIVE_CHROMIUM; without one the test skips,
+// and fails under CI=true. Set REDRIVE_DASHBOARD_SCREENSHOT=/tmp/x.png to
+// also get a screenshot of the page (do not commit it).
+func TestBrowserDashboard(t *testing.T) {
+	chrome := browserChromium(t)
+	c := kafkatest.New(t)
+	mainTopic, dlqTopic := kafkatest.Topic(t, "browser"), kafkatest.Topic(t, "browser.dlq")
+	c.CreateTopic(t, mainTopic, 1, nil)
+	c.CreateTopic(t, dlqTopic, 3, nil)
+
+	const n = 30
+	recs := browserDeadLetters(mainTopic, dlqTopic, n, time.Now())
+	pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := c.Client(t).ProduceSync(pctx, recs...).FirstErr()
+	cancel()
+	if err != nil {
+		t.Fatalf("producing the dead letters: %v", err)
+	}
+
+	const pipeline = "browser"
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+		Pipelines:  []analyzer.Pipeline{{Name: pipeline, Topic: mainTopic, DLQ: dlqTopic}},
+		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of its context's end")
+		}
+	})
+
+	reqs := &browserRequests{}
+	srv := httptest.NewServer(reqs.wrap(a.Handler("tok")))
+	t.Cleanup(srv.Close)
+	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
+		t.Fatalf("the test server listens on %s, want 127.0.0.1", srv.URL)
+	}
+
+	// What the API says, once the statistics are rebuilt.
+	var stats analyzer.StatsResponse
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		stats = analyzer.StatsResponse{}
+		browserGetJSON(t, srv.URL+"/api/stats", &stats)
+		if len(stats.Pipelines) == 1 && stats.Pipelines[0].Ready && stats.Pipelines[0].Stats.Total == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the analyzer did not report %d dead letters, ready, within 60s: %+v", n, stats.Pipelines)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ps := stats.Pipelines[0]
+	var list analyzer.DeadLettersResponse
+	browserGetJSON(t, srv.URL+"/api/deadletters?limit=50", &list)
+	if len(list.DeadLetters) != n {
+		t.Fatalf("/api/deadletters returned %d dead letters, want %d", len(list.DeadLetters), n)
+	}
+
+	dom := browserRun(t, chrome, srv.URL+"/", "--dump-dom")
+	domPath := filepath.Join(t.ArtifactDir(), "dashboard.html")
+	if err := os.WriteFile(domPath, []byte(dom), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("the DOM Chromium dumped is in %s (kept with go test -artifacts)", domPath)
+		}
+	}()
+	if path := os.Getenv("REDRIVE_DASHBOARD_SCREENSHOT"); path != "" {
+		browserRun(t, chrome, srv.URL+"/", "--screenshot="+path, "--window-size=1280,1600")
+		t.Logf("screenshot written to %s", path)
+	}
+
+	// The page finished its first render, without error.
+	body, ok := browserFirst(dom, "body", nil)
+	if !ok {
+		t.Fatalf("no <body> in the dumped DOM:\n%s", browserHead(dom))
+	}
+	if body.attrs["data-loaded"] != "1" {
+		t.Fatalf("body has no data-loaded=1 (data-error=%q): the page did not render its data; DOM:\n%s", body.attrs["data-error"], browserHead(dom))
+	}
+	if e, ok := body.attrs["data-error"]; ok {
+		t.Errorf("body data-error=%q", e)
+	}
+	if _, ok := body.attrs["data-pwned"]; ok || strings.Contains(dom, "<img") {
+		t.Errorf("markup from a dead letter's error ran in the page")
+	}
+	if !strings.Contains(dom, "&lt;img src=x") {
+		t.Errorf("the error text with markup is not shown as text")
+	}
+
+	// The header: the DLQ and the total.
+	if e, ok := browserByID(dom, "total-"+pipeline); !ok {
+		t.Errorf("no #total-%s", pipeline)
+	} else if e.attrs["data-value"] != strconv.FormatInt(ps.Stats.Total, 10) || e.text != strconv.FormatInt(ps.Stats.Total, 10) {
+		t.Errorf("#total-%s shows %q (data-value %q), the API says %d", pipeline, e.text, e.attrs["data-value"], ps.Stats.Total)
+	}
+	if e, ok := browserByID(dom, "dlq-"+pipeline); !ok || e.text != ps.DLQ {
+		t.Errorf("#dlq-%s shows %q, want %q", pipeline, e.text, ps.DLQ)
+	}
+	for _, id := range []string{"depth-" + pipeline, "oldest-" + pipeline} {
+		if _, ok := browserByID(dom, id); !ok {
+			t.Errorf("no #%s", id)
+		}
+	}
+
+	// The error distribution by code, and the counts by reason.
+	for _, b := range []struct {
+		list, attr string
+		want       map[string]int64
+	}{{"codes", "data-code", ps.Stats.ByCode}, {"reasons", "data-reason", ps.Stats.ByReason}} {
+		got := map[string]int64{}
+		for _, e := range browserAll(browserOuter(dom, b.list), "li") {
+			name, ok := e.attrs[b.attr]
+			if !ok {
+				continue
+			}
+			count, err := strconv.ParseInt(e.attrs["data-count"], 10, 64)
+			if err != nil {
+				t.Errorf("#%s row %s=%q: data-count %q", b.list, b.attr, name, e.attrs["data-count"])
+			}
+			got[name] = count
+		}
+		if len(got) != len(b.want) {
+			t.Errorf("#%s has %d rows %v, the API has %d %v", b.list, len(got), got, len(b.want), b.want)
+		}
+		for name, want := range b.want {
+			if g, ok := got[name]; !ok || g != want {
+				t.Errorf("#%s: %s=%q shows %d (present %v), the API says %d", b.list, b.attr, name, g, ok, want)
+			}
+		}
+	}
+
+	// The per-minute chart: uPlot rendered a canvas, over the last hour of
+	// per_minute, with the API's counts.
+	chart := browserOuter(dom, "chart-minutes")
+	if !strings.Contains(chart, `class="uplot`) || !strings.Contains(chart, "<canvas") {
+		t.Errorf("#chart-minutes holds no uPlot chart:\n%.2000s", chart)
+	}
+	var lastHour int64
+	for _, m := range ps.Stats.PerMinute[len(ps.Stats.PerMinute)-60:] {
+		lastHour += m.Count
+	}
+	if e, _ := browserByID(dom, "chart-minutes"); e.attrs["data-points"] != "60" || e.attrs["data-sum"] != strconv.FormatInt(lastHour, 10) {
+		t.Errorf("#chart-minutes charts %s minutes summing to %s, the API's last hour has 60 summing to %d", e.attrs["data-points"], e.attrs["data-sum"], lastHour)
+	}
+
+	// The recent dead letters: one row each, newest first as the API
+	// lists them, with their headers in the details row.
+	table := browserOuter(dom, "deadletters")
+	var ids []string
+	for _, e := range browserAll(table, "tr") {
+		if id, ok := e.attrs["data-id"]; ok {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) != len(list.DeadLetters) {
+		t.Errorf("#deadletters has %d rows, the API returned %d", len(ids), len(list.DeadLetters))
+	}
+	for i, v := range list.DeadLetters {
+		if i < len(ids) && ids[i] != v.ID {
+			t.Errorf("#deadletters row %d is %q, the API lists %q", i, ids[i], v.ID)
+		}
+	}
+	first := list.DeadLetters[0]
+	pos := fmt.Sprintf("%s/%d/%d", first.Topic, first.Partition, first.Offset)
+	if i := strings.Index(table, `data-detail-for="`+pos+`"`); i < 0 {
+		t.Errorf("no details row for %s", pos)
+	} else {
+		detail := table[i:]
+		if j := strings.Index(detail[1:], "data-detail-for="); j >= 0 {
+			detail = detail[:j+1]
+		}
+		for _, h := range first.Headers {
+			if !strings.Contains(detail, `data-header="`+html.EscapeString(h.Key)+`"`) {
+				t.Errorf("the details of %s do not show header %q", pos, h.Key)
+			}
+		}
+	}
+
+	// The page loaded its assets from the analyzer, and every request
+	// succeeded.
+	for _, want := range []string{"GET / 200", "GET /app.js 200", "GET /style.css 200", "GET /vendor/uplot/uPlot.iife.min.js 200",
+		"GET /vendor/uplot/uPlot.min.css 200", "GET /api/stats 200", "GET /api/deadletters 200"} {
+		if !reqs.seen(want) {
+			t.Errorf("the browser made no request %q; requests: %v", want, reqs.all())
+		}
+	}
+	for _, r := range reqs.all() {
+		if code, _ := strconv.Atoi(r[strings.LastIndexByte(r, ' ')+1:]); code >= 400 {
+			t.Errorf("request failed: %s", r)
+		}
+	}
+}
+
+// browserChromium finds headless Chromium, or skips (fails under CI).
+func browserChromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("REDRIVE_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	const msg = "no Chromium found (looked for chromium, chromium-browser, google-chrome in PATH): install Debian's chromium package"
+	if ci := strings.ToLower(os.Getenv("CI")); ci == "true" || ci == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// browserRun runs headless Chromium on url and returns its standard output.
+// Every host but 127.0.0.1 is unresolvable to it: the page must work offline.
+func browserRun(t *testing.T, chrome, url string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	all := append([]string{
+		"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--no-default-browser-check", "--disable-extensions", "--disable-sync",
+		"--disable-background-networking", "--disable-component-update", "--disable-default-apps",
+		"--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+		"--user-data-dir=" + t.TempDir(),
+		"--virtual-time-budget=10000",
+	}, args...)
+	all = append(all, url)
+	cmd := exec.CommandContext(ctx, chrome, all...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %s: %v\nstderr:\n%s", chrome, strings.Join(all, " "), err, stderr.String())
+	}
+	return stdout.String()
+}
+
+// browserDeadLetters builds n dead letters of a few codes, reasons and
+// keys, dead-lettered over the last n*80 seconds, one of them with markup
+// in its error text and key.
+func browserDeadLetters(mainTopic, dlqTopic string, n int, now time.Time) []*kgo.Record {
+	kinds := []struct {
+		code   string
+		reason dlq.Reason
+		class  retry.Class
+	}{
+		{"http_503", dlq.ReasonExhausted, retry.ClassTransient}, {"http_503", dlq.ReasonExhausted, retry.ClassTransient},
+		{"http_503", dlq.ReasonExhausted, retry.ClassTransient}, {"http_503", dlq.ReasonExhausted, retry.ClassTransient},
+		{"http_429", dlq.ReasonExhausted, retry.ClassTransient}, {"http_429", dlq.ReasonExhausted, retry.ClassTransient},
+		{"schema_invalid", dlq.ReasonInvalid, retry.ClassInvalid}, {"schema_invalid", dlq.ReasonInvalid, retry.ClassInvalid},
+		{"", dlq.ReasonPermanent, retry.ClassPermanent},
+		{"ttl", dlq.ReasonExpired, retry.ClassExpired},
+	}
+	var out []*kgo.Record
+	for i := range n {
+		k := kinds[i%len(kinds)]
+		ts := now.Add(-time.Duration(n-1-i) * 80 * time.Second).Truncate(time.Millisecond)
+		key := []byte(fmt.Sprintf("order-%d", i%7))
+		value := []byte(fmt.Sprintf(`{"order":%d,"site":"s%d"}`, i, i%3))
+		errText := fmt.Sprintf("%s: upstream refused request %d", k.code, i)
+		user := []kgo.RecordHeader{{Key: "trace-id", Value: []byte(fmt.Sprintf("trace-%02d", i))}}
+		switch i {
+		case 3:
+			user = append(user, kgo.RecordHeader{Key: "blob", Value: []byte{0xff, 0x00, 0x7f}})
+		case 5:
+			key = nil
+		case 7:
+			errText = `<img src=x onerror="document.body.dataset.pwned=1"> bad schema`
+			key = []byte("<b>bold</b>")
+		case 13:
+			key, value = []byte{0xff, 0xfe, 0x01}, []byte{0x00, 0x01, 0x02, 0xff}
+		}
+		src := &kgo.Record{Topic: mainTopic, Partition: 0, Offset: int64(i), Key: key, Value: value}
+		m := retry.Meta{
+			ID: fmt.Sprintf("%s/0/%d", mainTopic, i), Attempt: 1 + i%5, Polls: 1 + i%5,
+			HasOrigin: true, OriginTopic: mainTopic, OriginPartition: 0, OriginOffset: int64(i), OriginTimestamp: ts.Add(-10 * time.Minute),
+			FirstErrorAt: ts.Add(-5 * time.Minute), LastErrorAt: ts,
+			Error: errText, ErrorCode: k.code, ErrorClass: k.class, Reason: string(k.reason),
+		}
+		r := dlq.Build(src, m, user, dlq.BuildOptions{Topic: dlqTopic, Group: "redrive.browser", Instance: "browser-test"})
+		r.Timestamp = ts
+		out = append(out, r)
+	}
+	return out
+}
+
+func browserGetJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// browserRequests records "METHOD PATH STATUS" of every request served.
+type browserRequests struct {
+	mu   sync.Mutex
+	list []string
+}
+
+type browserStatus struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *browserStatus) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *browserStatus) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (b *browserRequests) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := &browserStatus{ResponseWriter: w}
+		h.ServeHTTP(s, r)
+		if s.code == 0 {
+			s.code = http.StatusOK
+		}
+		b.mu.Lock()
+		b.list = append(b.list, fmt.Sprintf("%s %s %d", r.Method, r.URL.Path, s.code))
+		b.mu.Unlock()
+	})
+}
+
+func (b *browserRequests) all() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.list...)
+}
+
+func (b *browserRequests) seen(want string) bool {
+	for _, r := range b.all() {
+		if r == want {
+			return true
+		}
+	}
+	return false
+}
+
+// A tiny reader of the DOM Chromium dumps: start tags with their
+// attributes (unescaped) and the text right after them.
+type browserElem struct {
+	tag   string
+	attrs map[string]string
+	text  string
+}
+
+var (
+	browserTagRE  = regexp.MustCompile(`<([a-zA-Z][a-zA-Z0-9-]*)((?:\s+[^\s=>/]+(?:="[^"]*")?)*)\s*/?>([^<]*)`)
+	browserAttrRE = regexp.MustCompile(`([^\s=>/]+)(?:="([^"]*)")?`)
+)
+
+// browserAll returns the elements named tag ("" for every element) in s.
+func browserAll(s, tag string) []browserElem {
+	var out []browserElem
+	for _, m := range browserTagRE.FindAllStringSubmatch(s, -1) {
+		if tag != "" && !strings.EqualFold(m[1], tag) {
+			continue
+		}
+		e := browserElem{tag: strings.ToLower(m[1]), attrs: map[string]string{}, text: html.UnescapeString(m[3])}
+		for _, a := range browserAttrRE.FindAllStringSubmatch(m[2], -1) {
+			e.attrs[a[1]] = html.UnescapeString(a[2])
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func browserFirst(s, tag string, attrs map[string]string) (browserElem, bool) {
+next:
+	for _, e := range browserAll(s, tag) {
+		for k, v := range attrs {
+			if e.attrs[k] != v {
+				continue next
+			}
+		}
+		return e, true
+	}
+	return browserElem{}, false
+}
+
+func browserByID(s, id string) (browserElem, bool) {
+	return browserFirst(s, "", map[string]string{"id": id})
+}
+
+var browserOpenRE = regexp.MustCompile(`<([a-zA-Z][a-zA-Z0-9-]*)[\s>]`)
+
+// browserOuter is the markup of the element with that id, from its start
+// tag to its matching end tag ("" when there is none).
+func browserOuter(s, id string) string {
+	i := strings.Index(s, `id="`+id+`"`)
+	if i < 0 {
+		return ""
+	}
+	start := strings.LastIndexByte(s[:i], '<')
+	m := browserOpenRE.FindStringSubmatch(s[start:])
+	if m == nil {
+		return ""
+	}
+	tag := strings.ToLower(m[1])
+	depth := 0
+	for j := start; j < len(s); {
+		k := strings.IndexByte(s[j:], '<')
+		if k < 0 {
+			break
+		}
+		j += k
+		rest := strings.ToLower(s[j:min(len(s), j+len(tag)+3)])
+		switch {
+		case strings.HasPrefix(rest, "</"+tag) && len(rest) > len(tag)+2 && rest[len(tag)+2] == '>':
+			depth--
+			if depth == 0 {
+				return s[start : j+len(tag)+3]
+			}
+		case strings.HasPrefix(rest, "<"+tag) && len(rest) > len(tag)+1 && (rest[len(tag)+1] == ' ' || rest[len(tag)+1] == '>'):
+			depth++
+		}
+		j++
+	}
+	return ""
+}
+
+func browserHead(s string) string {
+	if len(s) > 4000 {
+		return s[:4000] + "…"
+	}
+	return s
+}

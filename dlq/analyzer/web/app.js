@@ -1,0 +1,773 @@
+// The redrive analyzer dashboard: plain JavaScript, no build step. It reads
+// GET api/stats and GET api/deadletters every 5 seconds and posts
+// api/replay. Everything from the API is put into the page as text
+// (textContent, never innerHTML): dead letters carry whatever producers
+// wrote.
+"use strict";
+
+(function () {
+  const REFRESH_MS = 5000;
+  const DEADLETTERS_LIMIT = 50;
+  const TOKEN_KEY = "redrive.analyzer.token";
+  const CHART_HEIGHT = 220;
+  const VALUE_PREVIEW = 4096; // characters of a value shown in the details
+
+  const state = {
+    stats: null, // the last GET api/stats
+    selected: "", // the pipeline shown in detail
+    filters: {}, // the dead-letter filters last submitted
+    open: new Set(), // expanded dead letters, by topic/partition/offset
+    chart: null,
+    loaded: false,
+    timer: 0,
+    busy: false,
+    dlSeq: 0,
+  };
+
+  const $ = (id) => document.getElementById(id);
+
+  // el builds an element: attrs set attributes ("text" the text content,
+  // "class" the class), children are nodes or text.
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === "text") e.textContent = String(v);
+      else if (k === "class") e.className = v;
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      e.append(c instanceof Node ? c : String(c));
+    }
+    return e;
+  }
+
+  // ---- formatting ----
+
+  const nf = new Intl.NumberFormat("en-US");
+  const fmtInt = (n) => nf.format(n);
+
+  function fmtAge(seconds) {
+    let s = Math.max(0, Math.floor(seconds));
+    if (s < 60) return s + "s";
+    const d = Math.floor(s / 86400);
+    s -= d * 86400;
+    const h = Math.floor(s / 3600);
+    s -= h * 3600;
+    const m = Math.floor(s / 60);
+    s -= m * 60;
+    if (d > 0) return `${d}d ${h}h`;
+    if (h > 0) return `${h}h ${m}m`;
+    return `${m}m ${s}s`;
+  }
+
+  // fmtTime shows an RFC 3339 UTC time as "2006-01-02 15:04:05".
+  function fmtTime(iso) {
+    if (!iso) return "—";
+    const t = new Date(iso);
+    if (isNaN(t)) return iso;
+    return t.toISOString().slice(0, 19).replace("T", " ");
+  }
+
+  function ago(iso) {
+    if (!iso) return "";
+    const now = state.stats ? Date.parse(state.stats.now) : Date.now();
+    const s = (now - Date.parse(iso)) / 1000;
+    return isNaN(s) ? "" : fmtAge(s) + " ago";
+  }
+
+  const share = (n, total) => (total > 0 ? ((100 * n) / total).toFixed(1) + "%" : "–");
+
+  // byCount sorts a {name: count} map, most first, then by name.
+  function byCount(m) {
+    return Object.entries(m || {}).sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  }
+
+  function splitList(s) {
+    return String(s || "")
+      .split(",")
+      .map((x) => x.trim())
+      .filter((x) => x !== "");
+  }
+
+  // ---- the API ----
+
+  async function api(path, opts) {
+    const resp = await fetch(path, Object.assign({ cache: "no-store", credentials: "same-origin" }, opts));
+    const text = await resp.text();
+    let body = null;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch (e) {
+      body = null;
+    }
+    if (!resp.ok) {
+      // The API answers {"error": "..."}; anything else (a proxy's page) is
+      // shown by its status, with a short plain text answer.
+      let msg = body && typeof body.error === "string" ? body.error : "";
+      if (!msg) {
+        const plain = text.replace(/\s+/g, " ").trim();
+        msg = plain && plain.length <= 200 && !plain.startsWith("<") ? plain : "";
+      }
+      const status = `${resp.status} ${resp.statusText}`.trim();
+      const err = new Error(msg && msg !== resp.statusText ? `${status}: ${msg}` : status);
+      err.status = resp.status;
+      err.detail = msg || status;
+      throw err;
+    }
+    if (body === null) throw new Error(`${path}: the answer is not JSON`);
+    return body;
+  }
+
+  // ---- the status line ----
+
+  function setStatus(text, isError) {
+    const s = $("status");
+    s.textContent = text;
+    s.classList.toggle("error", !!isError);
+  }
+
+  // ---- pipelines ----
+
+  function pipelines() {
+    return (state.stats && state.stats.pipelines) || [];
+  }
+
+  function current() {
+    return pipelines().find((p) => p.name === state.selected) || null;
+  }
+
+  function hashPipeline() {
+    const m = /^#pipeline=(.*)$/.exec(location.hash);
+    if (!m) return "";
+    try {
+      return decodeURIComponent(m[1]);
+    } catch (e) {
+      return "";
+    }
+  }
+
+  function choosePipeline() {
+    const ps = pipelines();
+    const want = hashPipeline() || state.selected;
+    const p = ps.find((x) => x.name === want) || ps[0];
+    if (p && p.name !== state.selected) {
+      state.selected = p.name;
+      state.open.clear();
+      return true;
+    }
+    return false;
+  }
+
+  function renderCards() {
+    const nav = $("pipelines");
+    const cards = pipelines().map((p) => {
+      const s = p.stats;
+      const stat = (label, id, value, text, title) =>
+        el("div", { class: "stat" }, el("span", { class: "label", text: label }), el("span", { class: "value", id, "data-value": value, title, text }));
+      return el(
+        "a",
+        {
+          class: "card" + (p.name === state.selected ? " selected" : "") + (p.ready ? "" : " rebuilding"),
+          href: "#pipeline=" + encodeURIComponent(p.name),
+          "data-pipeline": p.name,
+          id: "card-" + p.name,
+          "aria-current": p.name === state.selected ? "true" : null,
+        },
+        el(
+          "div",
+          { class: "card-head" },
+          el("h2", { text: p.name }),
+          el("span", { class: "badge " + (p.ready ? "ok" : "warn"), id: "ready-" + p.name, "data-ready": p.ready ? "1" : "0", text: p.ready ? "live" : "rebuilding…" })
+        ),
+        el("div", { class: "dlq" }, "DLQ ", el("code", { id: "dlq-" + p.name, text: p.dlq })),
+        el(
+          "div",
+          { class: "stats" },
+          stat("dead letters", "total-" + p.name, s.total, fmtInt(s.total)),
+          stat("depth", "depth-" + p.name, p.depth, fmtInt(p.depth), "dead letters the rule worker has not handled yet"),
+          stat(
+            "oldest unhandled",
+            "oldest-" + p.name,
+            p.oldest_unhandled_seconds,
+            p.oldest_unhandled_seconds > 0 ? fmtAge(p.oldest_unhandled_seconds) : "none",
+            "age of the oldest dead letter the rule worker has not handled yet"
+          ),
+          stat("newest", "newest-" + p.name, s.newest || "", s.newest ? ago(s.newest) : "—", s.newest ? fmtTime(s.newest) + " UTC" : null)
+        )
+      );
+    });
+    nav.replaceChildren(...cards);
+  }
+
+  // ---- the per-minute chart ----
+
+  const intIncrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7];
+
+  // utcTick labels a time axis tick: "15:04", or "01-02" at midnight.
+  function utcTick(ts) {
+    if (ts === null || ts === undefined) return "";
+    const iso = new Date(ts * 1000).toISOString();
+    const hm = iso.slice(11, 16);
+    return hm === "00:00" ? iso.slice(5, 10) : hm;
+  }
+
+  function chartWidth() {
+    return Math.max(300, $("chart-minutes").clientWidth);
+  }
+
+  function makeChart(data) {
+    const axis = { stroke: "#5b6470", grid: { stroke: "#e6e9ee", width: 1 }, ticks: { stroke: "#e6e9ee", width: 1 } };
+    const opts = {
+      width: chartWidth(),
+      height: CHART_HEIGHT,
+      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"),
+      cursor: { drag: { x: false, y: false }, points: { show: false } },
+      legend: { show: true },
+      scales: {
+        x: { time: true, range: (u, min, max) => [min, max + 60] }, // room for the last minute's bar
+        y: { range: (u, min, max) => [0, Math.max(4, Math.ceil(max * 1.15))] },
+      },
+      axes: [
+        Object.assign({}, axis, { values: (u, splits) => splits.map(utcTick) }),
+        Object.assign({}, axis, { incrs: intIncrs, size: 50, values: (u, vals) => vals.map((v) => fmtInt(v)) }),
+      ],
+      series: [
+        { label: "minute (UTC)", value: "{YYYY}-{MM}-{DD} {HH}:{mm}" },
+        {
+          label: "dead letters",
+          stroke: "#b8322a",
+          fill: "rgba(184, 50, 42, 0.35)",
+          width: 1,
+          paths: uPlot.paths.bars({ size: [0.85, 40], align: 1 }),
+          points: { show: false },
+          value: (u, v, si, i) => (i === null || i === undefined ? "–" : fmtInt(v || 0)),
+        },
+      ],
+    };
+    return new uPlot(opts, data, $("chart-minutes"));
+  }
+
+  function renderChart(p) {
+    const box = $("chart-minutes");
+    const n = parseInt($("chart-range").value, 10) || 60;
+    const pts = (p.stats.per_minute || []).slice(-n);
+    const xs = pts.map((m) => Date.parse(m.minute) / 1000);
+    const counts = pts.map((m) => m.count);
+    const ys = counts.map((c) => c || null); // no bar for an empty minute
+    box.dataset.points = String(pts.length);
+    box.dataset.sum = String(counts.reduce((a, b) => a + b, 0));
+    box.dataset.pipeline = p.name;
+    if (typeof uPlot !== "function") throw new Error("uPlot did not load");
+    if (!state.chart) state.chart = makeChart([xs, ys]);
+    else state.chart.setData([xs, ys]);
+  }
+
+  // ---- bar lists ----
+
+  // renderBars fills ul with one row per entry of counts, most first: name,
+  // a bar scaled to the largest, the count and its share of total. attr
+  // names the data attribute holding the name (data-code, data-reason);
+  // onPick, when given, is called with a name that can be filtered on.
+  function renderBars(ul, counts, attr, total, onPick) {
+    const entries = byCount(counts);
+    if (!entries.length) {
+      ul.replaceChildren(el("li", { class: "empty", text: "none yet" }));
+      return;
+    }
+    const max = entries[0][1] || 1;
+    ul.replaceChildren(
+      ...entries.map(([name, n]) => {
+        const pickable = onPick && name !== "" && name !== "(other)";
+        const fill = el("span", { class: "fill" });
+        fill.style.width = Math.max(0.5, (100 * n) / max).toFixed(2) + "%";
+        const li = el(
+          "li",
+          {
+            ["data-" + attr]: name,
+            "data-count": n,
+            class: pickable ? "pickable" : null,
+            tabindex: pickable ? "0" : null,
+            role: pickable ? "button" : null,
+            title: pickable ? `list the dead letters with ${attr} ${name}` : null,
+          },
+          el("span", { class: "name" + (name === "" ? " none" : ""), title: name || "no code", text: name === "" ? "(none)" : name }),
+          el("span", { class: "track" }, fill),
+          el("span", { class: "count", text: fmtInt(n) }),
+          el("span", { class: "share", text: share(n, total) })
+        );
+        if (pickable) {
+          li.addEventListener("click", () => onPick(name));
+          li.addEventListener("keydown", (e) => {
+            if (e.key === "Enter" || e.key === " ") {
+              e.preventDefault();
+              onPick(name);
+            }
+          });
+        }
+        return li;
+      })
+    );
+  }
+
+  function renderRules(rules) {
+    const tbody = $("rules").tBodies[0];
+    const names = Object.keys(rules || {}).sort();
+    if (!names.length) {
+      tbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: 5, text: "no rule has decided yet" })));
+      return;
+    }
+    tbody.replaceChildren(
+      ...names.map((name) => {
+        const c = rules[name];
+        return el(
+          "tr",
+          { "data-rule": name },
+          el("td", { text: name }),
+          el("td", { class: "num", text: fmtInt(c.republished) }),
+          el("td", { class: "num", text: fmtInt(c.parked) }),
+          el("td", { class: "num", text: fmtInt(c.kept) }),
+          el("td", { class: "num", text: fmtInt(c.dropped) })
+        );
+      })
+    );
+  }
+
+  function renderTopKeys(keys) {
+    const tbody = $("topkeys").tBodies[0];
+    if (!keys || !keys.length) {
+      tbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: 2, text: "no keys yet" })));
+      return;
+    }
+    tbody.replaceChildren(
+      ...keys.map((k) => {
+        const key = el("td", { class: "mono key" }, k.base64 ? el("span", { class: "enc", text: "b64" }) : null, k.key, k.truncated ? "…" : null);
+        const count = fmtInt(k.count) + (k.overestimate ? ` (±${fmtInt(k.overestimate)})` : "");
+        return el("tr", { "data-key": k.key }, key, el("td", { class: "num", text: count }));
+      })
+    );
+  }
+
+  function renderPipeline(p) {
+    const sec = $("pipeline");
+    sec.hidden = false;
+    sec.dataset.pipeline = p.name;
+    renderChart(p);
+    const total = p.stats.total;
+    renderBars($("codes"), p.stats.by_code, "code", total, (code) => pickFilter("code", code));
+    renderBars($("reasons"), p.stats.by_reason, "reason", total, (reason) => pickFilter("reason", reason));
+    renderBars($("origins"), p.stats.by_origin, "origin", total, null);
+    renderRules(p.stats.rules);
+    renderTopKeys(p.stats.top_keys);
+  }
+
+  // ---- dead letters ----
+
+  function filterQuery() {
+    const q = new URLSearchParams();
+    q.set("pipeline", state.selected);
+    for (const k of ["code", "reason", "since", "until", "key"]) {
+      if (state.filters[k]) q.set(k, state.filters[k]);
+    }
+    q.set("limit", String(DEADLETTERS_LIMIT));
+    return q.toString();
+  }
+
+  // loadDeadLetters fetches and shows the dead letters; a filter the API
+  // refuses (400) is shown next to the filters, anything else is thrown.
+  async function loadDeadLetters() {
+    const seq = ++state.dlSeq;
+    const ferr = $("filter-error");
+    let resp;
+    try {
+      resp = await api("api/deadletters?" + filterQuery());
+    } catch (e) {
+      if (seq !== state.dlSeq) return;
+      if (e.status === 400) {
+        ferr.textContent = e.detail;
+        ferr.hidden = false;
+        renderDeadLetters([], "the filter was refused");
+        return;
+      }
+      throw e;
+    }
+    if (seq !== state.dlSeq) return; // a newer query is under way
+    ferr.hidden = true;
+    ferr.textContent = "";
+    renderDeadLetters(resp.dead_letters || [], null);
+  }
+
+  function position(v) {
+    return `${v.topic}/${v.partition}/${v.offset}`;
+  }
+
+  function bytesCell(s, encoding, cls) {
+    if (s === null || s === undefined) return el("td", { class: cls + " muted", text: "null" });
+    return el("td", { class: cls, title: s.length > 40 ? s.slice(0, 500) : null }, encoding === "base64" ? el("span", { class: "enc", text: "b64" }) : null, s);
+  }
+
+  function renderDeadLetters(list, emptyText) {
+    const table = $("deadletters");
+    const tbody = table.tBodies[0];
+    table.dataset.count = String(list.length);
+    table.dataset.pipeline = state.selected;
+    const filtered = Object.values(state.filters).some((v) => v);
+    $("deadletters-count").textContent =
+      list.length === DEADLETTERS_LIMIT ? `(the newest ${DEADLETTERS_LIMIT}${filtered ? " matching" : ""})` : `(${list.length}${filtered ? " matching" : ""}, newest first)`;
+    if (!list.length) {
+      tbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: 8, text: emptyText || (filtered ? "no dead letter matches the filter" : "no dead letters") })));
+      return;
+    }
+    const rows = [];
+    const seen = new Set();
+    for (const v of list) {
+      const pos = position(v);
+      seen.add(pos);
+      const open = state.open.has(pos);
+      const toggle = el("button", { type: "button", class: "toggle", "aria-expanded": open ? "true" : "false", title: "headers and details", text: open ? "▾" : "▸" });
+      const origin = v.origin ? `${v.origin.topic}[${v.origin.partition}]@${v.origin.offset}` : "—";
+      const tr = el(
+        "tr",
+        { class: "dl", "data-id": v.id, "data-pos": pos },
+        el("td", {}, toggle),
+        el("td", { class: "time", title: v.timestamp ? `${v.timestamp} (${ago(v.timestamp)})` : null, text: fmtTime(v.timestamp) }),
+        el("td", {}, el("span", { class: "badge reason-" + v.reason, text: v.reason || "?" })),
+        el("td", { class: "mono" + (v.code ? "" : " muted"), text: v.code || "(none)" }),
+        el("td", { class: "num", title: `attempts ${v.attempt}, polls ${v.polls}, redrives ${v.redrives}`, text: String(v.attempt) }),
+        el("td", { class: "mono", title: v.origin && v.origin.timestamp ? "entered " + v.origin.timestamp : null, text: origin }),
+        bytesCell(v.key, v.key_encoding, "mono key"),
+        el("td", { class: "errtext", title: v.error, text: v.error })
+      );
+      const detail = el("tr", { class: "detail", "data-detail-for": pos }, el("td", { colspan: 8 }, details(v)));
+      detail.hidden = !open;
+      const flip = () => {
+        const nowOpen = detail.hidden;
+        detail.hidden = !nowOpen;
+        toggle.textContent = nowOpen ? "▾" : "▸";
+        toggle.setAttribute("aria-expanded", nowOpen ? "true" : "false");
+        if (nowOpen) state.open.add(pos);
+        else state.open.delete(pos);
+      };
+      toggle.addEventListener("click", (e) => {
+        e.stopPropagation();
+        flip();
+      });
+      tr.addEventListener("click", () => {
+        if (!String(window.getSelection() || "")) flip();
+      });
+      rows.push(tr, detail);
+    }
+    for (const pos of state.open) if (!seen.has(pos)) state.open.delete(pos);
+    tbody.replaceChildren(...rows);
+  }
+
+  function details(v) {
+    const dl = el("dl", { class: "meta" });
+    const add = (k, val) => {
+      if (val === null || val === undefined || val === "") return;
+      dl.append(el("dt", { text: k }), el("dd", { text: String(val) }));
+    };
+    add("id", v.id);
+    add("dead letter", `${position(v)} at ${v.timestamp || "?"}`);
+    add("class", v.class);
+    add("attempts / polls / redrives", `${v.attempt} / ${v.polls} / ${v.redrives}`);
+    add("first error", v.first_error_at);
+    add("last error", v.last_error_at);
+    if (v.origin) add("origin", `${v.origin.topic} partition ${v.origin.partition} offset ${v.origin.offset}${v.origin.timestamp ? " at " + v.origin.timestamp : ""}`);
+    add("group", v.group);
+    add("instance", v.instance);
+    if (v.truncated) add("truncated", `the value was cut from ${fmtInt(v.truncated)} bytes`);
+
+    const hs = v.headers || [];
+    const headers = hs.length
+      ? el(
+          "table",
+          { class: "small headers" },
+          el("thead", {}, el("tr", {}, el("th", { text: "header" }), el("th", { text: "value" }))),
+          el(
+            "tbody",
+            {},
+            ...hs.map((h) =>
+              el(
+                "tr",
+                { "data-header": h.key },
+                el("td", { class: "mono", text: h.key }),
+                el("td", { class: "mono" }, h.encoding === "base64" ? el("span", { class: "enc", text: "b64" }) : null, h.value)
+              )
+            )
+          )
+        )
+      : el("p", { class: "muted", text: "no user headers" });
+
+    let value;
+    if (v.value === null || v.value === undefined) value = el("p", { class: "muted", text: "null value" });
+    else {
+      const cut = v.value.length > VALUE_PREVIEW;
+      value = el(
+        "pre",
+        { class: "value" },
+        v.value_encoding === "base64" ? el("span", { class: "enc", text: "b64" }) : null,
+        cut ? v.value.slice(0, VALUE_PREVIEW) : v.value,
+        cut ? el("span", { class: "muted", text: `\n… ${fmtInt(v.value.length - VALUE_PREVIEW)} more characters` }) : null
+      );
+    }
+    return el(
+      "div",
+      { class: "details" },
+      el("div", {}, el("h3", { text: "Error" }), el("pre", { class: "error-full", text: v.error || "" }), dl),
+      el("div", {}, el("h3", { text: "Headers" }), headers, el("h3", { text: "Value" }), value)
+    );
+  }
+
+  function readFilters() {
+    const f = {};
+    for (const k of ["code", "reason", "since", "until", "key"]) {
+      const v = $("filter-" + k).value.trim();
+      if (v) f[k] = v;
+    }
+    return f;
+  }
+
+  function pickFilter(k, v) {
+    $("filter-" + k).value = v;
+    state.filters = readFilters();
+    loadDeadLetters().catch(showError);
+    $("deadletters").scrollIntoView({ behavior: "smooth", block: "start" });
+  }
+
+  // ---- replay ----
+
+  function loadToken() {
+    try {
+      $("replay-token").value = sessionStorage.getItem(TOKEN_KEY) || "";
+    } catch (e) {
+      /* storage off: the field still works for this page */
+    }
+  }
+
+  function saveToken() {
+    try {
+      const v = $("replay-token").value;
+      if (v) sessionStorage.setItem(TOKEN_KEY, v);
+      else sessionStorage.removeItem(TOKEN_KEY);
+    } catch (e) {
+      /* storage off */
+    }
+  }
+
+  function replayRequest() {
+    const val = (id) => $(id).value.trim();
+    const req = { pipeline: state.selected, dry_run: $("replay-dryrun").checked };
+    const codes = splitList(val("replay-code"));
+    const reasons = splitList(val("replay-reason"));
+    if (codes.length) req.codes = codes;
+    if (reasons.length) req.reasons = reasons;
+    for (const k of ["since", "until", "key", "to"]) {
+      const v = val("replay-" + k);
+      if (v) req[k] = v;
+    }
+    const limit = val("replay-limit");
+    if (limit) {
+      if (!/^[0-9]+$/.test(limit) || +limit < 1) throw new Error("limit: want a whole number of at least 1, or nothing for all");
+      req.limit = +limit;
+    }
+    return req;
+  }
+
+  async function submitReplay(ev) {
+    ev.preventDefault();
+    const out = $("replay-result");
+    const button = $("replay-submit");
+    let req;
+    try {
+      req = replayRequest();
+    } catch (e) {
+      showReplayError(e.message);
+      return;
+    }
+    if (!req.dry_run) {
+      const ok = window.confirm(
+        `Republish the matching dead letters of pipeline ${req.pipeline} to ${req.to || "its main topic"}? ` +
+          "This writes to Kafka; a dry run shows what would be republished."
+      );
+      if (!ok) return;
+    }
+    const token = $("replay-token").value;
+    const headers = { "Content-Type": "application/json" };
+    if (token) headers.Authorization = "Bearer " + token;
+    button.disabled = true;
+    out.hidden = false;
+    out.className = "running";
+    out.removeAttribute("data-error");
+    out.replaceChildren(el("p", { text: req.dry_run ? "dry run: scanning the DLQ…" : "replaying: scanning the DLQ and republishing…" }));
+    try {
+      const resp = await api("api/replay", { method: "POST", headers, body: JSON.stringify(req) });
+      showReplay(resp);
+      if (!req.dry_run) refresh();
+    } catch (e) {
+      showReplayError(e.message);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  function showReplayError(msg) {
+    const out = $("replay-result");
+    out.hidden = false;
+    out.className = "failed";
+    out.dataset.error = msg;
+    out.replaceChildren(el("p", { class: "error", id: "replay-error", text: msg }));
+  }
+
+  function showReplay(r) {
+    const out = $("replay-result");
+    out.hidden = false;
+    out.className = "done";
+    out.removeAttribute("data-error");
+    out.dataset.scanned = r.scanned;
+    out.dataset.matched = r.matched;
+    out.dataset.republished = r.republished;
+    out.dataset.dryRun = r.dry_run ? "1" : "0";
+    const summary = r.dry_run
+      ? `Dry run: ${fmtInt(r.matched)} of ${fmtInt(r.scanned)} dead letters scanned match and would be republished to ${r.to}. Nothing was written.`
+      : `Republished ${fmtInt(r.republished)} of ${fmtInt(r.matched)} matching dead letters (${fmtInt(r.scanned)} scanned) to ${r.to}.`;
+    const parts = [
+      el(
+        "div",
+        { class: "summary" },
+        el("span", { class: "stat" }, el("span", { class: "label", text: "scanned" }), el("span", { class: "value", id: "replay-scanned", text: fmtInt(r.scanned) })),
+        el("span", { class: "stat" }, el("span", { class: "label", text: "matched" }), el("span", { class: "value", id: "replay-matched", text: fmtInt(r.matched) })),
+        el("span", { class: "stat" }, el("span", { class: "label", text: "republished" }), el("span", { class: "value", id: "replay-republished", text: fmtInt(r.republished) }))
+      ),
+      el("p", { text: summary }),
+    ];
+    const list = r.dead_letters || [];
+    if (list.length) {
+      parts.push(
+        el("p", { class: "hint", text: list.length < r.matched ? `the first ${list.length} matched:` : "matched:" }),
+        el(
+          "div",
+          { class: "table-wrap short" },
+          el(
+            "table",
+            { class: "small" },
+            el("thead", {}, el("tr", {}, ...["time (UTC)", "id", "reason", "code", "key"].map((h) => el("th", { text: h })))),
+            el(
+              "tbody",
+              {},
+              ...list.map((v) =>
+                el(
+                  "tr",
+                  { "data-id": v.id },
+                  el("td", { class: "time", text: fmtTime(v.timestamp) }),
+                  el("td", { class: "mono", text: v.id }),
+                  el("td", { text: v.reason }),
+                  el("td", { class: "mono", text: v.code || "(none)" }),
+                  bytesCell(v.key, v.key_encoding, "mono key")
+                )
+              )
+            )
+          )
+        )
+      );
+    }
+    out.replaceChildren(...parts);
+  }
+
+  // ---- the refresh loop ----
+
+  function showError(e) {
+    const msg = e && e.message ? e.message : String(e);
+    document.body.dataset.error = msg;
+    setStatus("refresh failed: " + msg + (state.stats ? " (showing the last data)" : ""), true);
+  }
+
+  function schedule() {
+    clearTimeout(state.timer);
+    state.timer = 0;
+    if ($("autorefresh").checked) state.timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  async function refresh() {
+    if (state.busy) return;
+    state.busy = true;
+    clearTimeout(state.timer);
+    try {
+      state.stats = await api("api/stats");
+      if (!pipelines().length) throw new Error("the analyzer has no pipelines");
+      choosePipeline();
+      render();
+      await loadDeadLetters();
+      const t = fmtTime(state.stats.now).slice(11);
+      setStatus(`updated ${t} UTC`, false);
+      delete document.body.dataset.error;
+      if (!state.loaded) {
+        state.loaded = true;
+        document.body.dataset.loaded = "1";
+      }
+    } catch (e) {
+      showError(e);
+    } finally {
+      state.busy = false;
+      schedule();
+    }
+  }
+
+  function render() {
+    renderCards();
+    const p = current();
+    if (p) renderPipeline(p);
+  }
+
+  // ---- wiring ----
+
+  function init() {
+    loadToken();
+    $("replay-token").addEventListener("input", saveToken);
+    $("replay").addEventListener("submit", submitReplay);
+    $("filters").addEventListener("submit", (e) => {
+      e.preventDefault();
+      state.filters = readFilters();
+      loadDeadLetters().catch(showError);
+    });
+    $("filter-clear").addEventListener("click", () => {
+      $("filters").reset();
+      state.filters = {};
+      loadDeadLetters().catch(showError);
+    });
+    $("filter-reason").addEventListener("change", () => {
+      state.filters = readFilters();
+      loadDeadLetters().catch(showError);
+    });
+    $("chart-range").addEventListener("change", () => {
+      const p = current();
+      if (p) renderChart(p);
+    });
+    $("autorefresh").addEventListener("change", () => {
+      if ($("autorefresh").checked) refresh();
+      else {
+        clearTimeout(state.timer);
+        state.timer = 0;
+      }
+    });
+    window.addEventListener("hashchange", () => {
+      if (!state.stats) return;
+      if (choosePipeline()) {
+        render();
+        loadDeadLetters().catch(showError);
+      }
+    });
+    let resizeTimer = 0;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizeTimer);
+      resizeTimer = setTimeout(() => {
+        if (state.chart) state.chart.setSize({ width: chartWidth(), height: CHART_HEIGHT });
+      }, 100);
+    });
+    refresh();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();
