@@ -23,6 +23,7 @@ const MaxReplay = 100000
 // PipelineStats is one pipeline in GET /api/stats.
 type PipelineStats struct {
 	Name  string `json:"name"`
+	Topic string `json:"topic"` // the main topic: where replay and republish write by default
 	DLQ   string `json:"dlq"`
 	Ready bool   `json:"ready"` // statistics rebuilt from the earliest offset
 	// Depth: dead letters not yet handled by the rule worker.
@@ -104,7 +105,7 @@ func (a *Analyzer) serveStats(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		p.mu.Lock()
-		ps := PipelineStats{Name: p.cfg.Name, DLQ: p.cfg.DLQ, Ready: p.ready, Depth: p.depth}
+		ps := PipelineStats{Name: p.cfg.Name, Topic: p.cfg.Topic, DLQ: p.cfg.DLQ, Ready: p.ready, Depth: p.depth}
 		if !p.oldestUnseen.IsZero() {
 			ps.OldestUnhandledSeconds = now.Sub(p.oldestUnseen).Seconds()
 		}

@@ -257,6 +257,11 @@ func Follow(ctx context.Context, cl *kgo.Client, topic string, from map[int32]in
 	rc, err := kgo.NewClient(append(baseOpts(cl),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// watchPartitions sees a new partition within MetadataMinAge, and
+		// it joins the next fetch request, after the broker answers the
+		// one waiting for data.
+		kgo.MetadataMinAge(time.Second),
+		kgo.FetchMaxWait(time.Second),
 	)...)
 	if err != nil {
 		return fmt.Errorf("%s: consumer: %w", topic, err)
@@ -267,7 +272,7 @@ func Follow(ctx context.Context, cl *kgo.Client, topic string, from map[int32]in
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		watchPartitions(ctx, cl, rc, topic, from, FollowCheckInterval)
+		watchPartitions(ctx, rc, topic, from, FollowCheckInterval)
 	}()
 	defer func() { cancel(); <-watched }()
 
@@ -299,12 +304,14 @@ func Follow(ctx context.Context, cl *kgo.Client, topic string, from map[int32]in
 }
 
 // watchPartitions adds partitions that appear in topic to rc, from their
-// start, until ctx is done. Listing errors are left for the next look.
-func watchPartitions(ctx context.Context, cl, rc *kgo.Client, topic string, known map[int32]int64, every time.Duration) {
+// start, until ctx is done. It asks rc, whose cached metadata is at most
+// MetadataMinAge old. Errors are left for the next look.
+func watchPartitions(ctx context.Context, rc *kgo.Client, topic string, known map[int32]int64, every time.Duration) {
 	seen := make(map[int32]bool, len(known))
 	for p := range known {
 		seen[p] = true
 	}
+	adm := kadm.NewClient(rc)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -313,15 +320,19 @@ func watchPartitions(ctx context.Context, cl, rc *kgo.Client, topic string, know
 			return
 		case <-t.C:
 		}
-		bounds, err := Offsets(ctx, cl, topic)
+		tds, err := adm.ListTopics(ctx, topic)
 		if err != nil {
 			continue
 		}
+		td, ok := tds[topic]
+		if !ok || td.Err != nil {
+			continue
+		}
 		add := map[int32]kgo.Offset{}
-		for p, b := range bounds {
+		for p := range td.Partitions {
 			if !seen[p] {
 				seen[p] = true
-				add[p] = kgo.NewOffset().At(b.Start)
+				add[p] = kgo.NewOffset().AtStart()
 			}
 		}
 		if len(add) > 0 {
