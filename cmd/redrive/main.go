@@ -139,18 +139,6 @@ func (g *globals) load() (*config.Config, error) {
 	return c, nil
 }
 
-// notYet is a command that exists in the contract but is not built yet: it
-// says so and exits 2, so scripts cannot mistake it for success.
-func notYet(name, what string) *cobra.Command {
-	return &cobra.Command{
-		Use:                name,
-		Short:              what + " (not built yet)",
-		DisableFlagParsing: true,
-		RunE: func(*cobra.Command, []string) error {
-			return &exitError{2, fmt.Errorf("%s is not built yet (it comes with the DLQ analyzer); nothing was done", name)}
-		},
-	}
-}
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{

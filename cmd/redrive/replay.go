@@ -1,0 +1,334 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/dlq/dlqread"
+)
+
+// replayDeliveryTimeout bounds how long one republished record may take to
+// be acknowledged before replay gives up on it.
+const replayDeliveryTimeout = time.Minute
+
+type replayFlags struct {
+	filterFlags
+	limit  int
+	to     string
+	rate   string
+	dryRun bool
+	json   bool
+}
+
+func newReplayCmd(g *globals) *cobra.Command {
+	f := &replayFlags{}
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "republish dead letters that match the filters to the main topic (or --to)",
+		Long: `Reads the pipeline's DLQ as it is now (no consumer group, nothing
+committed), lists the dead letters that match (a table, or JSON lines with
+--json) and, unless --dry-run, republishes each: the original key, value
+and user headers, the same redrive-id and origin, redrive-redrives + 1 and
+no attempt count, so it gets the full retry schedule again. Writes are
+idempotent with acks=all and counted only once acknowledged. Progress goes
+to standard error every second, then the final count.
+
+A dead letter whose value was cut to fit the DLQ (redrive-truncated) is
+never republished; records that are not redrive dead letters are skipped.
+The DLQ is left as it is: running replay twice republishes twice (the
+handler dedupes by Idempotency-Key = redrive-id).
+
+--limit N takes the first N matches in the order read (offset order within
+a partition, partitions interleaved) and stops reading.
+
+Exit codes: 0 done, 1 a write failed or replay was interrupted (the count
+says how many were written), 2 bad flags or config.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runReplay(cmd, g, f)
+		},
+	}
+	fl := cmd.Flags()
+	f.register(fl)
+	fl.IntVar(&f.limit, "limit", 0, "republish at most this many (0: all that match)")
+	fl.StringVar(&f.to, "to", "", "topic to republish to (default: the pipeline's main topic)")
+	fl.StringVar(&f.rate, "rate", "", "at most this many per second: N or N/s, N/m, N/h (default: no limit)")
+	fl.BoolVar(&f.dryRun, "dry-run", false, "list what would be republished; write nothing")
+	fl.BoolVar(&f.json, "json", false, "list as JSON lines (as dlq export) instead of a table")
+	return cmd
+}
+
+// parseRate reads --rate: "N", "N/s", "N/m" or "N/h", N > 0 (a decimal
+// fraction is fine). "" is no limit. The result is records per second.
+func parseRate(s string) (float64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	num, unit, _ := strings.Cut(s, "/")
+	per := map[string]float64{"": 1, "s": 1, "m": 60, "h": 3600}[unit]
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || per == 0 || !(n > 0) || n > 1e9 {
+		return 0, fmt.Errorf("--rate %q: want records per second, N or N/s (or N/m, N/h), N > 0", s)
+	}
+	return n / per, nil
+}
+
+func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
+	if f.limit < 0 {
+		return &exitError{2, fmt.Errorf("--limit %d: want 0 (no limit) or more", f.limit)}
+	}
+	rate, err := parseRate(f.rate)
+	if err != nil {
+		return &exitError{2, err}
+	}
+	s, err := f.setup(g,
+		kgo.RequiredAcks(kgo.AllISRAcks()), // idempotent writes (kgo's default) need acks=all
+		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.RecordDeliveryTimeout(replayDeliveryTimeout),
+	)
+	if err != nil {
+		return err
+	}
+	defer s.cl.Close()
+	to := f.to
+	if to == "" {
+		to = s.pipe.Topic
+	}
+	if to == s.pipe.DLQTopic() {
+		return &exitError{2, fmt.Errorf("--to %s is the DLQ replay reads: pick the main topic or another one", to)}
+	}
+	ctx := cmd.Context()
+	if err := topicExists(ctx, s.cl, to); err != nil {
+		return &exitError{1, err}
+	}
+	r := &replayer{
+		cl: s.cl, dlqTopic: s.pipe.DLQTopic(), to: to, filter: s.filter, limit: f.limit,
+		dryRun: f.dryRun, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr(),
+		skipped: skips{w: cmd.ErrOrStderr()},
+	}
+	if rate > 0 {
+		r.gap = time.Duration(float64(time.Second) / rate)
+	}
+	if f.json {
+		r.enc = json.NewEncoder(r.out)
+		r.enc.SetEscapeHTML(false)
+	}
+	return r.run(ctx)
+}
+
+// topicExists checks the topic to write to, so that a typo in --to fails
+// before anything is written.
+func topicExists(ctx context.Context, cl *kgo.Client, topic string) error {
+	tds, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("looking up topic %s: %w", topic, err)
+	}
+	td, ok := tds[topic]
+	switch {
+	case !ok || errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+		return fmt.Errorf("topic %s, to republish to, does not exist", topic)
+	case td.Err != nil:
+		return fmt.Errorf("topic %s: %w", topic, td.Err)
+	}
+	return nil
+}
+
+// replayer is one replay: it reads the DLQ on Scan's goroutine, writes
+// asynchronously, and counts.
+type replayer struct {
+	cl       *kgo.Client
+	dlqTopic string
+	to       string
+	filter   dlq.Filter
+	limit    int
+	gap      time.Duration // between writes; 0: no rate limit
+	dryRun   bool
+	out      io.Writer
+	errw     io.Writer
+	enc      *json.Encoder // --json
+	headed   bool          // the table's header is out
+
+	scanned, matched, selected, truncated atomic.Int64
+	sent, acked, failed                   atomic.Int64
+	skipped                               skips // Scan's goroutine only
+
+	mu       sync.Mutex
+	firstErr error // the first failed write
+}
+
+var (
+	errReplayLimit  = errors.New("limit reached")
+	errReplayFailed = errors.New("a write failed")
+)
+
+func (r *replayer) run(ctx context.Context) error {
+	stopProgress := r.progress()
+	start := time.Now()
+	err := dlqread.Scan(ctx, r.cl, r.dlqTopic, func(rec *kgo.Record) error {
+		return r.one(ctx, rec, start)
+	})
+	// Every write is waited for: a record counts once acknowledged. After
+	// an interrupt, writes already sent still get their answer.
+	ferr := r.cl.Flush(context.WithoutCancel(ctx))
+	stopProgress()
+
+	limited := errors.Is(err, errReplayLimit)
+	if limited {
+		err = nil
+	}
+	sum := r.summary(limited)
+	switch {
+	case ctx.Err() != nil:
+		return &exitError{1, fmt.Errorf("interrupted: %s so far: %w", sum, ctx.Err())}
+	case errors.Is(err, errReplayFailed) || r.failed.Load() > 0 || ferr != nil:
+		r.mu.Lock()
+		first := r.firstErr
+		r.mu.Unlock()
+		if first == nil {
+			first = ferr
+		}
+		return &exitError{1, fmt.Errorf("%s; %d writes failed, stopped at the first failure: %w", sum, r.failed.Load(), first)}
+	case err != nil:
+		if r.scanned.Load() > 0 {
+			fmt.Fprintln(r.errw, sum)
+		}
+		return readErr(r.dlqTopic, err)
+	}
+	fmt.Fprintln(r.errw, sum)
+	return nil
+}
+
+// one handles a DLQ record.
+func (r *replayer) one(ctx context.Context, rec *kgo.Record, start time.Time) error {
+	r.scanned.Add(1)
+	d, err := dlq.Decode(rec)
+	if err != nil {
+		r.skipped.add(err)
+		return nil
+	}
+	if !r.filter.Match(d) {
+		return nil
+	}
+	r.matched.Add(1)
+	if d.Truncated > 0 {
+		r.truncated.Add(1)
+		fmt.Fprintf(r.errw, "not republishing %s/%d/%d: its value was cut to fit the DLQ (%d of %d bytes kept)\n",
+			d.Topic, d.Partition, d.Offset, len(d.Value), d.Truncated)
+		return nil
+	}
+	n := r.selected.Add(1)
+	if err := r.show(d); err != nil {
+		return err
+	}
+	if !r.dryRun {
+		if r.failed.Load() > 0 {
+			return errReplayFailed
+		}
+		if r.gap > 0 {
+			if wait := time.Until(start.Add(time.Duration(n-1) * r.gap)); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+					return ctx.Err()
+				}
+			}
+		}
+		r.sent.Add(1)
+		r.cl.Produce(ctx, dlq.Republish(d, r.to), func(_ *kgo.Record, err error) {
+			if err == nil {
+				r.acked.Add(1)
+				return
+			}
+			r.failed.Add(1)
+			r.mu.Lock()
+			if r.firstErr == nil {
+				r.firstErr = fmt.Errorf("republish %s/%d/%d to %s: %w", d.Topic, d.Partition, d.Offset, r.to, err)
+			}
+			r.mu.Unlock()
+		})
+	}
+	if r.limit > 0 && n >= int64(r.limit) {
+		return errReplayLimit
+	}
+	return nil
+}
+
+var replayHeader = fmt.Sprintf("%9s  %10s  %-24s  %-9s  %-28s  %8s  %8s  %s",
+	"PARTITION", "OFFSET", "TIME", "REASON", "CODE", "ATTEMPTS", "REDRIVES", "KEY")
+
+func (r *replayer) show(d *dlq.DeadLetter) error {
+	if r.enc != nil {
+		return r.enc.Encode(dlq.NewView(d))
+	}
+	if !r.headed {
+		r.headed = true
+		fmt.Fprintln(r.out, replayHeader)
+	}
+	_, err := fmt.Fprintf(r.out, "%9d  %10d  %-24s  %-9s  %-28s  %8d  %8d  %s\n",
+		d.Partition, d.Offset, dlq.ViewTime{Time: d.Timestamp}.String(), cell(string(d.Reason), 9), cell(orDash(d.Code), 28),
+		d.Attempt, d.Redrives, cell(keyCell(d.Key), 64))
+	return err
+}
+
+// progress prints the counts to stderr every second until stopped.
+func (r *replayer) progress() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				line := fmt.Sprintf("replay: %d scanned, %d matching", r.scanned.Load(), r.matched.Load())
+				if !r.dryRun {
+					line += fmt.Sprintf(", %d republished, %d in flight", r.acked.Load(), r.sent.Load()-r.acked.Load()-r.failed.Load())
+				}
+				fmt.Fprintln(r.errw, line)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// summary is the final count.
+func (r *replayer) summary(limited bool) string {
+	var b strings.Builder
+	if r.dryRun {
+		fmt.Fprintf(&b, "dry run: would republish %d of %d matching to %s (%d scanned", r.selected.Load(), r.matched.Load(), r.to, r.scanned.Load())
+	} else {
+		fmt.Fprintf(&b, "republished %d of %d matching to %s (%d scanned", r.acked.Load(), r.matched.Load(), r.to, r.scanned.Load())
+	}
+	if limited {
+		fmt.Fprintf(&b, "; stopped at --limit %d", r.limit)
+	}
+	if n := r.truncated.Load(); n > 0 {
+		fmt.Fprintf(&b, "; %d truncated, not republished", n)
+	}
+	b.WriteString(r.skipped.String())
+	b.WriteString(")")
+	if r.dryRun {
+		b.WriteString("; nothing written")
+	}
+	return b.String()
+}
