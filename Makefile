@@ -6,11 +6,23 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GO ?= go
 PKGS := ./...
 
-.PHONY: build test test-fast dev kafka-up kafka-down lint fuzz bench clean
+.PHONY: build image deploy-check test test-fast dev kafka-up kafka-down lint fuzz bench clean
 
 # The same command the Dockerfile runs.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o bin/redrive ./cmd/redrive
+
+# The container image (deploy/Dockerfile, context: the repository root).
+IMAGE ?= redrive:$(VERSION)
+image:
+	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed (build deploy/Dockerfile with any OCI builder: docker build -f deploy/Dockerfile .)" >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine is reachable (docker info failed): start dockerd or point DOCKER_HOST at one" >&2; exit 1; }
+	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# The deploy/ checks alone: Dockerfile vs `make build`, kustomize builds
+# decoded strictly, promtool, dashboard and alert metric names.
+deploy-check:
+	$(GO) test -count=1 ./deploy/...
 
 # Starts the broker (or uses the one `make kafka-up` left running), runs the
 # whole suite with the race detector against it, and stops the broker it

@@ -139,7 +139,6 @@ func (g *globals) load() (*config.Config, error) {
 	return c, nil
 }
 
-
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
