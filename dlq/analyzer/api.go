@@ -64,6 +64,7 @@ type ReplayResponse struct {
 	Scanned     int        `json:"scanned"`
 	Matched     int        `json:"matched"`
 	Republished int        `json:"republished"`
+	Truncated   int        `json:"truncated"` // matched, but the value was cut to fit the DLQ: not republished
 	DryRun      bool       `json:"dry_run"`
 	To          string     `json:"to"`
 	DeadLetters []dlq.View `json:"dead_letters"` // the first 100 matched
@@ -299,6 +300,10 @@ func (a *Analyzer) replay(ctx context.Context, p *pipe, f dlq.Filter, limit int,
 			return nil
 		}
 		resp.Matched++
+		if d.Truncated > 0 {
+			resp.Truncated++ // its value was cut to fit the DLQ: never republished
+			return nil
+		}
 		if len(resp.DeadLetters) < 100 {
 			resp.DeadLetters = append(resp.DeadLetters, dlq.NewView(d))
 		}

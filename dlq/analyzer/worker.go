@@ -172,6 +172,13 @@ func (w *worker) act(ctx context.Context, d *dlq.DeadLetter, dec dlq.Decision) b
 		if d == nil {
 			return true
 		}
+		if d.Truncated > 0 {
+			// Its value was cut to fit the DLQ: republishing would hand the
+			// solver a broken request. Kept, counted, logged.
+			m.actions.WithLabelValues(name, dec.Rule, "kept").Inc()
+			w.a.log.Warn("not republishing a dead letter whose value was cut to fit the DLQ", "pipeline", name, "id", d.ID, "kept_bytes", len(d.Value), "original_bytes", d.Truncated)
+			return true
+		}
 		rec := dlq.Republish(d, dec.Topic)
 		b := backoff.NewExponentialBackOff()
 		b.MaxInterval = 10 * time.Second
