@@ -352,3 +352,40 @@ func TestAlertFiresOnceAndResolves(t *testing.T) {
 		t.Errorf("second message %+v", msgs[1])
 	}
 }
+
+// TestDepthAndOldestAlerts: a dead letter held for a rule's cool-down is
+// unhandled: the depth and oldest alerts fire once each.
+func TestDepthAndOldestAlerts(t *testing.T) {
+	e := newEnv(t)
+	rc := &receiver{}
+	hook := httptest.NewServer(rc)
+	defer hook.Close()
+	e.deadLetter("held", "exhausted", "http_503", 0, time.Now().Add(-5*time.Second))
+	rules := []dlq.Rule{{Name: "much-later", Action: dlq.ActionRepublish, After: time.Hour}}
+	alerts := []analyzer.Alert{
+		{Name: "deep", Kind: analyzer.AlertDepth, Threshold: 0, Webhook: hook.URL},
+		{Name: "old", Kind: analyzer.AlertOldest, Age: 2 * time.Second, Webhook: hook.URL},
+	}
+	_, reg := e.start(rules, alerts, "")
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && len(rc.get()) < 2 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	got := map[string]int{}
+	for _, m := range rc.get() {
+		if m.Status != "firing" {
+			t.Errorf("unexpected %s message %+v", m.Status, m)
+		}
+		got[m.Alert]++
+	}
+	if got["deep"] != 1 || got["old"] != 1 {
+		t.Errorf("messages per alert %v, want deep and old once each", got)
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "redrive_analyzer_dlq_depth" && mf.GetMetric()[0].GetGauge().GetValue() != 1 {
+			t.Errorf("redrive_analyzer_dlq_depth = %v, want 1", mf.GetMetric()[0].GetGauge().GetValue())
+		}
+	}
+}
