@@ -177,17 +177,10 @@ func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 	}
 	for ctx.Err() == nil {
 		a.beat(name)
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		fs := cl.PollRecords(pctx, 5000)
-		cancel()
-		if fs.IsClientClosed() {
+		fs, closed := a.poll(ctx, cl, 2*time.Second, 5000)
+		if closed {
 			return nil
 		}
-		fs.EachError(func(t string, part int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
-			}
-		})
 		fs.EachRecord(func(r *kgo.Record) {
 			a.add(p, r)
 			if end, ok := behind[r.Partition]; ok && r.Offset+1 >= end {
@@ -347,4 +340,21 @@ func (a *Analyzer) beat(name string) {
 	if a.o.Beat != nil {
 		a.o.Beat(name)
 	}
+}
+
+// poll polls at most n records, waiting at most wait, and logs fetch errors
+// (a timed-out or cancelled poll is not one). closed: the client is closed.
+func (a *Analyzer) poll(ctx context.Context, cl *kgo.Client, wait time.Duration, n int) (fs kgo.Fetches, closed bool) {
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	fs = cl.PollRecords(pctx, n)
+	if fs.IsClientClosed() {
+		return fs, true
+	}
+	fs.EachError(func(t string, part int32, err error) {
+		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+			a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
+		}
+	})
+	return fs, false
 }

@@ -2,7 +2,6 @@ package analyzer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -81,17 +80,10 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 		}
 		w.commit(ctx)
 		cl.AllowRebalance()
-		pctx, cancel := context.WithTimeout(ctx, wait)
-		fs := cl.PollRecords(pctx, 1000)
-		cancel()
-		if fs.IsClientClosed() {
+		fs, closed := a.poll(ctx, cl, wait, 1000)
+		if closed {
 			return nil
 		}
-		fs.EachError(func(t string, part int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
-			}
-		})
 		w.mu.Lock()
 		fs.EachPartition(func(f kgo.FetchTopicPartition) {
 			if _, ours := w.next[f.Partition]; !ours {
