@@ -222,3 +222,34 @@ func TestDeadLetterRedactsConfiguredHeadersAndAddsSpringHeaders(t *testing.T) {
 		t.Errorf("redrive-group = %q", v)
 	}
 }
+
+func TestBadHandlerStateIsDeadLetteredAtOnce(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		state := []byte{0xff, 0xfe}
+		if string(req.Record.Value) == "big" {
+			state = bytes.Repeat([]byte("s"), retry.MaxStateBytes+1)
+		}
+		return processor.Outcome{Kind: processor.NotReady, Code: "CAPCHA_NOT_READY", State: state}
+	}))
+	e.produce(
+		&kgo.Record{Topic: e.p.Topic, Value: []byte("binary"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("binary")}}},
+		&kgo.Record{Topic: e.p.Topic, Value: []byte("big"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("big")}}},
+	)
+	dead := e.collect(e.p.DLQ, 2, 30*time.Second, 500*time.Millisecond)
+	want := map[string]string{"binary": processor.CodeBadState, "big": processor.CodeStateTooLarge}
+	if len(dead) != 2 {
+		t.Fatalf("%d dead letters, want 2", len(dead))
+	}
+	for _, r := range dead {
+		id, _ := header(r, retry.HeaderID)
+		code, _ := header(r, retry.HeaderErrorCode)
+		reason, _ := header(r, retry.HeaderReason)
+		if code != want[id] || reason != "permanent" {
+			t.Errorf("%s: code %q reason %q, want %q permanent", id, code, reason, want[id])
+		}
+	}
+	if tier := e.collect(e.p.TierTopics()[0], 1, time.Second, 0); len(tier) != 0 {
+		t.Errorf("%d records written to the tier with bad state", len(tier))
+	}
+}

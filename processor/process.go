@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -19,6 +20,7 @@ const (
 	CodeTTL              = "ttl"
 	CodeNotReadyDeadline = "not_ready_deadline"
 	CodeStateTooLarge    = "state_too_large"
+	CodeBadState         = "bad_state"
 	CodeRecordTooLarge   = "record_too_large"
 	CodeHandlerPanic     = "handler_panic"
 )
@@ -139,6 +141,12 @@ func (p *pipeline) process(w *work) (rec *kgo.Record, kind outKind, ok bool) {
 		fail(&meta, now, retry.ClassNotReady, out.Code, errText(out, "not ready"))
 		if len(out.State) > retry.MaxStateBytes {
 			fail(&meta, now, retry.ClassPermanent, CodeStateTooLarge, fmt.Sprintf("handler state of %d bytes exceeds %d", len(out.State), retry.MaxStateBytes))
+			return p.deadLetter(w, meta, reasonPermanent), toDLQ, true
+		}
+		if !utf8.Valid(out.State) {
+			// Header values are UTF-8 text (the wire contract); binary state
+			// would make the retry record invalid on its next read.
+			fail(&meta, now, retry.ClassPermanent, CodeBadState, "handler state is not valid UTF-8 (encode binary state, e.g. base64)")
 			return p.deadLetter(w, meta, reasonPermanent), toDLQ, true
 		}
 		meta.State = out.State
