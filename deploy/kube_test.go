@@ -1,0 +1,535 @@
+package deploy
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/redrive/redrive/internal/config"
+)
+
+// objects is one kustomize build, decoded.
+type objects struct {
+	deployments     map[string]*appsv1.Deployment
+	services        map[string]*corev1.Service
+	configMaps      map[string]*corev1.ConfigMap
+	namespaces      map[string]*corev1.Namespace
+	pdbs            map[string]*policyv1.PodDisruptionBudget
+	serviceMonitors map[string]*monitoringv1.ServiceMonitor
+	rules           map[string]*monitoringv1.PrometheusRule
+	scaledObjects   map[string]*scaledObject
+	triggerAuths    map[string]*triggerAuthentication
+}
+
+// build runs kustomize (in process) on dir and decodes every object
+// strictly: an unknown or misspelt field is an error.
+func build(t *testing.T, dir string) *objects {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
+	}
+	o := &objects{
+		deployments: map[string]*appsv1.Deployment{}, services: map[string]*corev1.Service{},
+		configMaps: map[string]*corev1.ConfigMap{}, namespaces: map[string]*corev1.Namespace{},
+		pdbs: map[string]*policyv1.PodDisruptionBudget{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
+		rules: map[string]*monitoringv1.PrometheusRule{}, scaledObjects: map[string]*scaledObject{},
+		triggerAuths: map[string]*triggerAuthentication{},
+	}
+	if len(rm.Resources()) == 0 {
+		t.Fatalf("kustomize build %s: no objects", dir)
+	}
+	for _, r := range rm.Resources() {
+		y, err := r.AsYAML()
+		if err != nil {
+			t.Fatalf("%s: %v", r.CurId(), err)
+		}
+		apiVersion, kind, name := r.GetApiVersion(), r.GetKind(), r.GetName()
+		var target any
+		switch apiVersion + " " + kind {
+		case "apps/v1 Deployment":
+			v := &appsv1.Deployment{}
+			o.deployments[name], target = v, v
+		case "v1 Service":
+			v := &corev1.Service{}
+			o.services[name], target = v, v
+		case "v1 ConfigMap":
+			v := &corev1.ConfigMap{}
+			o.configMaps[name], target = v, v
+		case "v1 Namespace":
+			v := &corev1.Namespace{}
+			o.namespaces[name], target = v, v
+		case "policy/v1 PodDisruptionBudget":
+			v := &policyv1.PodDisruptionBudget{}
+			o.pdbs[name], target = v, v
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			v := &monitoringv1.ServiceMonitor{}
+			o.serviceMonitors[name], target = v, v
+		case "monitoring.coreos.com/v1 PrometheusRule":
+			v := &monitoringv1.PrometheusRule{}
+			o.rules[name], target = v, v
+		case "keda.sh/v1alpha1 ScaledObject":
+			v := &scaledObject{}
+			o.scaledObjects[name], target = v, v
+		case "keda.sh/v1alpha1 TriggerAuthentication":
+			v := &triggerAuthentication{}
+			o.triggerAuths[name], target = v, v
+		default:
+			t.Errorf("%s: %s %s is not a kind these tests know; add its type", dir, apiVersion, kind)
+			continue
+		}
+		if err := sigsyaml.UnmarshalStrict(y, target); err != nil {
+			t.Errorf("%s: %s %s does not decode strictly: %v\n%s", dir, kind, name, err, y)
+		}
+	}
+	return o
+}
+
+func kubeDir(t *testing.T, rel string) string {
+	return filepath.Join(repoRoot(t), "deploy", "kubernetes", rel)
+}
+
+func TestKustomizeBase(t *testing.T) {
+	o := build(t, kubeDir(t, "base"))
+	checkCommon(t, "base", o)
+	if len(o.scaledObjects) != 0 {
+		t.Errorf("base: ScaledObject belongs in an overlay (KEDA is optional)")
+	}
+	if p := o.deployments["redrive-processor"]; p != nil && (p.Spec.Replicas == nil || *p.Spec.Replicas < 2) {
+		t.Errorf("base: processor replicas %v, want at least 2", p.Spec.Replicas)
+	}
+}
+
+func TestKustomizeExampleOverlay(t *testing.T) {
+	o := build(t, kubeDir(t, "overlays/example"))
+	c := checkCommon(t, "overlay", o)
+	if _, ok := o.namespaces["redrive"]; !ok {
+		t.Errorf("overlay: no Namespace redrive")
+	}
+	for _, d := range o.deployments {
+		if d.Namespace != "redrive" {
+			t.Errorf("overlay: Deployment %s in namespace %q", d.Name, d.Namespace)
+		}
+		img := d.Spec.Template.Spec.Containers[0].Image
+		if img != "registry.example.com/redrive:0.1.0" {
+			t.Errorf("overlay: Deployment %s image %q", d.Name, img)
+		}
+	}
+	if p := o.deployments["redrive-processor"]; p != nil && p.Spec.Replicas != nil {
+		t.Errorf("overlay: processor replicas %d set: KEDA owns them, the field must be absent", *p.Spec.Replicas)
+	}
+	if len(o.scaledObjects) != 1 {
+		t.Fatalf("overlay: %d ScaledObjects, want 1", len(o.scaledObjects))
+	}
+	for _, so := range o.scaledObjects {
+		checkScaledObject(t, so, c, o)
+	}
+}
+
+func checkScaledObject(t *testing.T, so *scaledObject, c *config.Config, o *objects) {
+	t.Helper()
+	s := so.Spec
+	if s.ScaleTargetRef == nil || s.ScaleTargetRef.Name != "redrive-processor" || s.ScaleTargetRef.Kind != "Deployment" {
+		t.Errorf("ScaledObject %s: scaleTargetRef %+v, want the Deployment redrive-processor", so.Name, s.ScaleTargetRef)
+	}
+	if s.MaxReplicaCount == nil || s.MinReplicaCount == nil || *s.MinReplicaCount < 1 || *s.MaxReplicaCount < *s.MinReplicaCount {
+		t.Fatalf("ScaledObject %s: min %v max %v replicas: both explicit, 1 <= min <= max", so.Name, s.MinReplicaCount, s.MaxReplicaCount)
+	}
+	groups := map[string]config.Pipeline{}
+	for _, p := range c.Pipelines {
+		groups[p.GroupID()] = p
+	}
+	if len(s.Triggers) == 0 {
+		t.Fatalf("ScaledObject %s: no triggers", so.Name)
+	}
+	for _, tr := range s.Triggers {
+		if tr.Type != "kafka" {
+			t.Errorf("ScaledObject %s: trigger type %q, want kafka", so.Name, tr.Type)
+			continue
+		}
+		md := tr.Metadata
+		p, ok := groups[md["consumerGroup"]]
+		if !ok {
+			t.Errorf("ScaledObject %s: consumerGroup %q is no pipeline's group (redrive.<pipeline>)", so.Name, md["consumerGroup"])
+			continue
+		}
+		lt, err := strconv.Atoi(md["lagThreshold"])
+		if err != nil || lt <= 0 {
+			t.Errorf("ScaledObject %s: lagThreshold %q must be set explicitly to a positive number", so.Name, md["lagThreshold"])
+		}
+		if *s.MaxReplicaCount > p.Partitions {
+			t.Errorf("ScaledObject %s: maxReplicaCount %d above pipeline %s's %d partitions", so.Name, *s.MaxReplicaCount, p.Name, p.Partitions)
+		}
+		if md["allowIdleConsumers"] != "false" {
+			t.Errorf("ScaledObject %s: allowIdleConsumers %q, want \"false\" (never more consumers than partitions)", so.Name, md["allowIdleConsumers"])
+		}
+		if md["topic"] != "" && md["topic"] != p.Topic {
+			t.Errorf("ScaledObject %s: topic %q is not pipeline %s's", so.Name, md["topic"], p.Name)
+		}
+		want := strings.Join(c.Brokers, ",")
+		if md["bootstrapServers"] != want {
+			t.Errorf("ScaledObject %s: bootstrapServers %q, the config's brokers are %q", so.Name, md["bootstrapServers"], want)
+		}
+		if tr.AuthenticationRef != nil {
+			if _, ok := o.triggerAuths[tr.AuthenticationRef.Name]; !ok {
+				t.Errorf("ScaledObject %s: authenticationRef %s not in the build", so.Name, tr.AuthenticationRef.Name)
+			}
+		}
+	}
+}
+
+// checkCommon asserts what base and overlay share and returns the config
+// the ConfigMap carries.
+func checkCommon(t *testing.T, what string, o *objects) *config.Config {
+	t.Helper()
+	if len(o.configMaps) != 1 {
+		t.Fatalf("%s: %d ConfigMaps, want the config's one", what, len(o.configMaps))
+	}
+	var cm *corev1.ConfigMap
+	for _, v := range o.configMaps {
+		cm = v
+	}
+	raw, ok := cm.Data["redrive.yaml"]
+	if !ok {
+		t.Fatalf("%s: ConfigMap %s has no redrive.yaml", what, cm.Name)
+	}
+	// The env the pods get from the Secret, with example values.
+	env := map[string]string{"REDRIVE_ANALYZER_TOKEN": "token", "REDRIVE_INSTANCE": "pod-0"}
+	c, err := config.Parse([]byte(raw), func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("%s: the ConfigMap's redrive.yaml does not load: %v", what, err)
+	}
+	if c.HTTPAddr != "0.0.0.0:9090" {
+		t.Errorf("%s: http_addr %q, want 0.0.0.0:9090 (the kubelet and Prometheus reach the pod's IP)", what, c.HTTPAddr)
+	}
+	if c.Analyzer.HTTPAddr != "0.0.0.0:9091" {
+		t.Errorf("%s: analyzer.http_addr %q, want 0.0.0.0:9091", what, c.Analyzer.HTTPAddr)
+	}
+
+	for name, cfg := range map[string]struct {
+		cmd  string
+		port int32
+	}{"redrive-processor": {"process", 9090}, "redrive-analyzer": {"analyze", 9091}} {
+		d := o.deployments[name]
+		if d == nil {
+			t.Errorf("%s: no Deployment %s", what, name)
+			continue
+		}
+		checkDeployment(t, what, d, cm.Name, cfg.cmd, cfg.port, c)
+	}
+
+	// Services select the pods and name the ports the ServiceMonitor scrapes.
+	svcPorts := map[string]bool{}
+	for _, s := range o.services {
+		if s.Labels["app.kubernetes.io/part-of"] != "redrive" {
+			t.Errorf("%s: Service %s lacks app.kubernetes.io/part-of=redrive (the ServiceMonitor selects by it)", what, s.Name)
+		}
+		matched := false
+		for _, d := range o.deployments {
+			if labelsMatch(s.Spec.Selector, d.Spec.Template.Labels) {
+				matched = true
+				for _, sp := range s.Spec.Ports {
+					svcPorts[sp.Name] = true
+					if sp.TargetPort.Type != intstr.String || !hasPort(d, sp.TargetPort.StrVal) {
+						t.Errorf("%s: Service %s port %s targets %s, not a named port of %s", what, s.Name, sp.Name, sp.TargetPort.String(), d.Name)
+					}
+				}
+			}
+		}
+		if !matched {
+			t.Errorf("%s: Service %s selects no Deployment's pods", what, s.Name)
+		}
+	}
+	if _, ok := o.services["redrive-analyzer"]; !ok {
+		t.Errorf("%s: no Service redrive-analyzer (dashboard)", what)
+	}
+	if len(o.serviceMonitors) != 1 {
+		t.Errorf("%s: %d ServiceMonitors, want 1", what, len(o.serviceMonitors))
+	}
+	for _, sm := range o.serviceMonitors {
+		for _, ep := range sm.Spec.Endpoints {
+			if !svcPorts[ep.Port] {
+				t.Errorf("%s: ServiceMonitor %s scrapes port %q no Service has", what, sm.Name, ep.Port)
+			}
+			if ep.Path != "/metrics" {
+				t.Errorf("%s: ServiceMonitor %s path %q", what, sm.Name, ep.Path)
+			}
+		}
+	}
+	if len(o.pdbs) == 0 {
+		t.Errorf("%s: no PodDisruptionBudget", what)
+	}
+	for _, pdb := range o.pdbs {
+		if d := o.deployments["redrive-processor"]; d != nil && !labelsMatch(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+			t.Errorf("%s: PodDisruptionBudget %s does not select the processors", what, pdb.Name)
+		}
+	}
+	if len(o.rules) != 1 {
+		t.Errorf("%s: %d PrometheusRules, want 1", what, len(o.rules))
+	}
+	for _, pr := range o.rules {
+		want := rulesFileGroups(t)
+		if !reflect.DeepEqual(pr.Spec.Groups, want) {
+			t.Errorf("%s: PrometheusRule %s differs from deploy/prometheus/redrive-rules.yaml: run REDRIVE_UPDATE_DEPLOY=1 go test ./deploy -run PrometheusRule", what, pr.Name)
+		}
+	}
+	return c
+}
+
+func checkDeployment(t *testing.T, what string, d *appsv1.Deployment, cmName, cmd string, port int32, c *config.Config) {
+	t.Helper()
+	at := what + ": Deployment " + d.Name
+	ps := d.Spec.Template.Spec
+	if !labelsMatch(d.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+		t.Errorf("%s: selector does not match the pod labels", at)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", at, len(ps.Containers))
+	}
+	ct := ps.Containers[0]
+	wantArgs := []string{cmd, "-c", "/etc/redrive/redrive.yaml"}
+	if len(ct.Args) < 3 || !reflect.DeepEqual(ct.Args[:3], wantArgs) {
+		t.Errorf("%s: args %q, want %q first", at, ct.Args, wantArgs)
+	}
+	if !hasPortNumber(ct, "http", port) {
+		t.Errorf("%s: no container port http=%d", at, port)
+	}
+	probe := func(name string, p *corev1.Probe, path string) {
+		if p == nil || p.HTTPGet == nil {
+			t.Errorf("%s: no %s httpGet probe", at, name)
+			return
+		}
+		if p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "http" {
+			t.Errorf("%s: %s probe %s on port %s, want %s on http", at, name, p.HTTPGet.Path, p.HTTPGet.Port.String(), path)
+		}
+	}
+	probe("liveness", ct.LivenessProbe, "/healthz")
+	probe("readiness", ct.ReadinessProbe, "/readyz")
+	// Liveness must tolerate obs.DefaultStall-like pauses: it fails only
+	// after more than 30s of failed probes.
+	if lp := ct.LivenessProbe; lp != nil && time.Duration(lp.PeriodSeconds*lp.FailureThreshold)*time.Second < 30*time.Second {
+		t.Errorf("%s: liveness fails after %ds, want at least 30s", at, lp.PeriodSeconds*lp.FailureThreshold)
+	}
+
+	// The pod outlives shutdown_grace, the revoke wait (5s) and the final
+	// commit and leave: at least shutdown_grace + 15s before SIGKILL.
+	if ps.TerminationGracePeriodSeconds == nil {
+		t.Errorf("%s: no terminationGracePeriodSeconds", at)
+	} else if g := time.Duration(*ps.TerminationGracePeriodSeconds) * time.Second; g < c.ShutdownGrace.D()+15*time.Second {
+		t.Errorf("%s: terminationGracePeriodSeconds %s, want more than shutdown_grace %s + 15s", at, g, c.ShutdownGrace.D())
+	}
+
+	sc, psc := ct.SecurityContext, ps.SecurityContext
+	nonRoot := func(s *bool) bool { return s != nil && *s }
+	if psc == nil || !nonRoot(psc.RunAsNonRoot) || psc.RunAsUser == nil || *psc.RunAsUser == 0 {
+		t.Errorf("%s: pod securityContext must set runAsNonRoot and a non-zero runAsUser", at)
+	}
+	if sc == nil || !nonRoot(sc.ReadOnlyRootFilesystem) {
+		t.Errorf("%s: container securityContext must set readOnlyRootFilesystem", at)
+	}
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("%s: container securityContext must drop ALL capabilities and forbid privilege escalation", at)
+	}
+
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okR := ct.Resources.Requests[r]
+		lim, okL := ct.Resources.Limits[r]
+		if !okR || !okL {
+			t.Errorf("%s: resources: %s request and limit must both be set", at, r)
+		} else if req.Cmp(lim) > 0 {
+			t.Errorf("%s: resources: %s request %s above limit %s", at, r, req.String(), lim.String())
+		}
+	}
+
+	// Config from the ConfigMap, mounted where -c points.
+	var cfgVol string
+	for _, v := range ps.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == cmName {
+			cfgVol = v.Name
+		}
+	}
+	mounted := false
+	for _, m := range ct.VolumeMounts {
+		if m.Name == cfgVol && m.MountPath == "/etc/redrive" && m.ReadOnly {
+			mounted = true
+		}
+	}
+	if cfgVol == "" || !mounted {
+		t.Errorf("%s: ConfigMap %s is not mounted read-only at /etc/redrive", at, cmName)
+	}
+
+	// Broker credentials from the Secret, never literal.
+	secretEnv := map[string]bool{}
+	for _, e := range ct.Env {
+		if strings.HasPrefix(e.Name, "REDRIVE_SASL_") || e.Name == "REDRIVE_ANALYZER_TOKEN" {
+			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "redrive-kafka" {
+				t.Errorf("%s: env %s must come from the Secret redrive-kafka", at, e.Name)
+			}
+			secretEnv[e.Name] = true
+		}
+	}
+	for _, n := range []string{config.EnvSASLMechanism, config.EnvSASLUser, config.EnvSASLPassword} {
+		if !secretEnv[n] {
+			t.Errorf("%s: env %s from the Secret is missing", at, n)
+		}
+	}
+	if cmd == "analyze" && !secretEnv[config.EnvAnalyzerToken] {
+		t.Errorf("%s: env %s from the Secret is missing", at, config.EnvAnalyzerToken)
+	}
+}
+
+func labelsMatch(sel, labels map[string]string) bool {
+	if len(sel) == 0 {
+		return false
+	}
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func hasPort(d *appsv1.Deployment, name string) bool {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func hasPortNumber(c corev1.Container, name string, n int32) bool {
+	for _, p := range c.Ports {
+		if p.Name == name && p.ContainerPort == n {
+			return true
+		}
+	}
+	return false
+}
+
+const rulesFile = "prometheus/redrive-rules.yaml"
+const promRuleFile = "kubernetes/base/prometheusrule.yaml"
+
+// rulesFileGroups decodes the plain rules file strictly.
+func rulesFileGroups(t *testing.T) []monitoringv1.RuleGroup {
+	t.Helper()
+	data, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []monitoringv1.RuleGroup `json:"groups"`
+	}
+	if err := sigsyaml.UnmarshalStrict(data, &f); err != nil {
+		t.Fatalf("%s: %v", rulesFile, err)
+	}
+	if len(f.Groups) == 0 {
+		t.Fatalf("%s: no groups", rulesFile)
+	}
+	return f.Groups
+}
+
+// promRuleFromRules renders the PrometheusRule from the plain rules file:
+// the file's groups, indented under spec.
+func promRuleFromRules(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	i := strings.Index(s, "\ngroups:")
+	if i < 0 {
+		t.Fatalf("%s: no top-level groups:", rulesFile)
+	}
+	var b strings.Builder
+	b.WriteString("# Generated from deploy/prometheus/redrive-rules.yaml: do not edit; run\n")
+	b.WriteString("#   REDRIVE_UPDATE_DEPLOY=1 go test ./deploy -run PrometheusRule\n")
+	b.WriteString("apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata:\n  name: redrive\nspec:\n")
+	for _, line := range strings.Split(strings.TrimRight(s[i+1:], "\n"), "\n") {
+		if line == "" {
+			b.WriteString("\n")
+			continue
+		}
+		b.WriteString("  " + line + "\n")
+	}
+	return b.String()
+}
+
+func TestPrometheusRuleMatchesRulesFile(t *testing.T) {
+	want := promRuleFromRules(t)
+	if os.Getenv("REDRIVE_UPDATE_DEPLOY") != "" {
+		if err := os.WriteFile(promRuleFile, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := os.ReadFile(promRuleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Fatalf("%s is not the one generated from %s: run REDRIVE_UPDATE_DEPLOY=1 go test ./deploy -run PrometheusRule", promRuleFile, rulesFile)
+	}
+	var pr monitoringv1.PrometheusRule
+	if err := sigsyaml.UnmarshalStrict(got, &pr); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pr.Spec.Groups, rulesFileGroups(t)) {
+		t.Fatal("PrometheusRule groups differ from the rules file")
+	}
+	// Every alert has for, a severity, a summary and a description.
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			at := fmt.Sprintf("group %s alert %s", g.Name, r.Alert)
+			if r.Alert == "" {
+				continue
+			}
+			if r.For == nil || *r.For == "" {
+				t.Errorf("%s: no for:", at)
+			}
+			if sev := r.Labels["severity"]; sev != "warning" && sev != "critical" {
+				t.Errorf("%s: severity %q", at, sev)
+			}
+			if r.Annotations["summary"] == "" || len(r.Annotations["description"]) < 40 {
+				t.Errorf("%s: needs a summary and a description saying what to do", at)
+			}
+		}
+	}
+}
+
+// The strict decoding the build tests rely on rejects a misspelt field.
+func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
+	bad := map[string]any{
+		"deployment":   &appsv1.Deployment{},
+		"scaledobject": &scaledObject{},
+		"rule":         &monitoringv1.PrometheusRule{},
+	}
+	docs := map[string]string{
+		"deployment":   "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replica: 2\n",
+		"scaledobject": "apiVersion: keda.sh/v1alpha1\nkind: ScaledObject\nmetadata: {name: x}\nspec:\n  scaleTargetRef: {name: x}\n  maxReplicas: 3\n  triggers: []\n",
+		"rule":         "apiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\nmetadata: {name: x}\nspec:\n  groups: [{name: g, rules: [{alert: A, expr: up, fro: 5m}]}]\n",
+	}
+	for k, v := range bad {
+		if err := sigsyaml.UnmarshalStrict([]byte(docs[k]), v); err == nil || !strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("%s: strict decoding accepted an unknown field (err %v)", k, err)
+		}
+	}
+}

@@ -1,0 +1,326 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/dlq/analyzer"
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/obs"
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
+)
+
+// recorder is a Registerer that notes the name of every metric registered
+// through it: a vector with no series yet (a failure counter that never
+// counted) is exported all the same once something happens.
+type recorder struct {
+	prometheus.Registerer
+	mu    sync.Mutex
+	names map[string]bool
+}
+
+var fqName = regexp.MustCompile(`fqName: "([^"]+)"`)
+
+func (r *recorder) Register(c prometheus.Collector) error {
+	if err := r.Registerer.Register(c); err != nil {
+		return err
+	}
+	ch := make(chan *prometheus.Desc, 16)
+	go func() { c.Describe(ch); close(ch) }()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for d := range ch {
+		if m := fqName.FindStringSubmatch(d.String()); m != nil {
+			r.names[m[1]] = true
+		}
+	}
+	return nil
+}
+
+func (r *recorder) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// scrape GETs url's /metrics and returns the sample names in it (a
+// histogram's as _bucket, _sum and _count).
+func scrape(t *testing.T, base string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("scrape %s: %d %v", base, resp.StatusCode, err)
+	}
+	names := map[string]bool{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names
+}
+
+var (
+	promString  = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'`)
+	promMatch   = regexp.MustCompile(`\{[^}]*\}`)
+	promRange   = regexp.MustCompile(`\[[^\]]*\]`)
+	promGroup   = regexp.MustCompile(`\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)`)
+	promNumber  = regexp.MustCompile(`\b[0-9][0-9a-zA-Z._]*`)
+	promIdent   = regexp.MustCompile(`\$?[a-zA-Z_:][a-zA-Z0-9_:]*(\s*\()?`)
+	labelValues = regexp.MustCompile(`label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,`)
+	promWords   = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true,
+		"group_right": true, "and": true, "or": true, "unless": true, "bool": true, "offset": true, "inf": true, "nan": true}
+)
+
+// metricNames returns the metric names a PromQL expression selects: what is
+// left after strings, label matchers, ranges, grouping clauses, function
+// calls, keywords and numbers are taken out.
+func metricNames(expr string) []string {
+	if m := labelValues.FindStringSubmatch(expr); m != nil {
+		return []string{m[1]}
+	}
+	e := promString.ReplaceAllString(expr, " ")
+	e = promMatch.ReplaceAllString(e, " ")
+	e = promRange.ReplaceAllString(e, " ")
+	e = promGroup.ReplaceAllString(e, " ")
+	e = promNumber.ReplaceAllString(e, " ")
+	var out []string
+	for _, m := range promIdent.FindAllStringSubmatch(e, -1) {
+		tok := m[0]
+		if m[1] != "" || strings.HasPrefix(tok, "$") || promWords[strings.ToLower(tok)] {
+			continue // a function or aggregation, a Grafana variable, a keyword
+		}
+		out = append(out, tok)
+	}
+	return out
+}
+
+func TestMetricNamesParser(t *testing.T) {
+	got := metricNames(`histogram_quantile(0.99, sum by (pipeline, le) (rate(redrive_x_bucket{pipeline=~"$pipeline", a="b{c}"}[$__rate_interval]))) / on (pod) group_left max(up) > 5 and bool redrive_y offset 5m`)
+	want := []string{"redrive_x_bucket", "up", "redrive_y"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("metricNames = %v, want %v", got, want)
+	}
+}
+
+// usedNames collects the metric names of the dashboard's expressions and
+// of the alert rules, each with where it is used.
+func usedNames(t *testing.T) map[string]string {
+	t.Helper()
+	used := map[string]string{}
+	data, err := os.ReadFile("grafana/redrive.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash any
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("grafana/redrive.json: %v", err)
+	}
+	var walk func(v any, at string)
+	walk = func(v any, at string) {
+		switch v := v.(type) {
+		case map[string]any:
+			if title, ok := v["title"].(string); ok {
+				at = title
+			}
+			for k, c := range v {
+				// Expressions, and the template variables' label_values(...) queries
+				// (a datasource variable's query is a plugin name).
+				if s, ok := c.(string); ok && (k == "expr" || (k == "query" || k == "definition") && strings.Contains(s, "label_values(")) {
+					for _, n := range metricNames(s) {
+						used[n] = "dashboard panel " + at
+					}
+				}
+				walk(c, at)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c, at)
+			}
+		}
+	}
+	walk(dash, "")
+	if len(used) < 10 {
+		t.Fatalf("grafana/redrive.json uses %d metrics: the walker found no expressions?", len(used))
+	}
+	for _, g := range rulesFileGroups(t) {
+		for _, r := range g.Rules {
+			for _, n := range metricNames(r.Expr.String()) {
+				used[n] = "alert " + r.Alert
+			}
+		}
+	}
+	return used
+}
+
+// TestDashboardAndAlertsUseExportedMetrics runs a real processor and a
+// real analyzer, each serving /metrics through internal/obs as `redrive
+// process` and `redrive analyze` do, pushes records through them so the
+// labelled series exist, scrapes both and checks every metric name the
+// dashboard and the alert rules use is exported.
+func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
+	used := usedNames(t)
+	c := kafkatest.New(t)
+	topic := kafkatest.Topic(t, "deploy")
+	p := processor.Pipeline{
+		Name: topic, Topic: topic, Results: topic + ".results", DLQ: topic + ".dlq",
+		Schedule: retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2},
+	}
+	for _, n := range append([]string{p.Topic, p.Results, p.DLQ}, p.TierTopics()...) {
+		c.CreateTopic(t, n, 2, nil)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	// The processor, with a handler that succeeds, retries and fails for good.
+	po := obs.New()
+	prec := &recorder{Registerer: po.Registry, names: map[string]bool{}}
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		switch k := string(req.Record.Key); {
+		case strings.HasPrefix(k, "retry"):
+			return processor.Outcome{Kind: processor.Transient, Code: "ERROR_NO_SLOT_AVAILABLE", Err: fmt.Errorf("no slot")}
+		case strings.HasPrefix(k, "bad"):
+			return processor.Outcome{Kind: processor.Permanent, Code: "ERROR_WRONG_USER_KEY", Err: fmt.Errorf("wrong key")}
+		}
+		return processor.Outcome{Kind: processor.Success}
+	})
+	pr, err := processor.New(processor.Config{
+		Brokers: c.Brokers, Pipelines: []processor.Pipeline{p}, SessionTimeout: 6 * time.Second,
+		ShutdownGrace: 5 * time.Second, CommitInterval: 200 * time.Millisecond, Instance: "deploy-test",
+		Registerer: prec, Logger: log, Ready: po.Ready, Beat: po.Beat,
+	}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paddr, err := po.Serve(ctx, "127.0.0.1:0", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pdone := make(chan error, 1)
+	go func() { pdone <- pr.Run(ctx) }()
+
+	// The analyzer on the pipeline's DLQ.
+	ao := obs.New()
+	arec := &recorder{Registerer: ao.Registry, names: map[string]bool{}}
+	an, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+		Pipelines:  []analyzer.Pipeline{{Name: p.Name, Topic: p.Topic, DLQ: p.DLQ}},
+		Registerer: arec, Logger: log, Ready: ao.Ready, Beat: ao.Beat,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ao.Mux.Handle("/", an.Handler(""))
+	aaddr, err := ao.Serve(ctx, "127.0.0.1:0", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adone := make(chan error, 1)
+	go func() { adone <- an.Run(ctx) }()
+	defer func() {
+		cancel()
+		for name, ch := range map[string]chan error{"processor": pdone, "analyzer": adone} {
+			select {
+			case err := <-ch:
+				if err != nil {
+					t.Errorf("%s Run: %v", name, err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("%s did not stop within 60s", name)
+			}
+		}
+	}()
+
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	var rs []*kgo.Record
+	for i := 0; i < 10; i++ {
+		for _, k := range []string{"ok", "retry", "bad"} {
+			rs = append(rs, &kgo.Record{Topic: p.Topic, Key: []byte(fmt.Sprintf("%s-%d", k, i)), Value: []byte(`{"n":1}`)})
+		}
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
+	err = cl.ProduceSync(pctx, rs...).FirstErr()
+	pcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Series that need traffic (and the 10 s lag loop) before they exist.
+	mustScrape := []string{
+		"redrive_records_consumed_total", "redrive_outcomes_total", "redrive_retries_scheduled_total",
+		"redrive_dead_letters_total", "redrive_handler_duration_seconds_bucket", "redrive_delay_lateness_seconds_bucket",
+		"redrive_consumer_lag", "redrive_inflight_records", "redrive_ready",
+		"redrive_analyzer_dead_letters_total", "redrive_analyzer_dlq_depth", "redrive_analyzer_oldest_unhandled_seconds",
+		"redrive_analyzer_actions_total", "process_resident_memory_bytes", "go_goroutines",
+	}
+	var exported map[string]bool
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		exported = scrape(t, "http://"+paddr)
+		for n := range scrape(t, "http://"+aaddr) {
+			exported[n] = true
+		}
+		var missing []string
+		for _, n := range mustScrape {
+			if !exported[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 90s the scrapes still lack %v", missing)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	registered := map[string]bool{}
+	for _, r := range []*recorder{prec, arec} {
+		r.mu.Lock()
+		for n := range r.names {
+			registered[n] = true
+		}
+		r.mu.Unlock()
+	}
+	var names []string
+	for n := range used {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		switch {
+		case exported[n]:
+		case registered[n]:
+			t.Logf("%s (%s): registered, no series yet in this run (it counts failures or rare events)", n, used[n])
+		default:
+			t.Errorf("%s, used by %s, is not exported by the processor or the analyzer", n, used[n])
+		}
+	}
+}
