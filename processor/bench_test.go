@@ -1,106 +1,242 @@
 package processor_test
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
 )
 
 // Run with: go test ./processor -run '^$' -bench . -benchtime 1x
-// (make bench does, against the real broker). Each benchmark moves
-// -bench.records records of 200 bytes through a 6-partition topic once and
-// reports records/s; compare them side by side with BenchmarkCeiling, raw
-// franz-go consume→produce on the same broker.
+// (make bench does, against the real broker, one benchmark per process so
+// that peak RSS is each scenario's own; `go run ./bench` prints the table).
+//
+// Each broker benchmark moves its records once, whatever b.N is, and
+// reports:
+//
+//	records/s       records over the time from the first record fetched to
+//	                the last outcome acknowledged by the broker (both seen
+//	                through kgo hooks, the same way for the ceiling and for
+//	                redrive; group join and topic creation excluded)
+//	wall-records/s  records over the time from starting the consumer
+//	                (group join included) to the last acknowledgement
+//	cpu-s/M         process CPU seconds (user+sys, getrusage) per million
+//	                records, over the same wall window: the benchmark's own
+//	                client CPU, not the broker's (a separate JVM)
+//	peak-rss-MB     the process's VmHWM, reset after the preload where the
+//	                kernel allows (/proc/self/clear_refs); per test process
+//
+// No figure is asserted: these are measurements, not tests.
 var (
-	benchRecords    = flag.Int("bench.records", 50000, "records per benchmark run")
+	benchRecords    = flag.Int("bench.records", 50000, "records per benchmark run (ceiling, happy, failure, scaling)")
+	benchSlow       = flag.Int("bench.slowrecords", 30000, "records for the slow-handler benchmark")
+	benchSlowDelay  = flag.Duration("bench.slowdelay", 200*time.Millisecond, "the slow handler's answer delay")
+	benchSlowConc   = flag.Int("bench.slowconcurrency", 1000, "handler concurrency of the slow-handler benchmark")
 	benchMaxWaiting = flag.Int("bench.maxwaiting", 0, "MaxWaiting for the failure path (0: default)")
+	benchConc       = flag.Int("bench.concurrency", 256, "handler concurrency of the happy and failure paths")
+	benchInflight   = flag.Int("bench.maxinflight", 0, "MaxInflight of the happy and failure paths (0: default, 4×concurrency)")
 )
+
+const benchValueBytes = 200
 
 func preload(b *testing.B, e *env, topic string, n int, value string) {
 	b.Helper()
-	val := make([]byte, 200)
+	val := make([]byte, benchValueBytes)
 	copy(val, value)
 	for i := range val[len(value):] {
 		val[len(value)+i] = ' '
 	}
-	const batch = 5000
-	for i := 0; i < n; i += batch {
-		var rs []*kgo.Record
-		for j := i; j < i+batch && j < n; j++ {
-			rs = append(rs, &kgo.Record{Topic: topic, Key: []byte(fmt.Sprintf("k%d", j)), Value: val})
-		}
-		e.produce(rs...)
+	cl := e.c.Client(b, kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100000))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var failed atomic.Value
+	for i := 0; i < n; i++ {
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte("k" + strconv.Itoa(i)), Value: val}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.Store(err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		b.Fatalf("preload flush: %v", err)
+	}
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatalf("preload: %v", err)
 	}
 }
 
-// waitCount polls topic until n records arrived; returns when the first
-// and the last arrived (broker append times).
-func waitCount(b *testing.B, e *env, topic string, n int, timeout time.Duration) (first, last time.Time) {
-	b.Helper()
-	cl := e.c.Client(b, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	got := 0
-	deadline := time.Now().Add(timeout)
-	for got < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: %d of %d records after %v", topic, got, n, timeout)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			if first.IsZero() || r.Timestamp.Before(first) {
-				first = r.Timestamp
-			}
-			if r.Timestamp.After(last) {
-				last = r.Timestamp
-			}
-			got++
-		})
+// meter watches clients through kgo hooks: the first record fetched, and
+// acknowledgements of records written to one topic. One meter may be shared
+// by several clients (the scaling runs).
+type meter struct {
+	topic string
+	n     int64
+	first atomic.Int64 // unix ns of the first record fetched
+	last  atomic.Int64 // unix ns of the n-th acknowledgement
+	acked atomic.Int64
+	fails atomic.Int64
+	done  chan struct{}
+	start time.Time
+	cpu0  time.Duration
+}
+
+var (
+	_ kgo.HookFetchRecordBuffered     = (*meter)(nil)
+	_ kgo.HookProduceRecordUnbuffered = (*meter)(nil)
+)
+
+func newMeter(topic string, n int) *meter {
+	return &meter{topic: topic, n: int64(n), done: make(chan struct{})}
+}
+
+func (m *meter) OnFetchRecordBuffered(*kgo.Record) {
+	if m.first.Load() == 0 {
+		m.first.CompareAndSwap(0, time.Now().UnixNano())
 	}
-	return first, last
+}
+
+func (m *meter) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if r.Topic != m.topic {
+		return
+	}
+	if err != nil {
+		m.fails.Add(1)
+		return
+	}
+	if m.acked.Add(1) == m.n {
+		m.last.Store(time.Now().UnixNano())
+		close(m.done)
+	}
+}
+
+// begin starts the clock, the CPU count and the peak-RSS window.
+func (m *meter) begin() {
+	resetPeakRSS()
+	m.cpu0 = cpuTime()
+	m.start = time.Now()
+}
+
+// wait blocks until n acknowledgements, failing b after timeout.
+func (m *meter) wait(b *testing.B, timeout time.Duration) {
+	b.Helper()
+	select {
+	case <-m.done:
+	case <-time.After(timeout):
+		b.Fatalf("%s: %d of %d outcomes acknowledged after %v", m.topic, m.acked.Load(), m.n, timeout)
+	}
+}
+
+// report adds records/s, wall-records/s, cpu-s/M and peak-rss-MB.
+func (m *meter) report(b *testing.B) {
+	b.Helper()
+	cpu := cpuTime() - m.cpu0
+	last := time.Unix(0, m.last.Load())
+	first := time.Unix(0, m.first.Load())
+	n := float64(m.n)
+	b.ReportMetric(n/last.Sub(first).Seconds(), "records/s")
+	b.ReportMetric(n/last.Sub(m.start).Seconds(), "wall-records/s")
+	b.ReportMetric(cpu.Seconds()/n*1e6, "cpu-s/M")
+	if rss := peakRSSMB(); rss > 0 {
+		b.ReportMetric(rss, "peak-rss-MB")
+	}
+	if f := m.fails.Load(); f > 0 {
+		b.Logf("%d outcome writes failed (retried)", f)
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// resetPeakRSS resets VmHWM to the current RSS (Linux ≥ 4.0); elsewhere
+// the peak stays the process's since start.
+func resetPeakRSS() {
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// peakRSSMB is VmHWM from /proc/self/status, else getrusage's maxrss.
+func peakRSSMB() float64 {
+	if f, err := os.Open("/proc/self/status"); err == nil {
+		defer f.Close()
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if rest, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+				kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+				if err == nil {
+					return kb / 1024
+				}
+			}
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		return float64(ru.Maxrss) / 1024 // kB on Linux
+	}
+	return 0
+}
+
+// withMeter adds m's hooks to a processor's clients.
+func withMeter(m *meter) func(*processor.Config) {
+	return func(c *processor.Config) { c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(m)) }
 }
 
 func BenchmarkCeiling(b *testing.B) {
 	n := *benchRecords
 	e := newEnv(b, []time.Duration{time.Second}, 6)
 	preload(b, e, e.p.Topic, n, "ok")
+	m := newMeter(e.p.Results, n)
 	b.ResetTimer()
-	start := time.Now()
+	m.begin()
 	cl := e.c.Client(b, kgo.ConsumerGroup(e.p.GroupID()+".ceiling"), kgo.ConsumeTopics(e.p.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.ProducerLinger(2*time.Millisecond))
-	var done atomic.Int64
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.ProducerLinger(2*time.Millisecond),
+		kgo.WithHooks(m))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for done.Load() < int64(n) {
-		fs := cl.PollFetches(ctx)
-		var wg sync.WaitGroup
-		fs.EachRecord(func(r *kgo.Record) {
-			wg.Add(1)
-			cl.Produce(ctx, &kgo.Record{Topic: e.p.Results, Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					b.Errorf("produce: %v", err)
-				}
-				done.Add(1)
-				wg.Done()
+	go func() {
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			var wg sync.WaitGroup
+			fs.EachRecord(func(r *kgo.Record) {
+				wg.Add(1)
+				cl.Produce(ctx, &kgo.Record{Topic: e.p.Results, Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
+					if err != nil && ctx.Err() == nil {
+						b.Errorf("produce: %v", err)
+					}
+					wg.Done()
+				})
 			})
-		})
-		wg.Wait()
-		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-			b.Fatalf("commit: %v", err)
+			wg.Wait()
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil && ctx.Err() == nil {
+				b.Errorf("commit: %v", err)
+				return
+			}
 		}
-	}
-	el := time.Since(start)
-	b.ReportMetric(float64(n)/el.Seconds(), "records/s")
+	}()
+	m.wait(b, 10*time.Minute)
+	b.StopTimer()
+	m.report(b)
 }
 
 type noop struct{}
@@ -109,20 +245,27 @@ func (noop) Handle(context.Context, *processor.Request) processor.Outcome {
 	return processor.Outcome{Kind: processor.Success}
 }
 
+func tune(e *env) {
+	e.p.Concurrency = *benchConc
+	e.p.MaxInflight = *benchInflight
+}
+
 func BenchmarkHappyPath(b *testing.B) {
 	n := *benchRecords
 	e := newEnv(b, []time.Duration{time.Second}, 6)
-	e.p.Concurrency = 256
+	tune(e)
 	preload(b, e, e.p.Topic, n, "ok")
+	m := newMeter(e.p.Results, n)
 	b.ResetTimer()
-	start := time.Now()
-	e.start(noop{})
-	waitCount(b, e, e.p.Results, n, 10*time.Minute)
-	el := time.Since(start)
-	b.ReportMetric(float64(n)/el.Seconds(), "records/s")
+	m.begin()
+	e.start(noop{}, withMeter(m))
+	m.wait(b, 10*time.Minute)
+	b.StopTimer()
+	m.report(b)
 }
 
-// failOnce fails every request's first attempt and records lateness.
+// failOnce fails every request's first attempt and records lateness
+// (handled-at minus redrive-due) of the second.
 type failOnce struct {
 	mu   sync.Mutex
 	late []time.Duration
@@ -132,37 +275,116 @@ func (f *failOnce) Handle(_ context.Context, r *processor.Request) processor.Out
 	if r.Attempt == 1 {
 		return processor.Outcome{Kind: processor.Transient, Code: "http_503"}
 	}
+	l := time.Since(r.Meta.Due)
 	f.mu.Lock()
-	f.late = append(f.late, time.Since(r.Meta.Due))
+	f.late = append(f.late, l)
 	f.mu.Unlock()
 	return processor.Outcome{Kind: processor.Success}
+}
+
+func (f *failOnce) report(b *testing.B) {
+	b.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.late) == 0 {
+		return
+	}
+	sort.Slice(f.late, func(i, j int) bool { return f.late[i] < f.late[j] })
+	q := func(p float64) float64 { return float64(f.late[int(p*float64(len(f.late)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(q(0.5), "late-p50-ms")
+	b.ReportMetric(q(0.99), "late-p99-ms")
+	b.ReportMetric(float64(f.late[len(f.late)-1].Microseconds())/1000, "late-max-ms")
+	if f.late[0] < 0 {
+		b.Errorf("a retry was handled %v before its due time", -f.late[0])
+	}
 }
 
 func BenchmarkFailurePath(b *testing.B) {
 	n := *benchRecords
 	e := newEnv(b, []time.Duration{time.Second}, 6)
-	e.p.Concurrency = 256
+	tune(e)
 	e.p.Schedule.Jitter = 0
 	if *benchMaxWaiting > 0 {
 		e.p.MaxWaiting = *benchMaxWaiting
 	}
 	preload(b, e, e.p.Topic, n, "fail-once")
 	h := &failOnce{}
+	m := newMeter(e.p.Results, n)
 	b.ResetTimer()
-	start := time.Now()
-	e.start(h)
-	waitCount(b, e, e.p.Results, n, 10*time.Minute)
-	el := time.Since(start)
-	b.ReportMetric(float64(n)/el.Seconds(), "records/s")
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	sort.Slice(h.late, func(i, j int) bool { return h.late[i] < h.late[j] })
-	q := func(p float64) float64 { return float64(h.late[int(p*float64(len(h.late)-1))].Milliseconds()) }
-	b.ReportMetric(q(0.5), "late-p50-ms")
-	b.ReportMetric(q(0.99), "late-p99-ms")
-	b.ReportMetric(float64(h.late[len(h.late)-1].Milliseconds()), "late-max-ms")
-	if h.late[0] < 0 {
-		b.Errorf("a retry was handled %v before its due time", -h.late[0])
+	m.begin()
+	e.start(h, withMeter(m))
+	m.wait(b, 10*time.Minute)
+	b.StopTimer()
+	m.report(b)
+	h.report(b)
+}
+
+// BenchmarkSlowHandler runs the HTTP handler against a local server that
+// answers 200 after -bench.slowdelay, with -bench.slowconcurrency handler
+// calls at once: Little's law bounds it at concurrency/delay records/s.
+// The handler's Options are the defaults (its own pooled client).
+func BenchmarkSlowHandler(b *testing.B) {
+	n, conc, delay := *benchSlow, *benchSlowConc, *benchSlowDelay
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(delay)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	h, err := httphandler.New(httphandler.Options{URL: srv.URL, Timeout: 30 * time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	e := newEnv(b, []time.Duration{time.Second}, 6)
+	e.p.Concurrency = conc
+	e.p.MaxInflight = 4 * conc
+	preload(b, e, e.p.Topic, n, "slow")
+	m := newMeter(e.p.Results, n)
+	b.ResetTimer()
+	m.begin()
+	e.start(h, withMeter(m))
+	m.wait(b, 10*time.Minute)
+	b.StopTimer()
+	m.report(b)
+	b.ReportMetric(float64(conc)/delay.Seconds(), "bound-records/s")
+}
+
+// BenchmarkScaling runs the happy and failure paths with 1, 2 and 4
+// processor instances (processor.New each, one process, one group) on 12
+// partitions. They share the process's cores.
+func BenchmarkScaling(b *testing.B) {
+	for _, path := range []string{"happy", "failure"} {
+		for _, k := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%s/instances=%d", path, k), func(b *testing.B) {
+				n := *benchRecords
+				e := newEnv(b, []time.Duration{time.Second}, 12)
+				tune(e)
+				e.p.Schedule.Jitter = 0
+				var h processor.Handler = noop{}
+				fo := &failOnce{}
+				value := "ok"
+				if path == "failure" {
+					h, value = fo, "fail-once"
+				}
+				preload(b, e, e.p.Topic, n, value)
+				m := newMeter(e.p.Results, n)
+				b.ResetTimer()
+				m.begin()
+				for i := range k {
+					e.start(h, withMeter(m), func(c *processor.Config) { c.Instance = fmt.Sprintf("bench-%d", i) })
+				}
+				m.wait(b, 10*time.Minute)
+				b.StopTimer()
+				m.report(b)
+				fo.report(b)
+				// Rebalances while the instances join must not duplicate:
+				// a revoke waits for in-flight work and commits it.
+				time.Sleep(500 * time.Millisecond)
+				if extra := m.acked.Load() - m.n; extra > 0 {
+					b.ReportMetric(float64(extra), "duplicates")
+				}
+			})
+		}
 	}
 }
 
@@ -171,7 +393,7 @@ func BenchmarkHeaderCodec(b *testing.B) {
 		OriginTimestamp: time.Now(), FirstErrorAt: time.Now(), LastErrorAt: time.Now(), Error: "503 Service Unavailable", ErrorCode: "http_503", ErrorClass: retry.ClassTransient}
 	user := []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/json")}, {Key: "trace", Value: []byte("abc")}}
 	b.ReportAllocs()
-	for i := 0; i < b.N; i++ {
+	for b.Loop() {
 		hs := retry.Encode(m, user)
 		if _, _, err := retry.Decode(hs); err != nil {
 			b.Fatal(err)

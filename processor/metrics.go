@@ -97,3 +97,68 @@ func (m *metrics) code(c string) string {
 	}
 	return "other"
 }
+
+// hotMetrics caches the series touched once or more per record, so the hot
+// path does not hash label values and look them up in the vector on every
+// record. Children are created on first use, as WithLabelValues would.
+type hotMetrics struct {
+	m        *metrics
+	pipeline string
+	inflight prometheus.Gauge
+	waiting  prometheus.Gauge
+	consumed sync.Map // topic → prometheus.Counter
+	handler  sync.Map // Kind → prometheus.Observer
+	lateness sync.Map // tier index → prometheus.Observer
+	outcomes sync.Map // outcomeKey → prometheus.Counter
+}
+
+type outcomeKey struct {
+	kind Kind
+	tier int
+	code string
+}
+
+func (h *hotMetrics) init(m *metrics, pipeline string) {
+	h.m, h.pipeline = m, pipeline
+	h.inflight = m.inflight.WithLabelValues(pipeline)
+	h.waiting = m.waiting.WithLabelValues(pipeline)
+}
+
+func (h *hotMetrics) consumedFor(topic string) prometheus.Counter {
+	if c, ok := h.consumed.Load(topic); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := h.consumed.LoadOrStore(topic, h.m.consumed.WithLabelValues(h.pipeline, topic))
+	return c.(prometheus.Counter)
+}
+
+func (h *hotMetrics) handlerFor(k Kind) prometheus.Observer {
+	if o, ok := h.handler.Load(k); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := h.handler.LoadOrStore(k, h.m.handlerSeconds.WithLabelValues(h.pipeline, k.String()))
+	return o.(prometheus.Observer)
+}
+
+func (h *hotMetrics) latenessFor(tier int, tierLabel string) prometheus.Observer {
+	if o, ok := h.lateness.Load(tier); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := h.lateness.LoadOrStore(tier, h.m.lateness.WithLabelValues(h.pipeline, tierLabel))
+	return o.(prometheus.Observer)
+}
+
+// outcomeFor is redrive_outcomes_total for a handler's outcome; code is
+// bounded by metrics.code before it becomes a key, so the cache is as
+// bounded as the series.
+func (h *hotMetrics) outcomeFor(k Kind, tier int, tierLabel, code string) prometheus.Counter {
+	if code != "" {
+		code = h.m.code(code)
+	}
+	key := outcomeKey{k, tier, code}
+	if c, ok := h.outcomes.Load(key); ok {
+		return c.(prometheus.Counter)
+	}
+	c, _ := h.outcomes.LoadOrStore(key, h.m.outcomes.WithLabelValues(h.pipeline, k.String(), tierLabel, code))
+	return c.(prometheus.Counter)
+}

@@ -70,7 +70,6 @@ type pipeline struct {
 	tierOf map[string]int
 	tiers  []string
 	sched  *scheduler
-	sem    chan struct{}
 	capCh  chan struct{}
 	hctx   context.Context // handler context; cancelled past the shutdown grace
 	hstop  context.CancelFunc
@@ -83,6 +82,14 @@ type pipeline struct {
 	waiting  int
 	lanes    map[string]*lane
 	closing  bool
+	// runq holds dispatched work no worker has taken yet, FIFO from
+	// runHead; workers counts the worker goroutines (at most Concurrency),
+	// each of which takes work from runq until it is empty.
+	runq    []*work
+	runHead int
+	workers int
+
+	hot hotMetrics
 
 	commitMu sync.Mutex
 
@@ -104,7 +111,6 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		m:      m,
 		tierOf: map[string]int{cfg.Topic: -1},
 		tiers:  cfg.TierTopics(),
-		sem:    make(chan struct{}, cfg.Concurrency),
 		capCh:  make(chan struct{}, 1),
 		parts:  map[tp]*partState{},
 		lanes:  map[string]*lane{},
@@ -112,6 +118,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	for i, t := range p.tiers {
 		p.tierOf[t] = i
 	}
+	p.hot.init(m, cfg.Name)
 	p.hctx, p.hstop = context.WithCancel(context.Background())
 	p.sched = newScheduler(p.onDue)
 	topics := append([]string{cfg.Topic}, p.tiers...)
@@ -278,7 +285,7 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 // admit takes polled records in: main-topic records are dispatched at once,
 // tier records when due.
 func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.Time) {
-	p.m.consumed.WithLabelValues(p.cfg.Name, topic).Add(float64(len(recs)))
+	p.hot.consumedFor(topic).Add(float64(len(recs)))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := p.parts[tp{topic, part}]
@@ -312,7 +319,7 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 			p.m.pausedParts.WithLabelValues(p.cfg.Name).Inc()
 		}
 	}
-	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
+	p.hot.waiting.Set(float64(p.waiting))
 }
 
 // waitUntil is when a tier record may be handled: its due time, but no later
@@ -347,7 +354,7 @@ func (p *pipeline) onDue(w *work) {
 	}
 	ps.waiting--
 	p.waiting--
-	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
+	p.hot.waiting.Set(float64(p.waiting))
 	p.dispatchLocked(w)
 	if ps.paused && (ps.waiting <= p.cfg.MaxWaiting/2 || time.Until(ps.lastWait) < resumeLead) {
 		ps.paused = false
@@ -361,7 +368,7 @@ func (p *pipeline) dispatchLocked(w *work) {
 	p.inflight++
 	p.bytes += w.size
 	w.ps.inflight++
-	p.m.inflight.WithLabelValues(p.cfg.Name).Set(float64(p.inflight))
+	p.hot.inflight.Set(float64(p.inflight))
 	if p.cfg.OrderByKey && w.rec.Key != nil {
 		k := string(w.rec.Key)
 		if l := p.lanes[k]; l != nil {
@@ -370,22 +377,53 @@ func (p *pipeline) dispatchLocked(w *work) {
 		}
 		p.lanes[k] = &lane{}
 	}
-	p.wg.Add(1)
-	go p.work(w)
+	p.startLocked(w)
 }
 
-// work handles w on its own goroutine, at most Concurrency at once. The
-// handler's slot is freed as soon as the outcome record is handed to the
-// producer; w stays in flight until the broker acknowledges it.
-func (p *pipeline) work(w *work) {
-	select {
-	case p.sem <- struct{}{}:
-	case <-w.ps.ctx.Done():
-		p.complete(w, false)
-		return
+// startLocked queues w for a worker, starting one if fewer than
+// Concurrency run. p.mu held.
+func (p *pipeline) startLocked(w *work) {
+	p.wg.Add(1)
+	p.runq = append(p.runq, w)
+	if p.workers < p.cfg.Concurrency {
+		p.workers++
+		go p.worker()
 	}
+}
+
+// worker handles queued work until the queue is empty, then exits. At most
+// Concurrency workers run, so at most Concurrency handler calls are in
+// flight; a worker lives across records, so its stack is grown once rather
+// than once per record.
+func (p *pipeline) worker() {
+	for {
+		p.mu.Lock()
+		if p.runHead == len(p.runq) {
+			clear(p.runq)
+			p.runq, p.runHead = p.runq[:0], 0
+			p.workers--
+			p.mu.Unlock()
+			return
+		}
+		w := p.runq[p.runHead]
+		p.runq[p.runHead] = nil
+		p.runHead++
+		if p.runHead > 1024 && p.runHead > len(p.runq)/2 {
+			n := copy(p.runq, p.runq[p.runHead:])
+			clear(p.runq[n:])
+			p.runq, p.runHead = p.runq[:n], 0
+		}
+		p.mu.Unlock()
+		p.work(w)
+	}
+}
+
+// work handles w on a worker. The worker moves on to the next record as
+// soon as the outcome record is handed to the producer; w stays in flight
+// until the broker acknowledges it. Work of a revoked partition (or past
+// the shutdown grace) is abandoned: process sees its cancelled context.
+func (p *pipeline) work(w *work) {
 	rec, kind, ok := p.process(w)
-	<-p.sem
 	switch {
 	case !ok:
 		p.complete(w, false)
@@ -407,7 +445,7 @@ func (p *pipeline) complete(w *work, finished bool) {
 	ps.inflight--
 	p.inflight--
 	p.bytes -= w.size
-	p.m.inflight.WithLabelValues(p.cfg.Name).Set(float64(p.inflight))
+	p.hot.inflight.Set(float64(p.inflight))
 	var next *work
 	if p.cfg.OrderByKey && w.rec.Key != nil {
 		k := string(w.rec.Key)
@@ -420,8 +458,7 @@ func (p *pipeline) complete(w *work, finished bool) {
 		}
 	}
 	if next != nil {
-		p.wg.Add(1)
-		go p.work(next)
+		p.startLocked(next)
 	}
 	p.mu.Unlock()
 	select {
@@ -526,7 +563,7 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 			offsets[ps.tp.topic][ps.tp.partition] = eo
 		}
 	}
-	p.m.waiting.WithLabelValues(p.cfg.Name).Set(float64(p.waiting))
+	p.hot.waiting.Set(float64(p.waiting))
 	p.mu.Unlock()
 	cl.ResumeFetchPartitions(tps)
 	if commit && len(offsets) > 0 {

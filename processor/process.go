@@ -84,7 +84,7 @@ func (p *pipeline) process(w *work) (rec *kgo.Record, kind outKind, ok bool) {
 			return p.tierRecord(w, meta, idx), toRetry, true
 		}
 		if !meta.Due.IsZero() {
-			p.m.lateness.WithLabelValues(p.cfg.Name, tierLabel).Observe(now.Sub(meta.Due).Seconds())
+			p.hot.latenessFor(w.ps.tier, tierLabel).Observe(now.Sub(meta.Due).Seconds())
 		}
 	}
 	if p.cfg.TTL > 0 && now.Sub(meta.OriginTimestamp) > p.cfg.TTL {
@@ -114,8 +114,8 @@ func (p *pipeline) process(w *work) (rec *kgo.Record, kind outKind, ok bool) {
 		return nil, "", false // revoked or past the grace: the next owner redoes it
 	}
 	now = time.Now()
-	p.m.handlerSeconds.WithLabelValues(p.cfg.Name, out.Kind.String()).Observe(now.Sub(start).Seconds())
-	p.m.outcomes.WithLabelValues(p.cfg.Name, out.Kind.String(), tierLabel, p.m.code(out.Code)).Inc()
+	p.hot.handlerFor(out.Kind).Observe(now.Sub(start).Seconds())
+	p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
 
 	meta.State = nil
 	meta.Due, meta.Tier = time.Time{}, ""

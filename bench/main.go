@@ -1,0 +1,229 @@
+// Command bench runs redrive's broker benchmarks (processor and analyzer),
+// each in a process of its own so that peak RSS is the scenario's own, and
+// prints one Markdown table of the run, every figure beside the raw
+// franz-go ceiling measured in the same run. `make bench` runs it against
+// the real broker of scripts/kafka.sh:
+//
+//	REDRIVE_TEST_BROKERS=127.0.0.1:9092 go run ./bench
+//
+// The benchmarks themselves are ordinary Go benchmarks
+// (processor/bench_test.go, dlq/analyzer/bench_test.go); this command only
+// builds their test binaries, runs them with -test.benchtime 1x and reads
+// the metrics they report.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	records     = flag.Int("records", 500000, "records per ceiling, happy-path and failure-path run")
+	scaleRecs   = flag.Int("scale-records", 300000, "records per scaling run")
+	slowRecs    = flag.Int("slow-records", 30000, "records of the slow-handler run")
+	deadLetters = flag.Int("deadletters", 1000000, "dead letters the analyzer rebuilds from")
+	inflight    = flag.Int("maxinflight", 16384, "MaxInflight of the tuned happy/failure/scaling runs")
+	conc        = flag.Int("concurrency", 256, "handler concurrency of the happy/failure/scaling runs")
+	logPath     = flag.String("log", filepath.Join(os.TempDir(), "redrive-bench.log"), "where the benchmarks' full output goes")
+	allowFake   = flag.Bool("allow-fake", false, "run without REDRIVE_TEST_BROKERS (embedded kfake: the figures mean little)")
+)
+
+type result map[string]float64 // unit → value
+
+var lineRE = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+(.*)$`)
+
+func main() {
+	flag.Parse()
+	if os.Getenv("REDRIVE_TEST_BROKERS") == "" {
+		if b := os.Getenv("KAFKA_BROKERS"); b != "" {
+			os.Setenv("REDRIVE_TEST_BROKERS", b)
+		} else if !*allowFake {
+			fatal("set REDRIVE_TEST_BROKERS (or KAFKA_BROKERS) to the real broker: eval \"$(bash scripts/kafka.sh up | tail -1)\"")
+		}
+	}
+	logf, err := os.Create(*logPath)
+	if err != nil {
+		fatal(err.Error())
+	}
+	defer logf.Close()
+	dir, err := os.MkdirTemp("", "redrive-bench-")
+	if err != nil {
+		fatal(err.Error())
+	}
+	defer os.RemoveAll(dir)
+	began := time.Now()
+	procBin, anBin := filepath.Join(dir, "processor.test"), filepath.Join(dir, "analyzer.test")
+	for pkg, out := range map[string]string{"./processor": procBin, "./dlq/analyzer": anBin} {
+		step("building %s", pkg)
+		cmd := exec.Command("go", "test", "-c", "-o", out, pkg)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Run(); err != nil {
+			fatal(fmt.Sprintf("go test -c %s: %v (see %s)", pkg, err, *logPath))
+		}
+	}
+	run := func(bin, bench string, args ...string) map[string]result {
+		step("%s %s", bench, strings.Join(args, " "))
+		a := append([]string{"-test.run", "^$", "-test.bench", bench, "-test.benchtime", "1x", "-test.timeout", "14m"}, args...)
+		cmd := exec.Command(bin, a...)
+		cmd.Dir = filepath.Dir(bin)
+		var out bytes.Buffer
+		cmd.Stdout = io.MultiWriter(&out, logf)
+		cmd.Stderr = logf
+		fmt.Fprintf(logf, "\n=== %s %s\n", bin, strings.Join(a, " "))
+		err := cmd.Run()
+		rs := parse(out.String())
+		if err != nil || len(rs) == 0 {
+			fmt.Fprintf(os.Stderr, "bench: %s failed (%v); see %s\n", bench, err, *logPath)
+		}
+		return rs
+	}
+	n := strconv.Itoa(*records)
+	tuned := []string{"-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)}
+	ceil1 := one(run(procBin, "^BenchmarkCeiling$", "-bench.records", n))
+	happyDefault := one(run(procBin, "^BenchmarkHappyPath$", "-bench.records", n, "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"))
+	happy := one(run(procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
+	failure := one(run(procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
+	slow := one(run(procBin, "^BenchmarkSlowHandler$", "-bench.slowrecords", strconv.Itoa(*slowRecs)))
+	an := one(run(anBin, "^BenchmarkRebuild$", "-bench.deadletters", strconv.Itoa(*deadLetters)))
+	scaling := run(procBin, "^BenchmarkScaling$", append([]string{"-bench.records", strconv.Itoa(*scaleRecs)}, tuned...)...)
+	ceil2 := one(run(procBin, "^BenchmarkCeiling$", "-bench.records", n))
+
+	ceiling := (ceil1["records/s"] + ceil2["records/s"]) / 2
+	if ceil1["records/s"] == 0 || ceil2["records/s"] == 0 {
+		ceiling = max(ceil1["records/s"], ceil2["records/s"])
+	}
+	ratio := func(r result) string {
+		if ceiling == 0 || r["records/s"] == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", r["records/s"]/ceiling)
+	}
+
+	fmt.Printf("\nredrive benchmarks, %s, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
+	fmt.Printf("broker %s; %d records of 200 B per run (scaling %d, slow handler %d, analyzer %d dead letters); handler concurrency %d, MaxInflight %d unless said\n\n",
+		os.Getenv("REDRIVE_TEST_BROKERS"), *records, *scaleRecs, *slowRecs, *deadLetters, *conc, *inflight)
+	fmt.Println("| # | scenario | records/s | ratio to ceiling | CPU s / M records | peak RSS MB | other |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---|")
+	row := func(num, name string, r result, ratioCell, other string) {
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", num, name, f0(r["records/s"]), ratioCell, f2(r["cpu-s/M"]), f0(r["peak-rss-MB"]), other)
+	}
+	row("1", "ceiling: raw franz-go consume→produce, 6 partitions (first run)", ceil1, "1.00", fmt.Sprintf("wall %s rec/s", f0(ceil1["wall-records/s"])))
+	row("1", "ceiling (last run)", ceil2, fmt.Sprintf("mean %s rec/s", f0(ceiling)), fmt.Sprintf("wall %s rec/s", f0(ceil2["wall-records/s"])))
+	row("2", "happy path: no-op handler + results, default MaxInflight (4×concurrency)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
+	row("2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
+	row("3", "failure path: every record fails once into a 1 s tier", failure, ratio(failure), lateness(failure))
+	bound := slow["bound-records/s"]
+	slowRatio := "–"
+	if bound > 0 && slow["records/s"] > 0 {
+		slowRatio = fmt.Sprintf("%.2f of Little's bound", slow["records/s"]/bound)
+	}
+	row("4", fmt.Sprintf("slow handler: HTTP handler, 200 ms server, concurrency 1000 (bound %s rec/s)", f0(bound)), slow, slowRatio, "")
+	fmt.Printf("| 5 | analyzer: rebuild statistics from %s dead letters until /api/stats is ready | %s | – | – | – | DLQ filled at %s rec/s |\n",
+		f0(an["dead-letters"]), f0(an["records/s"]), f0(an["fill-records/s"]))
+	for _, path := range []string{"happy", "failure"} {
+		for _, k := range []int{1, 2, 4} {
+			r := scaling[fmt.Sprintf("BenchmarkScaling/%s/instances=%d", path, k)]
+			other := ""
+			if path == "failure" {
+				other = lateness(r)
+			}
+			if d := r["duplicates"]; d > 0 {
+				other += fmt.Sprintf(" %s duplicates", f0(d))
+			}
+			row("6", fmt.Sprintf("scaling: %s path, %d instance(s), 12 partitions", path, k), r, ratio(r), other)
+		}
+	}
+	fmt.Printf("\nrecords/s: first record fetched → last outcome acknowledged; CPU: the benchmark process (clients + redrive + test server), not the broker; peak RSS: per test process (VmHWM reset after the preload). Took %s; full output in %s.\n",
+		time.Since(began).Round(time.Second), *logPath)
+}
+
+func lateness(r result) string {
+	if _, ok := r["late-p50-ms"]; !ok {
+		return ""
+	}
+	return fmt.Sprintf("lateness p50 %s / p99 %s / max %s ms", f0(r["late-p50-ms"]), f0(r["late-p99-ms"]), f0(r["late-max-ms"]))
+}
+
+func parse(out string) map[string]result {
+	rs := map[string]result{}
+	s := bufio.NewScanner(strings.NewReader(out))
+	for s.Scan() {
+		m := lineRE.FindStringSubmatch(s.Text())
+		if m == nil {
+			continue
+		}
+		r := result{}
+		f := strings.Fields(m[3])
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				r[f[i+1]] = v
+			}
+		}
+		rs[m[1]] = r
+	}
+	return rs
+}
+
+func one(rs map[string]result) result {
+	for _, r := range rs {
+		return r
+	}
+	return result{}
+}
+
+func f0(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 0, 64)
+}
+
+func f2(v float64) string {
+	if v == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func machine() string {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	mem := ""
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+				if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64); err == nil {
+					mem = fmt.Sprintf(", %.1f GiB RAM", kb/1024/1024)
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs (%s)%s, %s %s/%s", runtime.NumCPU(), cpu, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+func step(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func fatal(msg string) {
+	fmt.Fprintln(os.Stderr, "bench: "+msg)
+	os.Exit(1)
+}
