@@ -145,6 +145,27 @@ func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32, confi
 	if err != nil {
 		t.Fatalf("kafkatest: create topic %s: %v", name, err)
 	}
+	// A real broker answers CreateTopics before every listener's metadata
+	// shows the topic; wait until it does, with a leader for every partition.
+	adm := c.Admin(t)
+	for {
+		td, err := adm.ListTopics(ctx, name)
+		if err == nil {
+			if d, ok := td[name]; ok && d.Err == nil && len(d.Partitions) == int(partitions) {
+				ready := true
+				for _, p := range d.Partitions {
+					ready = ready && p.Leader >= 0 && p.Err == nil
+				}
+				if ready {
+					return
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("kafkatest: topic %s created but not in the metadata within 30s", name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 var seq atomic.Int64
