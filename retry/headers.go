@@ -300,19 +300,32 @@ func millis(v string) (time.Time, error) {
 // dropped in favour of m's.
 func Encode(m Meta, user []kgo.RecordHeader) []kgo.RecordHeader {
 	hs := make([]kgo.RecordHeader, 0, len(user)+16)
+	// One buffer holds every value (two allocations per call, not one per
+	// header); each value is capped so that appending to it copies.
+	buf := make([]byte, 0, 160+len(m.ID)+len(m.Tier)+len(m.OriginTopic)+min(len(m.Error), MaxErrorBytes)+
+		len(m.ErrorCode)+len(m.ErrorClass)+len(m.Reason)+len(m.Group)+len(m.Instance))
+	push := func(k string, start int) {
+		hs = append(hs, kgo.RecordHeader{Key: k, Value: buf[start:len(buf):len(buf)]})
+	}
 	add := func(k, v string) {
 		if v != "" {
-			hs = append(hs, kgo.RecordHeader{Key: k, Value: []byte(v)})
+			start := len(buf)
+			buf = append(buf, v...)
+			push(k, start)
 		}
 	}
 	addInt := func(k string, n int64, keepZero bool) {
 		if n != 0 || keepZero {
-			add(k, strconv.FormatInt(n, 10))
+			start := len(buf)
+			buf = strconv.AppendInt(buf, n, 10)
+			push(k, start)
 		}
 	}
 	addTime := func(k string, t time.Time) {
 		if !t.IsZero() {
-			add(k, strconv.FormatInt(t.UnixMilli(), 10))
+			start := len(buf)
+			buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
+			push(k, start)
 		}
 	}
 	add(HeaderID, m.ID)
