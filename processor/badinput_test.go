@@ -253,3 +253,41 @@ func TestBadHandlerStateIsDeadLetteredAtOnce(t *testing.T) {
 		t.Errorf("%d records written to the tier with bad state", len(tier))
 	}
 }
+
+// A transactional producer's aborted requests are never handled; its
+// committed ones are.
+func TestAbortedTransactionIsNotHandled(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	s := newScript()
+	e.start(s)
+	tx := e.c.Client(t, kgo.TransactionalID("redrive-test-"+e.p.Topic), kgo.DefaultProduceTopic(e.p.Topic))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range []struct {
+		id     string
+		commit kgo.TransactionEndTry
+	}{{"aborted", kgo.TryAbort}, {"committed", kgo.TryCommit}} {
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		r := &kgo.Record{Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(c.id)}}}
+		if err := tx.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.EndTransaction(ctx, c.commit); err != nil {
+			t.Fatalf("end transaction (%s): %v", c.id, err)
+		}
+	}
+	results := e.collect(e.p.Results, 1, 30*time.Second, 2*time.Second)
+	if len(results) != 1 {
+		t.Fatalf("%d results, want only the committed request's", len(results))
+	}
+	if id, _ := header(results[0], retry.HeaderID); id != "committed" {
+		t.Errorf("result for %q, want committed", id)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.calls["aborted"]) != 0 {
+		t.Errorf("the aborted request was handled %d times", len(s.calls["aborted"]))
+	}
+}

@@ -129,6 +129,9 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		kgo.ConsumeTopics(topics...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
+		// Records of aborted transactions (a transactional Java or Spring
+		// producer) are never handled.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.SessionTimeout(pc.SessionTimeout),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),

@@ -150,6 +150,7 @@ func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 	}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, a.o.ClientOpts...),
 		kgo.ConsumeTopics(p.cfg.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(500*time.Millisecond))...)
 	if err != nil {
 		return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)

@@ -53,6 +53,7 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 		kgo.ConsumeTopics(p.cfg.DLQ),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnPartitionsAssigned(w.assigned),
 		kgo.OnPartitionsRevoked(w.revoked),
