@@ -331,7 +331,7 @@ func BenchmarkSlowHandler(b *testing.B) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
-	h, err := httphandler.New(httphandler.Options{URL: srv.URL, Timeout: 30 * time.Second})
+	h, err := httphandler.New(httphandler.Options{URL: srv.URL, Timeout: 30 * time.Second, Concurrency: *benchSlowConc})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -118,6 +118,7 @@ func httpHandler(p config.Pipeline) (*httphandler.Handler, error) {
 		Timeout:      hc.Timeout.D(),
 		Headers:      hc.Headers,
 		MaxBodyBytes: hc.MaxBodyBytes,
+		Concurrency:  p.Concurrency,
 	}
 	if hc.JSON != nil {
 		o.JSON = &httphandler.JSONRule{OKField: hc.JSON.OKField, OKValue: hc.JSON.OKValue, CodeField: hc.JSON.CodeField}

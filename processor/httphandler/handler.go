@@ -75,6 +75,10 @@ type Options struct {
 	// connections. Redirects are not followed unless Client.CheckRedirect
 	// is set.
 	Client *http.Client
+	// Concurrency is how many requests may run at once (the pipeline's
+	// concurrency): the default client keeps that many idle connections to
+	// the host, so none is closed and reopened between requests. Default 256.
+	Concurrency int
 }
 
 // JSONRule is JSON mode: the body of a 2xx answer says whether it worked.
@@ -199,7 +203,12 @@ func New(o Options) (*Handler, error) {
 	h.client = o.Client
 	if h.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 256 // a processor runs up to `concurrency` requests to one host
+		// A processor runs up to `concurrency` requests to one host.
+		t.MaxIdleConnsPerHost = 256
+		if o.Concurrency > 0 {
+			t.MaxIdleConnsPerHost = o.Concurrency
+		}
+		t.MaxIdleConns = max(t.MaxIdleConns, t.MaxIdleConnsPerHost)
 		h.client = &http.Client{Transport: t}
 	}
 	if h.client.CheckRedirect == nil {
