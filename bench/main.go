@@ -94,6 +94,7 @@ func main() {
 	happyDefault := one(run(procBin, "^BenchmarkHappyPath$", "-bench.records", n, "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"))
 	happy := one(run(procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
 	failure := one(run(procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
+	paced := one(run(procBin, "^BenchmarkFailurePaced$", "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)))
 	slow := one(run(procBin, "^BenchmarkSlowHandler$", "-bench.slowrecords", strconv.Itoa(*slowRecs)))
 	an := one(run(anBin, "^BenchmarkRebuild$", "-bench.deadletters", strconv.Itoa(*deadLetters)))
 	scaling := run(procBin, "^BenchmarkScaling$", append([]string{"-bench.records", strconv.Itoa(*scaleRecs)}, tuned...)...)
@@ -123,6 +124,7 @@ func main() {
 	row("2", "happy path: no-op handler + results, default MaxInflight (4×concurrency)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
 	row("2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
 	row("3", "failure path: every record fails once into a 1 s tier", failure, ratio(failure), lateness(failure))
+	row("3", fmt.Sprintf("failure path, offered at %s rec/s (below capacity): the scheduler's lateness", f0(paced["offered-records/s"])), paced, "–", lateness(paced))
 	bound := slow["bound-records/s"]
 	slowRatio := "–"
 	if bound > 0 && slow["records/s"] > 0 {

@@ -50,6 +50,8 @@ var (
 	benchSlow       = flag.Int("bench.slowrecords", 30000, "records for the slow-handler benchmark")
 	benchSlowDelay  = flag.Duration("bench.slowdelay", 200*time.Millisecond, "the slow handler's answer delay")
 	benchSlowConc   = flag.Int("bench.slowconcurrency", 1000, "handler concurrency of the slow-handler benchmark")
+	benchPacedRate  = flag.Int("bench.pacedrate", 10000, "records/s offered by the paced failure path")
+	benchPacedRecs  = flag.Int("bench.pacedrecords", 50000, "records of the paced failure path")
 	benchMaxWaiting = flag.Int("bench.maxwaiting", 0, "MaxWaiting for the failure path (0: default)")
 	benchConc       = flag.Int("bench.concurrency", 256, "handler concurrency of the happy and failure paths")
 	benchInflight   = flag.Int("bench.maxinflight", 0, "MaxInflight of the happy and failure paths (0: default, 4×concurrency)")
@@ -315,6 +317,40 @@ func BenchmarkFailurePath(b *testing.B) {
 	e.start(h, withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
+	m.report(b)
+	h.report(b)
+}
+
+// BenchmarkFailurePaced offers fail-once records at -bench.pacedrate, below
+// the processor's capacity, to a running processor: its lateness is the
+// scheduler's (pause, resume, fetch), not a queue's.
+func BenchmarkFailurePaced(b *testing.B) {
+	n, rate := *benchPacedRecs, *benchPacedRate
+	e := newEnv(b, []time.Duration{time.Second}, 6)
+	tune(e)
+	e.p.Schedule.Jitter = 0
+	h := &failOnce{}
+	m := newMeter(e.p.Results, n)
+	e.start(h, withMeter(m))
+	time.Sleep(3 * time.Second) // joined
+	cl := e.c.Client(b, kgo.ProducerLinger(time.Millisecond))
+	val := make([]byte, 200)
+	copy(val, "fail-once")
+	b.ResetTimer()
+	m.begin()
+	const tick = 10 * time.Millisecond
+	per := max(1, rate/100)
+	start := time.Now()
+	for sent := 0; sent < n; {
+		for i := 0; i < per && sent < n; i++ {
+			cl.Produce(context.Background(), &kgo.Record{Topic: e.p.Topic, Key: []byte(fmt.Sprintf("k%d", sent)), Value: val}, nil)
+			sent++
+		}
+		time.Sleep(time.Until(start.Add(time.Duration(sent/per) * tick)))
+	}
+	m.wait(b, 10*time.Minute)
+	b.StopTimer()
+	b.ReportMetric(float64(rate), "offered-records/s")
 	m.report(b)
 	h.report(b)
 }
