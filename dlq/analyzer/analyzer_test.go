@@ -149,16 +149,10 @@ func waitStats(t *testing.T, base string, total int64) analyzer.PipelineStats {
 	return analyzer.PipelineStats{}
 }
 
+// collect reads topic from the start until n records or timeout.
 func collect(t *testing.T, c *kafkatest.Cluster, topic string, n int, timeout time.Duration) []*kgo.Record {
 	t.Helper()
-	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	var out []*kgo.Record
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for len(out) < n && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
-	}
-	return out
+	return c.Collect(t, topic, n, timeout)
 }
 
 func TestRulesRepublishWaitParkDropKeep(t *testing.T) {

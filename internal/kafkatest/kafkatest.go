@@ -174,3 +174,17 @@ var seq atomic.Int64
 func Topic(t testing.TB, base string) string {
 	return fmt.Sprintf("%s.%d.%d", base, time.Now().UnixNano()%1e9, seq.Add(1))
 }
+
+// Collect reads topic from its start until n records arrived or timeout
+// passed, and returns what it read (fewer than n on timeout).
+func (c *Cluster) Collect(t testing.TB, topic string, n int, timeout time.Duration) []*kgo.Record {
+	t.Helper()
+	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	var out []*kgo.Record
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for len(out) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
