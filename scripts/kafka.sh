@@ -8,6 +8,7 @@
 #                            eval "$(scripts/kafka.sh up | tail -1)" works
 #   scripts/kafka.sh down    stop it (SIGTERM, SIGKILL after 20 s) and remove its state
 #   scripts/kafka.sh status  print the line if running, exit 1 if not
+#   scripts/kafka.sh restart stop and start it again on the same ports and data
 #
 # Environment:
 #   KAFKA_VERSION      broker version (default pinned below)
@@ -161,29 +162,10 @@ logger.controller.level = WARN
 L4J
 }
 
-up() {
-  lock
-  if running; then
-    log "already running (pid $(cat "$STATE/pid"), state $STATE)"
-    line
-    return 0
-  fi
-  need_tools
-  resolve
-  [[ -f "$STATE/pid" ]] && log "stale state in $STATE (broker gone): starting afresh"
-  rm -rf "$STATE"; mkdir -p "$STATE/data"
-  local port cport
-  port=$(free_port); cport=$(free_port)
-  while [[ "$cport" == "$port" ]]; do cport=$(free_port); done
-  write_config "$port" "$cport"
-
-  local cp="$LIB/*" id
-  id=$(java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool random-uuid 2>"$STATE/format.log" | tail -1)
-  [[ ${#id} -eq 22 ]] || { cat "$STATE/format.log" >&2; die "StorageTool random-uuid gave '$id'"; }
-  java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool format \
-    --cluster-id "$id" --config "$STATE/server.properties" --standalone >>"$STATE/format.log" 2>&1 \
-    || { cat "$STATE/format.log" >&2; die "formatting $STATE/data failed"; }
-
+# start_jvm starts the broker on the state dir's config and waits until it
+# answers a metadata request; the caller holds the lock.
+start_jvm() {
+  local port=$1 cport=$2 cp="$LIB/*"
   log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$port (controller 127.0.0.1:$cport), log $STATE/kafka.log"
   # Its own session, so a Ctrl-C in the terminal that ran `up` does not reach
   # it; the inner shell records its pid and becomes the JVM.
@@ -210,9 +192,35 @@ up() {
     fi
     sleep 0.5
   done
+  log "$out; $(grep -m1 -o 'Kafka Server started' "$STATE/kafka.log" || echo 'no start line in the log')"
+}
+
+up() {
+  lock
+  if running; then
+    log "already running (pid $(cat "$STATE/pid"), state $STATE)"
+    line
+    return 0
+  fi
+  need_tools
+  resolve
+  [[ -f "$STATE/pid" ]] && log "stale state in $STATE (broker gone): starting afresh"
+  rm -rf "$STATE"; mkdir -p "$STATE/data"
+  local port cport
+  port=$(free_port); cport=$(free_port)
+  while [[ "$cport" == "$port" ]]; do cport=$(free_port); done
+  write_config "$port" "$cport"
+
+  local cp="$LIB/*" id
+  id=$(java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool random-uuid 2>"$STATE/format.log" | tail -1)
+  [[ ${#id} -eq 22 ]] || { cat "$STATE/format.log" >&2; die "StorageTool random-uuid gave '$id'"; }
+  java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool format \
+    --cluster-id "$id" --config "$STATE/server.properties" --standalone >>"$STATE/format.log" 2>&1 \
+    || { cat "$STATE/format.log" >&2; die "formatting $STATE/data failed"; }
+
+  start_jvm "$port" "$cport"
   echo "$port" > "$STATE/port"
   flock -u 9
-  log "$out; $(grep -m1 -o 'Kafka Server started' "$STATE/kafka.log" || echo 'no start line in the log')"
   line
 }
 
@@ -238,6 +246,36 @@ down() {
   if [[ -d "$STATE" ]]; then down_locked; log "stopped; removed $STATE"; else log "not running"; fi
 }
 
+# stop_jvm stops the broker (SIGTERM, SIGKILL after 20 s), keeping its state.
+stop_jvm() {
+  local pid; pid=$(cat "$STATE/pid" 2>/dev/null || true)
+  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "the broker did not stop within 20 s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    fi
+  fi
+}
+
+# restart stops the running broker and starts it again on the same ports
+# and data (a broker restart, for tests of what clients do meanwhile).
+restart() {
+  lock
+  running || die "not running (state $STATE): nothing to restart"
+  local port cport
+  port=$(cat "$STATE/port")
+  cport=$(sed -n 's/^controller.quorum.bootstrap.servers=127.0.0.1:\([0-9]*\)$/\1/p' "$STATE/server.properties")
+  log "restarting the broker on 127.0.0.1:$port"
+  stop_jvm
+  rm -f "$STATE/pid"
+  start_jvm "$port" "$cport"
+  flock -u 9
+  line
+}
+
 status() {
   if running; then line; else log "not running (state $STATE)"; exit 1; fi
 }
@@ -246,5 +284,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+  restart) restart ;;
+  *) echo "usage: $0 up|down|status|restart" >&2; exit 2 ;;
 esac
