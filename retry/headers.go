@@ -294,12 +294,28 @@ func millis(v string) (time.Time, error) {
 	return time.UnixMilli(n), nil
 }
 
+// headerCount is how many redrive headers Encode writes for m (at most).
+func (m *Meta) headerCount() int {
+	n := 0
+	for _, set := range []bool{
+		m.ID != "", m.ID != "" || m.Attempt != 0, m.Polls != 0, !m.Due.IsZero(), m.Tier != "",
+		m.HasOrigin, m.HasOrigin, m.HasOrigin, m.HasOrigin && !m.OriginTimestamp.IsZero(),
+		!m.FirstErrorAt.IsZero(), !m.LastErrorAt.IsZero(), m.Error != "", m.ErrorCode != "", m.ErrorClass != "",
+		len(m.State) > 0, m.Reason != "", m.Redrives != 0, m.Group != "", m.Instance != "", m.Truncated != 0, !m.NotReadySince.IsZero(),
+	} {
+		if set {
+			n++
+		}
+	}
+	return n
+}
+
 // Encode writes m as redrive-* headers followed by the user's headers
 // unchanged. Empty fields are left out. The result never holds a redrive
 // header twice, whatever user holds: known redrive-* headers in user are
 // dropped in favour of m's.
 func Encode(m Meta, user []kgo.RecordHeader) []kgo.RecordHeader {
-	hs := make([]kgo.RecordHeader, 0, len(user)+16)
+	hs := make([]kgo.RecordHeader, 0, len(user)+m.headerCount())
 	// One buffer holds every value (two allocations per call, not one per
 	// header); each value is capped so that appending to it copies.
 	buf := make([]byte, 0, 160+len(m.ID)+len(m.Tier)+len(m.OriginTopic)+min(len(m.Error), MaxErrorBytes)+
