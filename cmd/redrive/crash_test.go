@@ -64,25 +64,7 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 		t.Fatalf("ensure: %s", out)
 	}
 	const n, kills = 2000, 3
-	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
-	var recs []*kgo.Record
-	want := map[string]string{} // id → terminal topic
-	for i := range n {
-		id := fmt.Sprintf("req-%d", i)
-		v, to := "slow", topic+".results"
-		switch {
-		case i%10 == 0:
-			v = "flaky" // one 503, then a result from the 1s tier
-		case i%25 == 1:
-			v, to = "wrong-key", topic+".dlq"
-		}
-		want[id] = to
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
-	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-
+	want := produceMix(t, c, topic, n)
 	var killedAt []int
 	for k := range kills {
 		p := startProc(t, bin, cfg)
@@ -105,46 +87,14 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 	}
 
 	last := startProc(t, bin, cfg)
-	results := collectIDs(t, c, topic+".results", countTo(want, topic+".results"), 120*time.Second)
-	dead := collectIDs(t, c, topic+".dlq", countTo(want, topic+".dlq"), 60*time.Second)
-	missing, wrong := 0, 0
-	for id, to := range want {
-		got := results
-		if to == topic+".dlq" {
-			got = dead
-		}
-		if got[id] == 0 {
-			missing++
-		}
-		if results[id] > 0 && dead[id] > 0 {
-			wrong++
-		}
-	}
+	missing, wrong, dups := terminal(t, c, topic, want)
 	if missing > 0 || wrong > 0 {
 		t.Fatalf("after SIGKILLs at %v handled: %d of %d requests reached no terminal topic (lost), %d reached both:\n%s",
 			killedAt, missing, n, wrong, last.log.String())
 	}
-	dups := 0
-	for _, m := range []map[string]int{results, dead} {
-		for _, k := range m {
-			dups += k - 1
-		}
-	}
 	t.Logf("SIGKILLed at %v of %d distinct requests handled; all %d reached their terminal topic; %d duplicates (at least once)", killedAt, n, n, dups)
 
-	if err := last.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- last.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("SIGTERM: %v (want exit 0):\n%s", err, last.log.String())
-		}
-	case <-time.After(25 * time.Second):
-		t.Fatalf("no exit within 25s of SIGTERM (grace 10s):\n%s", last.log.String())
-	}
+	last.sigterm(t, 25*time.Second)
 	for _, tp := range []string{topic, topic + ".retry.1s", topic + ".retry.2s"} {
 		if lag := groupLag(t, c, "redrive."+topic, tp); lag != 0 {
 			t.Errorf("after SIGTERM the group's lag on %s is %d, want 0 (everything committed)", tp, lag)
@@ -160,6 +110,77 @@ func countTo(want map[string]string, topic string) int {
 		}
 	}
 	return n
+}
+
+// produceMix produces n requests to topic: mostly "slow" (a result), every
+// 10th "flaky" (one 503, then a result from the 1s tier), every 25th+1
+// "wrong-key" (the DLQ). It returns id → the terminal topic expected.
+func produceMix(t *testing.T, c *kafkatest.Cluster, topic string, n int) map[string]string {
+	t.Helper()
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	want := map[string]string{}
+	var recs []*kgo.Record
+	for i := range n {
+		id := fmt.Sprintf("req-%d", i)
+		v, to := "slow", topic+".results"
+		switch {
+		case i%10 == 0:
+			v = "flaky"
+		case i%25 == 1:
+			v, to = "wrong-key", topic+".dlq"
+		}
+		want[id] = to
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return want
+}
+
+// terminal reads the results and DLQ topics until every request of want
+// arrived (or timeout) and counts the requests missing from their terminal
+// topic, those in both, and the duplicates.
+func terminal(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]string) (missing, both, dups int) {
+	t.Helper()
+	results := collectIDs(t, c, topic+".results", countTo(want, topic+".results"), 120*time.Second)
+	dead := collectIDs(t, c, topic+".dlq", countTo(want, topic+".dlq"), 60*time.Second)
+	for id, to := range want {
+		got := results
+		if to == topic+".dlq" {
+			got = dead
+		}
+		if got[id] == 0 {
+			missing++
+		}
+		if results[id] > 0 && dead[id] > 0 {
+			both++
+		}
+	}
+	for _, m := range []map[string]int{results, dead} {
+		for _, k := range m {
+			dups += k - 1
+		}
+	}
+	return missing, both, dups
+}
+
+// sigterm sends SIGTERM and fails t unless the process exits 0 within d.
+func (p *proc) sigterm(t *testing.T, d time.Duration) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("SIGTERM: %v (want exit 0):\n%s", err, p.log.String())
+		}
+	case <-time.After(d):
+		t.Fatalf("no exit within %v of SIGTERM:\n%s", d, p.log.String())
+	}
 }
 
 func distinct(s *solver) int {

@@ -66,7 +66,7 @@ func processorConfig(c *config.Config, handlers map[string]processor.Handler, o 
 	}
 	pc := processor.Config{
 		Brokers:        c.Brokers,
-		ClientOpts:     opts[1:], // the seed brokers are passed as Brokers
+		ClientOpts:     opts, // its seed brokers repeat Brokers: harmless
 		Instance:       c.Instance,
 		SessionTimeout: c.SessionTimeout.D(),
 		ShutdownGrace:  c.ShutdownGrace.D(),

@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/internal/kafkatest"
 )
@@ -78,24 +74,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		t.Fatalf("ensure: %s", out)
 	}
 	const n = 1500
-	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
-	want := map[string]string{}
-	var recs []*kgo.Record
-	for i := range n {
-		id := fmt.Sprintf("req-%d", i)
-		v, to := "slow", topic+".results"
-		switch {
-		case i%10 == 0:
-			v = "flaky"
-		case i%25 == 1:
-			v, to = "wrong-key", topic+".dlq"
-		}
-		want[id] = to
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
-	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	want := produceMix(t, c, topic, n)
 	p := startProc(t, bin, cfg)
 	deadline := time.Now().Add(60 * time.Second)
 	for distinct(s) < n/4 {
@@ -106,41 +85,12 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	}
 	at := distinct(s)
 	restart()
-	results := collectIDs(t, c, topic+".results", countTo(want, topic+".results"), 120*time.Second)
-	dead := collectIDs(t, c, topic+".dlq", countTo(want, topic+".dlq"), 60*time.Second)
-	missing := 0
-	for id, to := range want {
-		got := results
-		if to == topic+".dlq" {
-			got = dead
-		}
-		if got[id] == 0 {
-			missing++
-		}
-	}
+	missing, _, dups := terminal(t, c, topic, want)
 	if missing > 0 {
 		t.Fatalf("%d of %d requests reached no terminal topic after a broker restart at %d handled:\n%s", missing, n, at, p.log.String())
 	}
-	dups := 0
-	for _, m := range []map[string]int{results, dead} {
-		for _, k := range m {
-			dups += k - 1
-		}
-	}
 	t.Logf("broker restarted after %d of %d handled; all reached their terminal topic; %d duplicates", at, n, dups)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("SIGTERM: %v (want exit 0):\n%s", err, p.log.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit within 30s of SIGTERM:\n%s", p.log.String())
-	}
+	p.sigterm(t, 30*time.Second)
 	if lag := groupLag(t, c, "redrive."+topic, topic); lag != 0 {
 		t.Errorf("lag on %s after SIGTERM is %d, want 0", topic, lag)
 	}

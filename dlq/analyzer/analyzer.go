@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/dlq/dlqread"
 )
 
 // Pipeline is one DLQ the analyzer reads.
@@ -261,22 +262,16 @@ func (p *pipe) find(f dlq.Filter, limit int) []*dlq.DeadLetter {
 func (a *Analyzer) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	adm := kadm.NewClient(a.admin)
-	lo, err := adm.ListEndOffsets(ctx, topic)
+	bounds, err := dlqread.Offsets(ctx, a.admin, topic)
+	if errors.Is(err, dlqread.ErrNoTopic) {
+		return nil, fmt.Errorf("%w: run `redrive topics ensure`", err)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if e := lo.Error(); e != nil {
-		return nil, e
-	}
-	out := map[int32]int64{}
-	found := false
-	lo.Each(func(o kadm.ListedOffset) {
-		found = true
-		out[o.Partition] = o.Offset
-	})
-	if !found {
-		return nil, fmt.Errorf("topic %s not found: run `redrive topics ensure`", topic)
+	out := make(map[int32]int64, len(bounds))
+	for part, b := range bounds {
+		out[part] = b.End
 	}
 	return out, nil
 }
