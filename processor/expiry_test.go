@@ -181,3 +181,38 @@ func TestShutdownFinishesInFlightAndCommits(t *testing.T) {
 	}
 	t.Logf("shutdown took %v with %d of 8 handled, committed offset %d", took.Round(time.Millisecond), handled, committed)
 }
+
+// Stopping while tier records keep coming due must neither race nor lose
+// them: a record due during the drain stays uncommitted and the next run
+// handles it.
+func TestShutdownWhileTierRecordsComeDue(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 2)
+	e.p.Concurrency = 8
+	s := newScript()
+	stop := e.start(s)
+	const n = 400
+	// Spread the first attempts over about two seconds, so that retries come
+	// due all through the shutdown below.
+	for b := 0; b < 8; b++ {
+		var rs []*kgo.Record
+		for i := 0; i < n/8; i++ {
+			rs = append(rs, &kgo.Record{Topic: e.p.Topic, Key: []byte(strconv.Itoa(i)), Value: []byte("transient:1")})
+		}
+		e.produce(rs...)
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run returned %v after a clean shutdown, want nil", err)
+	}
+	e.start(s)
+	res := e.collect(e.p.Results, n, 90*time.Second, time.Second)
+	ids := map[string]bool{}
+	for _, r := range res {
+		id, _ := header(r, retry.HeaderID)
+		ids[id] = true
+	}
+	if len(ids) != n {
+		t.Fatalf("%d distinct requests reached the results topic, want %d", len(ids), n)
+	}
+	t.Logf("%d results for %d requests (%d duplicates)", len(res), n, len(res)-n)
+}

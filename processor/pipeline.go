@@ -191,6 +191,11 @@ func (p *pipeline) run(ctx context.Context) error {
 	// Shutdown: stop fetching, let in-flight work finish within the grace.
 	p.log.Info("stopping: finishing in-flight work", "inflight", p.inflightNow(), "grace", p.pc.ShutdownGrace)
 	p.cl.PauseFetchTopics(append([]string{p.cfg.Topic}, p.tiers...)...)
+	// No new work from here on: the scheduler stops before the drain wait,
+	// so nothing calls wg.Add while wg.Wait runs (a record due now simply
+	// stays uncommitted and is redelivered).
+	schedStop()
+	<-schedDone
 	drained := make(chan struct{})
 	go func() { p.wg.Wait(); close(drained) }()
 	select {
@@ -204,8 +209,6 @@ func (p *pipeline) run(ctx context.Context) error {
 		}
 	}
 	p.hstop()
-	schedStop()
-	<-schedDone
 	<-commitDone
 	<-lagDone
 	p.mu.Lock()
