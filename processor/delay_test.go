@@ -31,6 +31,11 @@ func TestDelayDoesNotBlockMainTopic(t *testing.T) {
 	if len(inTier) != 40 {
 		t.Fatalf("%d records reached %s, want 40", len(inTier), tier)
 	}
+	// The test reader saw them; now wait until the processor holds them
+	// and has paused the tier partitions (MaxWaiting=5).
+	if !waitGauge(reg, "redrive_paused_partitions", 1, 30*time.Second) {
+		t.Fatalf("redrive_paused_partitions never reached 1 with 40 retries waiting on 2 partitions and MaxWaiting=5")
+	}
 	start := time.Now()
 	var fast []*kgo.Record
 	for i := 0; i < 2000; i++ {
@@ -53,6 +58,29 @@ func TestDelayDoesNotBlockMainTopic(t *testing.T) {
 	if paused := gaugeSum(t, reg, "redrive_paused_partitions"); paused < 1 {
 		t.Errorf("redrive_paused_partitions = %v, want at least 1 (MaxWaiting=5, 40 waiting on 2 partitions)", paused)
 	}
+}
+
+// waitGauge polls reg until the sum of gauge name is at least min; a gauge
+// with no series yet counts as not there.
+func waitGauge(reg *prometheus.Registry, name string, min float64, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() != name {
+				continue
+			}
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+			if sum >= min {
+				return true
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
 }
 
 // gaugeSum is the sum of a gauge's series in reg.
