@@ -33,7 +33,7 @@ func TestDelayDoesNotBlockMainTopic(t *testing.T) {
 	}
 	// The test reader saw them; now wait until the processor holds them
 	// and has paused the tier partitions (MaxWaiting=5).
-	if !waitGauge(reg, "redrive_paused_partitions", 1, 30*time.Second) {
+	if !eventually(30*time.Second, func() bool { v, ok := gaugeValue(t, reg, "redrive_paused_partitions"); return ok && v >= 1 }) {
 		t.Fatalf("redrive_paused_partitions never reached 1 with 40 retries waiting on 2 partitions and MaxWaiting=5")
 	}
 	start := time.Now()
@@ -60,45 +60,12 @@ func TestDelayDoesNotBlockMainTopic(t *testing.T) {
 	}
 }
 
-// waitGauge polls reg until the sum of gauge name is at least min; a gauge
-// with no series yet counts as not there.
-func waitGauge(reg *prometheus.Registry, name string, min float64, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		mfs, _ := reg.Gather()
-		for _, mf := range mfs {
-			if mf.GetName() != name {
-				continue
-			}
-			var sum float64
-			for _, m := range mf.GetMetric() {
-				sum += m.GetGauge().GetValue()
-			}
-			if sum >= min {
-				return true
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return false
-}
-
 // gaugeSum is the sum of a gauge's series in reg.
 func gaugeSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	v, ok := gaugeValue(t, reg, name)
+	if !ok {
+		t.Fatalf("metric %s not found", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			var sum float64
-			for _, m := range mf.GetMetric() {
-				sum += m.GetGauge().GetValue()
-			}
-			return sum
-		}
-	}
-	t.Fatalf("metric %s not found", name)
-	return 0
+	return v
 }
