@@ -7,7 +7,7 @@
 //	REDRIVE_TEST_BROKERS=127.0.0.1:9092 go run ./bench
 //
 // The benchmarks themselves are ordinary Go benchmarks
-// (processor/bench_test.go, dlq/analyzer/bench_test.go); this command only
+// (processor/bench_test.go, analyzer/bench_test.go); this command only
 // builds their test binaries, runs them with -test.benchtime 1x and reads
 // the metrics they report.
 package main
@@ -64,7 +64,7 @@ func main() {
 	defer os.RemoveAll(dir)
 	began := time.Now()
 	procBin, anBin := filepath.Join(dir, "processor.test"), filepath.Join(dir, "analyzer.test")
-	for pkg, out := range map[string]string{"./processor": procBin, "./dlq/analyzer": anBin} {
+	for pkg, out := range map[string]string{"./processor": procBin, "./analyzer": anBin} {
 		step("building %s", pkg)
 		cmd := exec.Command("go", "test", "-c", "-o", out, pkg)
 		cmd.Stdout, cmd.Stderr = logf, logf

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/redrive/redrive/dlq/analyzer"
+	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/obs"
 	"github.com/redrive/redrive/processor"
