@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/retry"
 )

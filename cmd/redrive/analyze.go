@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
 	"github.com/redrive/redrive/internal/obs"
