@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Header names of the wire contract (see design.md, "Record headers"). All
+// Header names of the wire contract (see docs/headers.md). All
 // values are UTF-8 text; times are Unix milliseconds; integers are decimal.
 const (
 	// HeaderPrefix starts every header that redrive owns.

@@ -1,6 +1,6 @@
 // Package httphandler is redrive's built-in processor.Handler: it POSTs each
 // record to one URL and turns the HTTP response into an Outcome, following
-// the protocol in design.md ("The HTTP handler").
+// the protocol in docs/http-protocol.md.
 //
 // Request. Body: the record value. Headers:
 //

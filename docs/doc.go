@@ -1,0 +1,2 @@
+// Package docs holds redrive's user documentation; its tests keep it true.
+package docs
