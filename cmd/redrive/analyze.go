@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
 	"github.com/redrive/redrive/internal/obs"
@@ -45,7 +45,7 @@ func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules, err := dlq.CompileRules(c.Analyzer.Rules)
+	rules, err := dlq.CompileRules(c.Analyzer.RuleConfigs())
 	if err != nil {
 		return nil, err
 	}
