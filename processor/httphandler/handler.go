@@ -52,6 +52,7 @@ const (
 const (
 	DefaultTimeout      = 30 * time.Second
 	DefaultMaxBodyBytes = 1 << 20
+	DefaultConcurrency  = 256 // idle connections kept per host without Options.Concurrency
 )
 
 // Options configures a Handler.
@@ -79,7 +80,8 @@ type Options struct {
 	Client *http.Client
 	// Concurrency is how many requests may run at once (the pipeline's
 	// concurrency): the default client keeps that many idle connections to
-	// the host, so none is closed and reopened between requests. Default 256.
+	// the host, so none is closed and reopened between requests. Default
+	// DefaultConcurrency.
 	Concurrency int
 }
 
@@ -307,7 +309,7 @@ func New(o Options) (*Handler, error) {
 	if h.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		// A processor runs up to `concurrency` requests to one host.
-		t.MaxIdleConnsPerHost = 256
+		t.MaxIdleConnsPerHost = DefaultConcurrency
 		if o.Concurrency > 0 {
 			t.MaxIdleConnsPerHost = o.Concurrency
 		}
