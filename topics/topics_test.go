@@ -545,3 +545,36 @@ func TestEnsureRejectsNamelessSpec(t *testing.T) {
 		t.Fatalf("err %v, want ErrBadSpec", err)
 	}
 }
+
+// The names every package uses for a pipeline's groups and default DLQ.
+func TestNames(t *testing.T) {
+	if g := topics.GroupID("solve"); g != "redrive.solve" {
+		t.Errorf("GroupID = %q", g)
+	}
+	if g := topics.AnalyzerGroupID("solve"); g != "redrive.solve.analyzer" {
+		t.Errorf("AnalyzerGroupID = %q", g)
+	}
+	if d := topics.DefaultDLQ("solve.requests"); d != "solve.requests.dlq" {
+		t.Errorf("DefaultDLQ = %q", d)
+	}
+	for name, want := range map[string]string{
+		"solve.requests_v2-a":    "",
+		"":                       "required",
+		".":                      `"." is not a legal topic name`,
+		"..":                     `".." is not a legal topic name`,
+		"a/b":                    `"a/b": a topic name uses only letters, digits, '.', '_' and '-'`,
+		strings.Repeat("a", 249): "",
+		strings.Repeat("a", 250): "is longer than 249 characters",
+	} {
+		err := topics.ValidateName(name)
+		if want == "" {
+			if err != nil {
+				t.Errorf("ValidateName(%q) = %v", name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, topics.ErrBadName) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateName(%q) = %v, want %q", name, err, want)
+		}
+	}
+}
