@@ -15,12 +15,13 @@ import (
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/dlq/dlqread"
+	"github.com/redrive/redrive/topics"
 )
 
 // Pipeline is one DLQ the analyzer reads.
 type Pipeline struct {
 	// Name is the pipeline's name; the rule worker's group is
-	// "redrive.<Name>.analyzer".
+	// topics.AnalyzerGroupID(Name), "redrive.<Name>.analyzer".
 	Name string
 	// Topic is the pipeline's main topic, where republish writes by default.
 	Topic string
@@ -31,7 +32,7 @@ type Pipeline struct {
 }
 
 // GroupID is the rule worker's consumer group.
-func (p Pipeline) GroupID() string { return "redrive." + p.Name + ".analyzer" }
+func (p Pipeline) GroupID() string { return topics.AnalyzerGroupID(p.Name) }
 
 // Options configure an Analyzer.
 type Options struct {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/redrive/redrive/internal/config"
 )
 
 // ErrBadRule is wrapped by every CompileRules error.
@@ -44,7 +42,21 @@ func ParseAction(s string) (Action, error) {
 }
 
 // DefaultMaxRedrives is a republish rule's MaxRedrives when it has none.
-const DefaultMaxRedrives = config.DefaultMaxRedrives
+const DefaultMaxRedrives = 3
+
+// RuleConfig is a rule as configured (internal/config's AnalyzerRule, or a
+// Go program's), before CompileRules checks it. This package does not
+// import internal/config: that package imports processor, which imports
+// this one.
+type RuleConfig struct {
+	Name        string
+	Pipeline    string
+	Match       Filter
+	Action      string
+	To          string
+	After       time.Duration
+	MaxRedrives int
+}
 
 // Rule is one rule for automatic republish. Decide takes rules in order;
 // the first whose Match matches decides.
@@ -151,7 +163,7 @@ func RulesFor(rules []Rule, pipeline string) []Rule {
 // To, After and MaxRedrives (not negative) only with republish. Every
 // problem is reported, joined; each wraps ErrBadRule and names the rule by
 // its index and name. A zero MaxRedrives becomes DefaultMaxRedrives.
-func CompileRules(cfg []config.AnalyzerRule) ([]Rule, error) {
+func CompileRules(cfg []RuleConfig) ([]Rule, error) {
 	var errs []error
 	out := make([]Rule, 0, len(cfg))
 	seen := map[string]int{}
@@ -169,8 +181,7 @@ func CompileRules(cfg []config.AnalyzerRule) ([]Rule, error) {
 			seen[name] = i
 		}
 		r := Rule{
-			Name: name, Pipeline: c.Pipeline, To: c.To, After: c.After.D(), MaxRedrives: c.MaxRedrives,
-			Match: Filter{Codes: c.Match.Codes, Reasons: c.Match.Reasons, Classes: c.Match.Classes, Origins: c.Match.Origins, Headers: c.Match.Headers},
+			Name: name, Pipeline: c.Pipeline, To: c.To, After: c.After, MaxRedrives: c.MaxRedrives, Match: c.Match,
 		}
 		a, err := ParseAction(c.Action)
 		if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -104,10 +103,10 @@ func TestRulesFor(t *testing.T) {
 }
 
 func TestCompileRules(t *testing.T) {
-	rules, err := CompileRules([]config.AnalyzerRule{
-		{Name: "no-slot", Pipeline: "solve", Match: config.RuleMatch{Codes: []string{"ERROR_NO_SLOT_AVAILABLE"}, Reasons: []string{"exhausted"},
+	rules, err := CompileRules([]RuleConfig{
+		{Name: "no-slot", Pipeline: "solve", Match: Filter{Codes: []string{"ERROR_NO_SLOT_AVAILABLE"}, Reasons: []string{"exhausted"},
 			Classes: []string{"transient"}, Origins: []string{"solve.*"}, Headers: map[string]string{"plan": "free"}},
-			Action: "republish", To: "solve.failover", After: config.Duration(10 * time.Minute), MaxRedrives: 2},
+			Action: "republish", To: "solve.failover", After: 10 * time.Minute, MaxRedrives: 2},
 		{Action: "republish"},
 		{Action: "drop"},
 	})
@@ -130,16 +129,16 @@ func TestCompileRules(t *testing.T) {
 
 	bad := []struct {
 		name  string
-		rules []config.AnalyzerRule
+		rules []RuleConfig
 		want  []string
 	}{
-		{"no action", []config.AnalyzerRule{{Name: "x"}}, []string{`analyzer.rules[0] ("x"): action "": want republish, keep or drop`}},
-		{"park is not an action", []config.AnalyzerRule{{Action: "park"}}, []string{`analyzer.rules[0] ("rule-1"): action "park"`}},
-		{"duplicate", []config.AnalyzerRule{{Name: "rule-2", Action: "keep"}, {Action: "keep"}}, []string{`analyzer.rules[1] ("rule-2"): the name is also that of analyzer.rules[0]`}},
-		{"bad match", []config.AnalyzerRule{{Action: "keep", Match: config.RuleMatch{Reasons: []string{"tired"}, Classes: []string{"fatal"}, Codes: []string{""}}}}, []string{
+		{"no action", []RuleConfig{{Name: "x"}}, []string{`analyzer.rules[0] ("x"): action "": want republish, keep or drop`}},
+		{"park is not an action", []RuleConfig{{Action: "park"}}, []string{`analyzer.rules[0] ("rule-1"): action "park"`}},
+		{"duplicate", []RuleConfig{{Name: "rule-2", Action: "keep"}, {Action: "keep"}}, []string{`analyzer.rules[1] ("rule-2"): the name is also that of analyzer.rules[0]`}},
+		{"bad match", []RuleConfig{{Action: "keep", Match: Filter{Reasons: []string{"tired"}, Classes: []string{"fatal"}, Codes: []string{""}}}}, []string{
 			`analyzer.rules[0] ("rule-1"): match: unknown dead-letter reason "tired"`, `match: unknown error class "fatal"`, "match: empty code"}},
-		{"to with drop", []config.AnalyzerRule{{Action: "drop", To: "x"}}, []string{"to, after and max_redrives are only for action republish"}},
-		{"negative", []config.AnalyzerRule{{Action: "republish", MaxRedrives: -1, After: -1}}, []string{"max_redrives -1: must not be negative", "after -1ns: must not be negative"}},
+		{"to with drop", []RuleConfig{{Action: "drop", To: "x"}}, []string{"to, after and max_redrives are only for action republish"}},
+		{"negative", []RuleConfig{{Action: "republish", MaxRedrives: -1, After: -1}}, []string{"max_redrives -1: must not be negative", "after -1ns: must not be negative"}},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -153,38 +152,6 @@ func TestCompileRules(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// The configuration accepts what dlq knows, and CompileRules takes what
-// the configuration accepts.
-func TestCompileRulesFromConfig(t *testing.T) {
-	var reasons []string
-	for _, r := range Reasons {
-		reasons = append(reasons, string(r))
-	}
-	doc := fmt.Sprintf(`brokers: [h:1]
-pipelines: [{name: solve, topic: solve.requests}]
-analyzer:
-  rules:
-    - {name: every-reason, action: keep, match: {reasons: [%s], classes: [transient, not-ready, permanent, invalid, expired]}}
-    - {pipeline: solve, action: republish, after: 10m, match: {codes: ['http_5*'], headers: {plan: free}}}
-    - {action: drop}
-`, strings.Join(reasons, ", "))
-	c, err := config.Parse([]byte(doc), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules, err := CompileRules(c.Analyzer.Rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rules) != 3 || rules[1].Name != "rule-2" || rules[1].MaxRedrives != DefaultMaxRedrives || rules[1].After != 10*time.Minute || rules[2].Action != ActionDrop {
-		t.Errorf("rules = %+v", rules)
-	}
-	d := spec{code: "http_503", user: []kgo.RecordHeader{hdr("plan", "free")}}.build(t)
-	if got := Decide(RulesFor(rules, "solve")[1:], d, "solve.requests"); got.Action != ActionRepublish || !got.NotBefore.Equal(t0.Add(10*time.Minute)) {
-		t.Errorf("Decide = %+v", got)
 	}
 }
 

@@ -5,23 +5,29 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
 // Pipeline is one main topic with its tiers, DLQ and optional results topic.
 type Pipeline struct {
-	// Name identifies the pipeline; the consumer group is "redrive.<Name>".
+	// Name identifies the pipeline; the consumer group is
+	// topics.GroupID(Name), "redrive.<Name>".
 	Name string
 	// Topic is the main topic.
 	Topic string
 	// Results is the results topic; empty: results are not written.
 	Results string
-	// DLQ is the dead-letter topic (default "<Topic>.dlq").
+	// DLQ is the dead-letter topic (default topics.DefaultDLQ(Topic),
+	// "<Topic>.dlq").
 	DLQ string
 	// Schedule is the tier plan.
 	Schedule retry.Schedule
@@ -81,27 +87,185 @@ type Config struct {
 	Beat func(name string)
 }
 
-// Errors returned by New for a bad configuration.
+// ErrConfig is wrapped by the error New returns for a bad configuration.
 var ErrConfig = errors.New("processor: bad config")
 
-func (c *Config) setDefaults() error {
-	if len(c.Brokers) == 0 {
-		return fmt.Errorf("%w: no brokers", ErrConfig)
+// Defaults that WithDefaults fills in for zero values.
+const (
+	DefaultSessionTimeout   = 45 * time.Second
+	DefaultShutdownGrace    = 30 * time.Second
+	DefaultCommitInterval   = 500 * time.Millisecond
+	DefaultNotReadyDeadline = 10 * time.Minute
+	DefaultConcurrency      = 64
+	DefaultInflightPerSlot  = 4 // MaxInflight is this times Concurrency
+	DefaultMaxInflightBytes = 64 << 20
+	DefaultMaxWaiting       = 2000
+)
+
+// FieldError is one problem with one field of a Config, a Pipeline or
+// (package httphandler) its Options. A loader that knows where the field
+// came from (internal/config: the YAML key and line) maps Field to that.
+type FieldError struct {
+	// Field is the Go field, dotted from the struct that was validated:
+	// "Concurrency", "Pipelines[1].Topic", "Codes.Permanent", "Schedule".
+	Field string
+	// Index is the element of a list field at fault, or -1.
+	Index int
+	// Key is the key of a map field at fault, if any ("" otherwise).
+	Key string
+	// Msg says what is wrong, starting with the value when it helps
+	// ("-1: must be at least 1").
+	Msg string
+	// Err is the cause, if another package's validator found the problem
+	// (a *retry.ScheduleError, topics.ErrBadName); it may be nil.
+	Err error
+}
+
+func (e *FieldError) Error() string {
+	f := e.Field
+	switch {
+	case e.Key != "":
+		f += "[" + strconv.Quote(e.Key) + "]"
+	case e.Index >= 0:
+		f += "[" + strconv.Itoa(e.Index) + "]"
 	}
-	if len(c.Pipelines) == 0 {
-		return fmt.Errorf("%w: no pipelines", ErrConfig)
+	return f + ": " + e.Msg
+}
+
+// Unwrap gives the cause, if any.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// fieldErrs collects FieldErrors.
+type fieldErrs []error
+
+func (fe *fieldErrs) add(field, format string, args ...any) {
+	*fe = append(*fe, &FieldError{Field: field, Index: -1, Msg: fmt.Sprintf(format, args...)})
+}
+
+// WithDefaults is p with every zero value that has a default filled in:
+// DLQ (topics.DefaultDLQ(Topic)), NotReadyDeadline, Concurrency,
+// MaxInflight (DefaultInflightPerSlot × Concurrency), MaxInflightBytes,
+// MaxWaiting. Name and Schedule have no default.
+func (p Pipeline) WithDefaults() Pipeline {
+	if p.DLQ == "" && p.Topic != "" {
+		p.DLQ = topics.DefaultDLQ(p.Topic)
 	}
+	if p.NotReadyDeadline == 0 {
+		p.NotReadyDeadline = DefaultNotReadyDeadline
+	}
+	if p.Concurrency == 0 {
+		p.Concurrency = DefaultConcurrency
+	}
+	if p.MaxInflight == 0 && p.Concurrency > 0 {
+		p.MaxInflight = DefaultInflightPerSlot * p.Concurrency
+	}
+	if p.MaxInflightBytes == 0 {
+		p.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	if p.MaxWaiting == 0 {
+		p.MaxWaiting = DefaultMaxWaiting
+	}
+	return p
+}
+
+// Validate checks a pipeline whose defaults are filled in (WithDefaults)
+// on its own; Config.Validate also checks pipelines against each other.
+// It reports every problem, each a *FieldError, joined with errors.Join.
+func (p Pipeline) Validate() error { return errors.Join(p.validate()...) }
+
+func (p Pipeline) validate() []error {
+	var errs fieldErrs
+	switch {
+	case p.Name == "":
+		errs.add("Name", "required")
+	case !topics.LegalChars(p.Name):
+		errs.add("Name", "%q: use letters, digits, '.', '_' and '-'", p.Name)
+	}
+	topicErr := topics.ValidateName(p.Topic)
+	if topicErr != nil {
+		errs = append(errs, &FieldError{Field: "Topic", Index: -1, Msg: topicErr.Error(), Err: topicErr})
+	}
+	if err := p.Schedule.Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, &FieldError{Field: "Schedule", Index: -1, Msg: e.Error(), Err: e})
+		}
+	}
+	tiers := p.TierTopics()
+	if topicErr == nil {
+		for _, t := range tiers {
+			if len(t) > topics.MaxNameLen {
+				errs.add("Topic", "tier topic %q is longer than %d characters", t, topics.MaxNameLen)
+				break
+			}
+		}
+	}
+	if p.Results != "" {
+		if err := topics.ValidateName(p.Results); err != nil {
+			errs = append(errs, &FieldError{Field: "Results", Index: -1, Msg: err.Error(), Err: err})
+		} else if p.Results == p.Topic {
+			errs.add("Results", "%q is the main topic too", p.Results)
+		} else if slices.Contains(tiers, p.Results) {
+			errs.add("Results", "%q is a tier topic too", p.Results)
+		}
+	}
+	if p.DLQ == "" && p.Topic == "" {
+		// it defaults from the topic: the topic's error says it
+	} else if err := topics.ValidateName(p.DLQ); err != nil {
+		errs = append(errs, &FieldError{Field: "DLQ", Index: -1, Msg: err.Error(), Err: err})
+	} else if p.DLQ == p.Topic {
+		errs.add("DLQ", "%q is the main topic too", p.DLQ)
+	} else if slices.Contains(tiers, p.DLQ) {
+		errs.add("DLQ", "%q is a tier topic too", p.DLQ)
+	} else if p.DLQ == p.Results {
+		errs.add("DLQ", "%q is the results topic too", p.DLQ)
+	}
+	switch p.DLQHeaderStyle {
+	case "", dlq.StyleSpring, dlq.StyleConnect:
+	default:
+		errs.add("DLQHeaderStyle", "%q: want %q, %q or nothing", p.DLQHeaderStyle, dlq.StyleSpring, dlq.StyleConnect)
+	}
+	for j, h := range p.RedactHeaders {
+		if h == "" {
+			errs = append(errs, &FieldError{Field: "RedactHeaders", Index: j, Msg: "empty header name"})
+		}
+	}
+	if p.TTL < 0 {
+		errs.add("TTL", "%s: must not be negative", p.TTL)
+	}
+	if p.NotReadyDeadline <= 0 {
+		errs.add("NotReadyDeadline", "%s: must be more than 0", p.NotReadyDeadline)
+	}
+	if p.Concurrency < 1 {
+		errs.add("Concurrency", "%d: must be at least 1", p.Concurrency)
+	}
+	if p.MaxInflight < 1 {
+		errs.add("MaxInflight", "%d: must be at least 1", p.MaxInflight)
+	}
+	if p.MaxInflightBytes < 1 {
+		errs.add("MaxInflightBytes", "%d: must be at least 1", p.MaxInflightBytes)
+	}
+	if p.MaxWaiting < 1 {
+		errs.add("MaxWaiting", "%d: must be at least 1", p.MaxWaiting)
+	}
+	return errs
+}
+
+// WithDefaults is c with every zero value that has a default filled in,
+// its pipelines' too (Pipeline.WithDefaults): Instance (the host name),
+// SessionTimeout, ShutdownGrace, CommitInterval, Registerer (a private
+// registry), Logger (slog.Default()).
+func (c Config) WithDefaults() Config {
 	if c.Instance == "" {
 		c.Instance, _ = os.Hostname()
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 45 * time.Second
+		c.SessionTimeout = DefaultSessionTimeout
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
+		c.ShutdownGrace = DefaultShutdownGrace
 	}
 	if c.CommitInterval == 0 {
-		c.CommitInterval = 500 * time.Millisecond
+		c.CommitInterval = DefaultCommitInterval
 	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
@@ -109,43 +273,86 @@ func (c *Config) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	names := map[string]bool{}
+	c.Pipelines = slices.Clone(c.Pipelines)
 	for i := range c.Pipelines {
-		p := &c.Pipelines[i]
-		if p.Name == "" || p.Topic == "" {
-			return fmt.Errorf("%w: pipeline %d needs a name and a topic", ErrConfig, i)
+		c.Pipelines[i] = c.Pipelines[i].WithDefaults()
+	}
+	return c
+}
+
+// Validate checks a Config whose defaults are filled in (WithDefaults): at
+// least one broker and one pipeline, each pipeline valid (its errors'
+// Field is "Pipelines[i].<field>"), pipeline names unique, and no topic
+// consumed (main or tier) by two pipelines. It reports every problem, each
+// a *FieldError, joined with errors.Join.
+func (c Config) Validate() error {
+	var errs fieldErrs
+	if len(c.Brokers) == 0 {
+		errs.add("Brokers", "at least one broker is required")
+	}
+	if c.SessionTimeout <= 0 {
+		errs.add("SessionTimeout", "%s: must be more than 0", c.SessionTimeout)
+	}
+	if c.ShutdownGrace <= 0 {
+		errs.add("ShutdownGrace", "%s: must be more than 0", c.ShutdownGrace)
+	}
+	if c.CommitInterval <= 0 {
+		errs.add("CommitInterval", "%s: must be more than 0", c.CommitInterval)
+	}
+	if len(c.Pipelines) == 0 {
+		errs.add("Pipelines", "at least one pipeline is required")
+	}
+	names := map[string]int{}
+	consumed := map[string]int{} // main and tier topics → the index of the pipeline that consumes them
+	for i, p := range c.Pipelines {
+		at := "Pipelines[" + strconv.Itoa(i) + "]."
+		for _, e := range p.validate() {
+			fe := e.(*FieldError)
+			fe.Field = at + fe.Field
+			errs = append(errs, fe)
 		}
-		if names[p.Name] {
-			return fmt.Errorf("%w: pipeline %q twice", ErrConfig, p.Name)
+		if j, dup := names[p.Name]; dup && p.Name != "" {
+			errs.add(at+"Name", "%q is also the name of pipelines[%d]; pipeline names must be unique", p.Name, j)
+		} else {
+			names[p.Name] = i
 		}
-		names[p.Name] = true
-		if err := p.Schedule.Validate(); err != nil {
-			return fmt.Errorf("%w: pipeline %q: %w", ErrConfig, p.Name, err)
+		if topics.ValidateName(p.Topic) != nil {
+			continue
 		}
-		if p.DLQ == "" {
-			p.DLQ = p.Topic + ".dlq"
+		if j, dup := consumed[p.Topic]; dup {
+			errs.add(at+"Topic", "%q is consumed by pipelines[%d] too; a topic belongs to one pipeline", p.Topic, j)
+			continue
 		}
-		if p.NotReadyDeadline == 0 {
-			p.NotReadyDeadline = 10 * time.Minute
+		consumed[p.Topic] = i
+		for _, t := range p.TierTopics() {
+			if j, dup := consumed[t]; dup && j != i {
+				errs.add(at+"Topic", "tier topic %q is consumed by pipelines[%d] too; a topic belongs to one pipeline", t, j)
+			}
+			consumed[t] = i
 		}
-		if p.Concurrency <= 0 {
-			p.Concurrency = 64
-		}
-		if p.MaxInflight <= 0 {
-			p.MaxInflight = 4 * p.Concurrency
-		}
-		if p.MaxInflightBytes <= 0 {
-			p.MaxInflightBytes = 64 << 20
-		}
-		if p.MaxWaiting <= 0 {
-			p.MaxWaiting = 2000
-		}
+	}
+	return errors.Join(errs...)
+}
+
+// setDefaults is what New does with its Config: fill defaults, validate.
+func (c *Config) setDefaults() error {
+	*c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }
 
-// GroupID is the pipeline's consumer group: "redrive.<name>".
-func (p Pipeline) GroupID() string { return "redrive." + p.Name }
+// unjoin splits an errors.Join error into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// GroupID is the pipeline's consumer group: topics.GroupID(Name).
+func (p Pipeline) GroupID() string { return topics.GroupID(p.Name) }
 
 // TierTopics names the pipeline's retry topics, in tier order.
 func (p Pipeline) TierTopics() []string {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -62,29 +63,64 @@ type Schedule struct {
 	Jitter float64
 }
 
+// Defaults of a pipeline's schedule (the configuration file's defaults).
+const (
+	DefaultMaxAttempts = 4
+	DefaultJitter      = 0.1
+)
+
+// DefaultTiers are the tiers of a pipeline that lists none: 5s, 30s, 5m.
+func DefaultTiers() []time.Duration {
+	return []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
+}
+
 // ErrBadSchedule is wrapped by Validate's errors.
 var ErrBadSchedule = errors.New("bad retry schedule")
 
-// Validate checks the schedule is usable.
+// ScheduleError is one problem Validate found.
+type ScheduleError struct {
+	// Field is the configuration key at fault, relative to the schedule:
+	// "tiers", "tiers[1]", "max_attempts" or "jitter".
+	Field string
+	// Msg says what is wrong with it.
+	Msg string
+}
+
+func (e *ScheduleError) Error() string {
+	return ErrBadSchedule.Error() + ": " + e.Field + ": " + e.Msg
+}
+
+// Unwrap gives ErrBadSchedule.
+func (e *ScheduleError) Unwrap() error { return ErrBadSchedule }
+
+// Validate checks the schedule is usable. It reports every problem, each a
+// *ScheduleError, joined with errors.Join.
 func (s Schedule) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &ScheduleError{Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
 	if len(s.Tiers) == 0 {
-		return fmt.Errorf("%w: no tiers", ErrBadSchedule)
+		bad("tiers", "at least one tier is required")
 	}
 	for i, t := range s.Tiers {
-		if t < time.Second || t%time.Second != 0 {
-			return fmt.Errorf("%w: tier %d (%s) must be whole seconds, at least 1s", ErrBadSchedule, i, t)
-		}
-		if i > 0 && t <= s.Tiers[i-1] {
-			return fmt.Errorf("%w: tiers must increase: %s after %s", ErrBadSchedule, FormatDelay(t), FormatDelay(s.Tiers[i-1]))
+		field := "tiers[" + strconv.Itoa(i) + "]"
+		switch {
+		case t <= 0:
+			bad(field, "%s: a tier delay must be more than 0", t)
+		case t < time.Second || t%time.Second != 0:
+			bad(field, "%s: a tier delay is a whole number of seconds, at least 1s (it names the topic)", t)
+		case i > 0 && t <= s.Tiers[i-1]:
+			bad(field, "%s after %s: tiers must strictly increase", FormatDelay(t), FormatDelay(s.Tiers[i-1]))
 		}
 	}
 	if s.MaxAttempts < 1 {
-		return fmt.Errorf("%w: max_attempts must be at least 1", ErrBadSchedule)
+		bad("max_attempts", "%d: must be at least 1 (1: no retries)", s.MaxAttempts)
 	}
 	if !(s.Jitter >= 0 && s.Jitter <= 1) { // NaN too
-		return fmt.Errorf("%w: jitter must be between 0 and 1", ErrBadSchedule)
+		bad("jitter", "%v: must be between 0 and 1", s.Jitter)
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Exhausted reports whether no attempt is left after `attempts` attempts.

@@ -4,7 +4,7 @@
 // A pipeline has a main topic, one retry topic per tier
 // (`<topic>.retry.<delay>`, the delay in its shortest form), a dead-letter
 // topic (`<topic>.dlq` unless configured) and, optionally, a results topic.
-// [ForPipeline] turns a pipeline's configuration into [Spec]s; [Ensure]
+// [ForPipeline] turns a [PipelineSpec] into [Spec]s; [Ensure]
 // creates the missing ones and then checks everything; [Check] only looks.
 // Both return a [Report] that says, per topic, what the broker has and, for
 // each problem, the command that fixes it.

@@ -1,10 +1,11 @@
 package topics
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
-	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -19,16 +20,86 @@ const (
 	RoleResults Role = "results" // where successful results go
 )
 
-// Defaults applied by ForPipeline where the configuration leaves a value
-// zero. They match the documented configuration defaults.
+// Defaults applied by ForPipeline where a PipelineSpec leaves a value zero;
+// the configuration file's defaults are these (internal/config uses them).
+// A spec without tiers gets retry.DefaultTiers.
 const (
 	DefaultPartitions   int32 = 6
 	DefaultReplication  int16 = 1
 	DefaultDLQRetention       = 7 * 24 * time.Hour
 )
 
-// DefaultTiers are the tier delays used when a pipeline lists none.
-var DefaultTiers = []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
+// GroupID is the processor's consumer group of a pipeline: "redrive.<pipeline>".
+func GroupID(pipeline string) string { return "redrive." + pipeline }
+
+// AnalyzerGroupID is the analyzer's consumer group of a pipeline:
+// "redrive.<pipeline>.analyzer".
+func AnalyzerGroupID(pipeline string) string { return GroupID(pipeline) + ".analyzer" }
+
+// DefaultDLQ is the dead-letter topic of a main topic that configures none:
+// "<main>.dlq".
+func DefaultDLQ(main string) string { return main + ".dlq" }
+
+// MaxNameLen is Kafka's limit on the length of a topic name.
+const MaxNameLen = 249
+
+// ErrBadName is wrapped by ValidateName's errors.
+var ErrBadName = errors.New("bad topic name")
+
+// nameError reads well after the key it is about ("topic: required"); it
+// is an ErrBadName.
+type nameError struct{ msg string }
+
+func (e *nameError) Error() string { return e.msg }
+func (e *nameError) Unwrap() error { return ErrBadName }
+
+// ValidateName says what is wrong with a Kafka topic name, or nil.
+func ValidateName(name string) error {
+	bad := func(format string, args ...any) error { return &nameError{fmt.Sprintf(format, args...)} }
+	switch {
+	case name == "":
+		return bad("required")
+	case name == "." || name == "..":
+		return bad("%q is not a legal topic name", name)
+	case len(name) > MaxNameLen:
+		return bad("%q is longer than %d characters", name, MaxNameLen)
+	case !LegalChars(name):
+		return bad("%q: a topic name uses only letters, digits, '.', '_' and '-'", name)
+	}
+	return nil
+}
+
+// LegalChars reports whether s is not empty and uses only the characters
+// Kafka allows in a topic name, [a-zA-Z0-9._-]. Pipeline names follow the
+// same rule because they name consumer groups and metrics.
+func LegalChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '.' || c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// PipelineSpec is what ForPipeline needs to know about a pipeline. Zero
+// values get the defaults above.
+type PipelineSpec struct {
+	// Topic is the main topic.
+	Topic string
+	// Tiers are the retry delays, in order (default retry.DefaultTiers).
+	Tiers []time.Duration
+	// DLQ is the dead-letter topic (default DefaultDLQ(Topic)).
+	DLQ string
+	// DLQRetention is the DLQ's retention.ms (default DefaultDLQRetention).
+	DLQRetention time.Duration
+	// Results is the results topic; empty: none.
+	Results string
+	// Partitions and Replication of every topic created (defaults
+	// DefaultPartitions, DefaultReplication).
+	Partitions  int32
+	Replication int16
+}
 
 // Topic config keys this package sets and checks.
 const (
@@ -73,7 +144,7 @@ type Spec struct {
 // TierRetention(delay); the DLQ gets the configured retention (default 7
 // days). The main and results topics get no retention override: they are
 // the user's, and their retention is the user's choice.
-func ForPipeline(p config.Pipeline) []Spec {
+func ForPipeline(p PipelineSpec) []Spec {
 	parts := p.Partitions
 	if parts <= 0 {
 		parts = DefaultPartitions
@@ -82,18 +153,15 @@ func ForPipeline(p config.Pipeline) []Spec {
 	if repl <= 0 {
 		repl = DefaultReplication
 	}
-	tiers := make([]time.Duration, 0, len(p.Retry.Tiers))
-	for _, d := range p.Retry.Tiers {
-		tiers = append(tiers, d.D())
-	}
+	tiers := p.Tiers
 	if len(tiers) == 0 {
-		tiers = DefaultTiers
+		tiers = retry.DefaultTiers()
 	}
-	dlq := p.DLQ.Topic
+	dlq := p.DLQ
 	if dlq == "" {
-		dlq = p.Topic + ".dlq"
+		dlq = DefaultDLQ(p.Topic)
 	}
-	dlqRetention := p.DLQ.Retention.D()
+	dlqRetention := p.DLQRetention
 	if dlqRetention <= 0 {
 		dlqRetention = DefaultDLQRetention
 	}

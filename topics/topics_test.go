@@ -14,20 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/topics"
 )
 
 const week = 7 * 24 * time.Hour
-
-func durations(ds ...time.Duration) []config.Duration {
-	out := make([]config.Duration, len(ds))
-	for i, d := range ds {
-		out[i] = config.Duration(d)
-	}
-	return out
-}
 
 func ms(d time.Duration) string { return fmt.Sprint(d.Milliseconds()) }
 
@@ -40,15 +31,15 @@ func TestForPipeline(t *testing.T) {
 	}
 	cases := []struct {
 		name        string
-		p           config.Pipeline
+		p           topics.PipelineSpec
 		partitions  int32
 		replication int16
 		want        []want
 	}{
 		{
 			name: "tiers in shortest form, default DLQ, no results",
-			p: config.Pipeline{Topic: "solve.requests", Partitions: 12, Replication: 3,
-				Retry: config.Retry{Tiers: durations(5*time.Second, 30*time.Second, 5*time.Minute, 90*time.Minute)}},
+			p: topics.PipelineSpec{Topic: "solve.requests", Partitions: 12, Replication: 3,
+				Tiers: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute, 90 * time.Minute}},
 			partitions: 12, replication: 3,
 			want: []want{
 				{"solve.requests", topics.RoleMain, 0, ""},
@@ -61,9 +52,9 @@ func TestForPipeline(t *testing.T) {
 		},
 		{
 			name: "configured DLQ and retention, results, defaults for the rest",
-			p: config.Pipeline{Topic: "orders", Results: "orders.done",
-				Retry: config.Retry{Tiers: durations(time.Hour, 3*24*time.Hour)},
-				DLQ:   config.DLQ{Topic: "orders-dead", Retention: config.Duration(48 * time.Hour)}},
+			p: topics.PipelineSpec{Topic: "orders", Results: "orders.done",
+				Tiers: []time.Duration{time.Hour, 3 * 24 * time.Hour},
+				DLQ:   "orders-dead", DLQRetention: 48 * time.Hour},
 			partitions: 6, replication: 1,
 			want: []want{
 				{"orders", topics.RoleMain, 0, ""},
@@ -76,7 +67,7 @@ func TestForPipeline(t *testing.T) {
 		},
 		{
 			name:       "no tiers listed: the default tiers",
-			p:          config.Pipeline{Topic: "hooks"},
+			p:          topics.PipelineSpec{Topic: "hooks"},
 			partitions: 6, replication: 1,
 			want: []want{
 				{"hooks", topics.RoleMain, 0, ""},
@@ -120,10 +111,10 @@ func TestForPipeline(t *testing.T) {
 }
 
 func ExampleForPipeline() {
-	p := config.Pipeline{
+	p := topics.PipelineSpec{
 		Topic:   "solve.requests",
 		Results: "solve.results",
-		Retry:   config.Retry{Tiers: []config.Duration{config.Duration(5 * time.Second), config.Duration(30 * time.Second), config.Duration(5 * time.Minute)}},
+		Tiers:   []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute},
 	}
 	for _, s := range topics.ForPipeline(p) {
 		line := fmt.Sprintf("%-7s %-26s partitions=%d", s.Role, s.Name, s.Partitions)
@@ -150,13 +141,12 @@ func specNames(specs []topics.Spec) []string {
 }
 
 // pipeline is a pipeline with topic names unique to this run.
-func pipeline(t *testing.T, partitions int32) config.Pipeline {
-	return config.Pipeline{
-		Name:       "t",
-		Topic:      kafkatest.Topic(t, "topics"),
-		Partitions: partitions,
-		Retry:      config.Retry{Tiers: durations(5*time.Second, time.Hour)},
-		DLQ:        config.DLQ{Retention: config.Duration(48 * time.Hour)},
+func pipeline(t *testing.T, partitions int32) topics.PipelineSpec {
+	return topics.PipelineSpec{
+		Topic:        kafkatest.Topic(t, "topics"),
+		Partitions:   partitions,
+		Tiers:        []time.Duration{5 * time.Second, time.Hour},
+		DLQRetention: 48 * time.Hour,
 	}
 }
 
@@ -553,5 +543,38 @@ func TestEnsureRejectsNamelessSpec(t *testing.T) {
 	_, err := topics.Check(context.Background(), nil, []topics.Spec{{Role: topics.RoleDLQ}})
 	if !errors.Is(err, topics.ErrBadSpec) {
 		t.Fatalf("err %v, want ErrBadSpec", err)
+	}
+}
+
+// The names every package uses for a pipeline's groups and default DLQ.
+func TestNames(t *testing.T) {
+	if g := topics.GroupID("solve"); g != "redrive.solve" {
+		t.Errorf("GroupID = %q", g)
+	}
+	if g := topics.AnalyzerGroupID("solve"); g != "redrive.solve.analyzer" {
+		t.Errorf("AnalyzerGroupID = %q", g)
+	}
+	if d := topics.DefaultDLQ("solve.requests"); d != "solve.requests.dlq" {
+		t.Errorf("DefaultDLQ = %q", d)
+	}
+	for name, want := range map[string]string{
+		"solve.requests_v2-a":    "",
+		"":                       "required",
+		".":                      `"." is not a legal topic name`,
+		"..":                     `".." is not a legal topic name`,
+		"a/b":                    `"a/b": a topic name uses only letters, digits, '.', '_' and '-'`,
+		strings.Repeat("a", 249): "",
+		strings.Repeat("a", 250): "is longer than 249 characters",
+	} {
+		err := topics.ValidateName(name)
+		if want == "" {
+			if err != nil {
+				t.Errorf("ValidateName(%q) = %v", name, err)
+			}
+			continue
+		}
+		if !errors.Is(err, topics.ErrBadName) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ValidateName(%q) = %v, want %q", name, err, want)
+		}
 	}
 }

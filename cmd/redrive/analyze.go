@@ -45,7 +45,7 @@ func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules, err := dlq.CompileRules(c.Analyzer.Rules)
+	rules, err := dlq.CompileRules(c.Analyzer.RuleConfigs())
 	if err != nil {
 		return nil, err
 	}

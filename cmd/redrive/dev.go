@@ -19,6 +19,7 @@ import (
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/demosolver"
 	"github.com/redrive/redrive/internal/obs"
+	"github.com/redrive/redrive/processor/httphandler"
 )
 
 type devFlags struct {
@@ -124,7 +125,7 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 		c.Brokers, c.SASL, c.TLS = []string{brokers}, nil, nil
 		for i := range c.Pipelines {
 			if c.Pipelines[i].Handler.HTTP == nil {
-				c.Pipelines[i].Handler.HTTP = &config.HTTPHandler{URL: solverURL, Timeout: config.Duration(5 * time.Second), MaxBodyBytes: 1 << 20}
+				c.Pipelines[i].Handler.HTTP = &config.HTTPHandler{URL: solverURL, Timeout: config.Duration(5 * time.Second), MaxBodyBytes: httphandler.DefaultMaxBodyBytes}
 			}
 		}
 	} else {
@@ -176,12 +177,12 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 redrive dev is running
   dashboard     %s   (DLQ analyzer; replay token %q)
   processor     http://%s/   (status page; /metrics, /healthz, /readyz)
-  kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s.dlq -C -J)
+  kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s -C -J)
   demo solver   %s
   traffic       %.0f requests/s to %s
 Ctrl-C stops it.
 
-`, analyzerURL, c.Analyzer.Token, addr, brokers, brokers, c.Pipelines[0].Topic, solverURL, f.rate, c.Pipelines[0].Topic)
+`, analyzerURL, c.Analyzer.Token, addr, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, f.rate, c.Pipelines[0].Topic)
 
 	if f.rate > 0 {
 		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)

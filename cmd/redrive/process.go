@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -81,55 +80,13 @@ func processorConfig(c *config.Config, handlers map[string]processor.Handler, o 
 			if p.Handler.HTTP == nil {
 				return pc, fmt.Errorf("pipeline %q: no handler.http in the config (a Go program can embed processor.New with its own Handler instead)", p.Name)
 			}
-			hh, err := httpHandler(p)
+			hh, err := httphandler.New(p.HTTPOptions())
 			if err != nil {
 				return pc, fmt.Errorf("pipeline %q: %w", p.Name, err)
 			}
 			h = hh
 		}
-		pc.Pipelines = append(pc.Pipelines, processorPipeline(p, h))
+		pc.Pipelines = append(pc.Pipelines, p.ProcessorPipeline(h))
 	}
 	return pc, nil
-}
-
-func processorPipeline(p config.Pipeline, h processor.Handler) processor.Pipeline {
-	return processor.Pipeline{
-		Name:             p.Name,
-		Topic:            p.Topic,
-		Results:          p.Results,
-		DLQ:              p.DLQTopic(),
-		Schedule:         p.Schedule(),
-		TTL:              p.TTL.D(),
-		NotReadyDeadline: p.NotReadyDeadline.D(),
-		Concurrency:      p.Concurrency,
-		MaxInflight:      p.MaxInflight,
-		MaxInflightBytes: p.MaxInflightBytes,
-		OrderByKey:       p.Ordering == "key",
-		RedactHeaders:    p.DLQ.RedactHeaders,
-		DLQHeaderStyle:   p.DLQ.HeaderStyle,
-		Handler:          h,
-	}
-}
-
-func httpHandler(p config.Pipeline) (*httphandler.Handler, error) {
-	hc := p.Handler.HTTP
-	o := httphandler.Options{
-		URL:          hc.URL,
-		Timeout:      hc.Timeout.D(),
-		Headers:      hc.Headers,
-		MaxBodyBytes: hc.MaxBodyBytes,
-		Concurrency:  p.Concurrency,
-	}
-	if hc.JSON != nil {
-		o.JSON = &httphandler.JSONRule{OKField: hc.JSON.OKField, OKValue: hc.JSON.OKValue, CodeField: hc.JSON.CodeField}
-	}
-	cr := p.Handler.Codes
-	o.Codes.Transient, o.Codes.NotReady, o.Codes.Permanent = cr.Transient, cr.NotReady, cr.Permanent
-	if len(cr.MinDelay) > 0 {
-		o.Codes.MinDelay = map[string]time.Duration{}
-		for k, v := range cr.MinDelay {
-			o.Codes.MinDelay[k] = v.D()
-		}
-	}
-	return httphandler.New(o)
 }

@@ -65,7 +65,7 @@ func topicsRun(ctx context.Context, c *config.Config, ensure bool) (topics.Repor
 	var all topics.Report
 	var errs []error
 	for _, p := range c.Pipelines {
-		specs := topics.ForPipeline(p)
+		specs := topics.ForPipeline(p.TopicSpec())
 		var rep topics.Report
 		if ensure {
 			rep, err = topics.Ensure(ctx, adm, specs)

@@ -13,6 +13,10 @@
 //     "partitions: ${PARTS}" works) with the environment; see [Parse].
 //  3. Override from REDRIVE_* environment variables ([Config.ApplyEnv]).
 //  4. Fill defaults ([Config.SetDefaults]) and validate ([Config.Validate]).
+//     Both use the packages' own: processor, processor/httphandler,
+//     topics and retry define the defaults and the checks, and this
+//     package reports each of their problems at its key and line (the
+//     package's error is the [Error]'s Cause).
 //
 // A key that is absent, or null, gets its default. For numbers and
 // durations a zero also means the default, except where zero means

@@ -3,46 +3,49 @@ package config
 import (
 	"strings"
 	"time"
+
+	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/httphandler"
+	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
-// The defaults SetDefaults fills in.
+// The defaults of the file's own keys. Every other default belongs to the
+// package that uses the value (processor, processor/httphandler, topics,
+// retry, dlq); SetDefaults takes it from there.
 const (
 	DefaultHTTPAddr         = "127.0.0.1:9090"
 	DefaultAnalyzerHTTPAddr = "127.0.0.1:9091"
-	DefaultSessionTimeout   = 45 * time.Second
-	DefaultShutdownGrace    = 30 * time.Second
 
-	DefaultPartitions       = 6
-	DefaultReplication      = 1
-	DefaultMaxAttempts      = 4
-	DefaultJitter           = 0.1
-	DefaultDLQRetention     = 168 * time.Hour
-	DefaultNotReadyDeadline = 10 * time.Minute
-	DefaultConcurrency      = 64
-	DefaultInflightPerSlot  = 4 // max_inflight is this times concurrency
-	DefaultMaxInflightBytes = 64 << 20
-
-	DefaultHTTPTimeout      = 30 * time.Second
-	DefaultHTTPMaxBodyBytes = 1 << 20
-
-	DefaultMaxRedrives = 3         // analyzer.rules[].max_redrives of a republish rule
-	DefaultAlertRepeat = time.Hour // analyzer.alerts[].repeat
+	DefaultMaxRedrives = dlq.DefaultMaxRedrives // analyzer.rules[].max_redrives of a republish rule
+	DefaultAlertRepeat = time.Hour              // analyzer.alerts[].repeat
 )
 
 // DefaultTiers are the retry tiers of a pipeline whose retry.tiers is
-// absent: 5s, 30s, 5m.
+// absent: retry.DefaultTiers (5s, 30s, 5m).
 func DefaultTiers() []Duration {
-	return []Duration{Duration(5 * time.Second), Duration(30 * time.Second), Duration(5 * time.Minute)}
+	ds := retry.DefaultTiers()
+	out := make([]Duration, len(ds))
+	for i, d := range ds {
+		out[i] = Duration(d)
+	}
+	return out
 }
 
-// SetDefaults fills in every value left empty or zero (see the Default*
-// constants): nil retry.tiers become DefaultTiers; a zero jitter becomes
-// 0.1 unless JitterSet (which it then sets); an empty dlq.topic becomes
-// "<topic>.dlq"; an empty pipeline name becomes its topic; an unnamed
-// analyzer rule or alert is named "rule-<n>" or "alert-<n>" (n counting
-// from 1), a republish rule's zero max_redrives becomes 3 and an alert's
-// zero repeat 1h. It also upper-cases sasl.mechanism. It is idempotent,
-// and Parse calls it.
+// SetDefaults fills in every value left empty or zero: the file's own
+// (http_addr, analyzer.http_addr), session_timeout and shutdown_grace
+// (processor.Default*), a pipeline's partitions, replication and
+// dlq.retention (topics.Default*), its retry plan (retry.Default*: nil
+// retry.tiers become DefaultTiers; a zero jitter becomes 0.1 unless
+// JitterSet, which it then sets), what processor.Pipeline.WithDefaults
+// fills (dlq.topic "<topic>.dlq", not_ready_deadline, concurrency,
+// max_inflight, max_inflight_bytes) and handler.http's timeout and
+// max_body_bytes (httphandler.Options.WithDefaults). An empty pipeline
+// name becomes its topic; an unnamed analyzer rule or alert is named
+// "rule-<n>" or "alert-<n>" (n counting from 1), a republish rule's zero
+// max_redrives becomes 3 and an alert's zero repeat 1h. It also
+// upper-cases sasl.mechanism. It is idempotent, and Parse calls it.
 func (c *Config) SetDefaults() {
 	if c.HTTPAddr == "" {
 		c.HTTPAddr = DefaultHTTPAddr
@@ -51,10 +54,10 @@ func (c *Config) SetDefaults() {
 		c.Analyzer.HTTPAddr = DefaultAnalyzerHTTPAddr
 	}
 	if c.SessionTimeout == 0 {
-		c.SessionTimeout = Duration(DefaultSessionTimeout)
+		c.SessionTimeout = Duration(processor.DefaultSessionTimeout)
 	}
 	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = Duration(DefaultShutdownGrace)
+		c.ShutdownGrace = Duration(processor.DefaultShutdownGrace)
 	}
 	if c.SASL != nil {
 		c.SASL.Mechanism = strings.ToUpper(strings.TrimSpace(c.SASL.Mechanism))
@@ -70,47 +73,37 @@ func (p *Pipeline) setDefaults() {
 		p.Name = p.Topic
 	}
 	if p.Partitions == 0 {
-		p.Partitions = DefaultPartitions
+		p.Partitions = topics.DefaultPartitions
 	}
 	if p.Replication == 0 {
-		p.Replication = DefaultReplication
+		p.Replication = topics.DefaultReplication
 	}
 	if p.Retry.Tiers == nil {
 		p.Retry.Tiers = DefaultTiers()
 	}
 	if p.Retry.MaxAttempts == 0 {
-		p.Retry.MaxAttempts = DefaultMaxAttempts
+		p.Retry.MaxAttempts = retry.DefaultMaxAttempts
 	}
 	if !p.Retry.JitterSet {
 		if p.Retry.Jitter == 0 {
-			p.Retry.Jitter = DefaultJitter
+			p.Retry.Jitter = retry.DefaultJitter
 		}
 		p.Retry.JitterSet = true
 	}
-	if p.DLQ.Topic == "" && p.Topic != "" {
-		p.DLQ.Topic = p.Topic + ".dlq"
-	}
 	if p.DLQ.Retention == 0 {
-		p.DLQ.Retention = Duration(DefaultDLQRetention)
+		p.DLQ.Retention = Duration(topics.DefaultDLQRetention)
 	}
-	if p.NotReadyDeadline == 0 {
-		p.NotReadyDeadline = Duration(DefaultNotReadyDeadline)
+	// The processor's own defaults, on the processor's view of p.
+	pp := p.processorPipeline().WithDefaults()
+	if p.DLQ.Topic == "" {
+		p.DLQ.Topic = pp.DLQ
 	}
-	if p.Concurrency == 0 {
-		p.Concurrency = DefaultConcurrency
-	}
-	if p.MaxInflight == 0 && p.Concurrency > 0 {
-		p.MaxInflight = DefaultInflightPerSlot * p.Concurrency
-	}
-	if p.MaxInflightBytes == 0 {
-		p.MaxInflightBytes = DefaultMaxInflightBytes
-	}
+	p.NotReadyDeadline = Duration(pp.NotReadyDeadline)
+	p.Concurrency = pp.Concurrency
+	p.MaxInflight = pp.MaxInflight
+	p.MaxInflightBytes = pp.MaxInflightBytes
 	if h := p.Handler.HTTP; h != nil {
-		if h.Timeout == 0 {
-			h.Timeout = Duration(DefaultHTTPTimeout)
-		}
-		if h.MaxBodyBytes == 0 {
-			h.MaxBodyBytes = DefaultHTTPMaxBodyBytes
-		}
+		o := httphandler.Options{Timeout: h.Timeout.D(), MaxBodyBytes: h.MaxBodyBytes}.WithDefaults()
+		h.Timeout, h.MaxBodyBytes = Duration(o.Timeout), o.MaxBodyBytes
 	}
 }

@@ -38,6 +38,10 @@ type Error struct {
 	Msg string
 	// Err is the kind: ErrUnknownKey, ErrType, ErrInvalid, ...
 	Err error
+	// Cause is the error of the package validator that found an invalid
+	// value (a *processor.FieldError, a *retry.ScheduleError), or nil.
+	// errors.Is and errors.As look into it too.
+	Cause error
 }
 
 func (e *Error) Error() string {
@@ -58,6 +62,12 @@ func (e *Error) Error() string {
 
 // Unwrap gives the kind.
 func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether the cause, if any, is target (errors.Is).
+func (e *Error) Is(target error) bool { return e.Cause != nil && errors.Is(e.Cause, target) }
+
+// As finds target in the cause, if any (errors.As).
+func (e *Error) As(target any) bool { return e.Cause != nil && errors.As(e.Cause, target) }
 
 // maxErrors bounds the problems reported at once; a file that is wrong
 // everywhere is not worth a thousand lines.

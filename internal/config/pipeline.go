@@ -1,9 +1,14 @@
 package config
 
 import (
+	"maps"
 	"time"
 
+	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
 // TierDelays are the retry tiers as durations, in order.
@@ -29,19 +34,21 @@ func (p Pipeline) TierTopics() []string {
 	return ts
 }
 
-// DLQTopic is the dead-letter topic: dlq.topic, else "<topic>.dlq".
+// DLQTopic is the dead-letter topic: dlq.topic, else topics.DefaultDLQ
+// ("<topic>.dlq").
 func (p Pipeline) DLQTopic() string {
 	if p.DLQ.Topic != "" {
 		return p.DLQ.Topic
 	}
-	return p.Topic + ".dlq"
+	return topics.DefaultDLQ(p.Topic)
 }
 
-// GroupID is the processor's consumer group: "redrive.<name>".
-func (p Pipeline) GroupID() string { return "redrive." + p.name() }
+// GroupID is the processor's consumer group: topics.GroupID ("redrive.<name>").
+func (p Pipeline) GroupID() string { return topics.GroupID(p.name()) }
 
-// AnalyzerGroupID is the analyzer's consumer group: "redrive.<name>.analyzer".
-func (p Pipeline) AnalyzerGroupID() string { return "redrive." + p.name() + ".analyzer" }
+// AnalyzerGroupID is the analyzer's consumer group: topics.AnalyzerGroupID
+// ("redrive.<name>.analyzer").
+func (p Pipeline) AnalyzerGroupID() string { return topics.AnalyzerGroupID(p.name()) }
 
 // name is the name, or the topic before SetDefaults has run.
 func (p Pipeline) name() string {
@@ -49,4 +56,83 @@ func (p Pipeline) name() string {
 		return p.Name
 	}
 	return p.Topic
+}
+
+// ProcessorPipeline is p as the processor runs it, with h as its handler
+// (nil: the processor's default handler). Zero values stay zero: the
+// processor fills its defaults (processor.Pipeline.WithDefaults).
+func (p Pipeline) ProcessorPipeline(h processor.Handler) processor.Pipeline {
+	pp := p.processorPipeline()
+	pp.DLQ = p.DLQTopic()
+	pp.Handler = h
+	return pp
+}
+
+// processorPipeline is ProcessorPipeline without a handler and with
+// dlq.topic as given (empty stays empty, for WithDefaults to fill).
+func (p Pipeline) processorPipeline() processor.Pipeline {
+	return processor.Pipeline{
+		Name:             p.Name,
+		Topic:            p.Topic,
+		Results:          p.Results,
+		DLQ:              p.DLQ.Topic,
+		Schedule:         p.Schedule(),
+		TTL:              p.TTL.D(),
+		NotReadyDeadline: p.NotReadyDeadline.D(),
+		Concurrency:      p.Concurrency,
+		MaxInflight:      p.MaxInflight,
+		MaxInflightBytes: p.MaxInflightBytes,
+		OrderByKey:       p.Ordering == "key",
+		RedactHeaders:    p.DLQ.RedactHeaders,
+		DLQHeaderStyle:   p.DLQ.HeaderStyle,
+	}
+}
+
+// HTTPOptions are the options of the pipeline's built-in HTTP handler
+// (httphandler.New): handler.http, the code rules of handler.codes, and
+// the pipeline's concurrency. Without handler.http only Codes and
+// Concurrency are set.
+func (p Pipeline) HTTPOptions() httphandler.Options {
+	o := httphandler.Options{Concurrency: p.Concurrency}
+	if hc := p.Handler.HTTP; hc != nil {
+		o.URL, o.Timeout, o.Headers, o.MaxBodyBytes = hc.URL, hc.Timeout.D(), hc.Headers, hc.MaxBodyBytes
+		if hc.JSON != nil {
+			o.JSON = &httphandler.JSONRule{OKField: hc.JSON.OKField, OKValue: hc.JSON.OKValue, CodeField: hc.JSON.CodeField}
+		}
+	}
+	cr := p.Handler.Codes
+	o.Codes.Transient, o.Codes.NotReady, o.Codes.Permanent = cr.Transient, cr.NotReady, cr.Permanent
+	if len(cr.MinDelay) > 0 {
+		o.Codes.MinDelay = make(map[string]time.Duration, len(cr.MinDelay))
+		for k, v := range cr.MinDelay {
+			o.Codes.MinDelay[k] = v.D()
+		}
+	}
+	return o
+}
+
+// TopicSpec is what topics.ForPipeline needs to know about the pipeline.
+func (p Pipeline) TopicSpec() topics.PipelineSpec {
+	return topics.PipelineSpec{
+		Topic:        p.Topic,
+		Tiers:        p.TierDelays(),
+		DLQ:          p.DLQ.Topic,
+		DLQRetention: p.DLQ.Retention.D(),
+		Results:      p.Results,
+		Partitions:   p.Partitions,
+		Replication:  p.Replication,
+	}
+}
+
+// RuleConfigs are the analyzer's rules as dlq.CompileRules takes them.
+func (a Analyzer) RuleConfigs() []dlq.RuleConfig {
+	out := make([]dlq.RuleConfig, len(a.Rules))
+	for i, r := range a.Rules {
+		m := r.Match
+		out[i] = dlq.RuleConfig{
+			Name: r.Name, Pipeline: r.Pipeline, Action: r.Action, To: r.To, After: r.After.D(), MaxRedrives: r.MaxRedrives,
+			Match: dlq.Filter{Codes: m.Codes, Reasons: m.Reasons, Classes: m.Classes, Origins: m.Origins, Headers: maps.Clone(m.Headers)},
+		}
+	}
+	return out
 }

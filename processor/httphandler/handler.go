@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +52,7 @@ const (
 const (
 	DefaultTimeout      = 30 * time.Second
 	DefaultMaxBodyBytes = 1 << 20
+	DefaultConcurrency  = 256 // idle connections kept per host without Options.Concurrency
 )
 
 // Options configures a Handler.
@@ -77,7 +80,8 @@ type Options struct {
 	Client *http.Client
 	// Concurrency is how many requests may run at once (the pipeline's
 	// concurrency): the default client keeps that many idle connections to
-	// the host, so none is closed and reopened between requests. Default 256.
+	// the host, so none is closed and reopened between requests. Default
+	// DefaultConcurrency.
 	Concurrency int
 }
 
@@ -123,24 +127,151 @@ var _ processor.Handler = (*Handler)(nil)
 // ErrOptions is wrapped by every error New returns.
 var ErrOptions = errors.New("httphandler: bad options")
 
-// New checks o and returns a Handler.
+// WithDefaults is o with Timeout and MaxBodyBytes filled in when zero
+// (DefaultTimeout, DefaultMaxBodyBytes).
+func (o Options) WithDefaults() Options {
+	if o.Timeout == 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return o
+}
+
+// Validate checks options whose defaults are filled in (WithDefaults). It
+// reports every problem, each a *processor.FieldError naming the Options
+// field ("URL", "Headers" with its Key, "JSON.OKField", "Codes.Permanent"
+// with its Index), joined with errors.Join. New runs it.
+func (o Options) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &processor.FieldError{Field: field, Index: -1, Msg: fmt.Sprintf(format, args...)})
+	}
+	if o.URL == "" {
+		bad("URL", "required")
+	} else if u, err := url.Parse(o.URL); err != nil {
+		bad("URL", "%v", err)
+	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("URL", "%q: want an absolute http:// or https:// URL", u.Redacted())
+	}
+	if o.Timeout <= 0 {
+		bad("Timeout", "%s: must be more than 0", o.Timeout)
+	}
+	if o.MaxBodyBytes < 1 {
+		bad("MaxBodyBytes", "%d: must be at least 1", o.MaxBodyBytes)
+	}
+	if err := ValidateHeaders(o.Headers); err != nil {
+		errs = append(errs, err.(interface{ Unwrap() []error }).Unwrap()...)
+	}
+	if j := o.JSON; j != nil {
+		if j.OKField == "" {
+			bad("JSON.OKField", "required with json: the path of the ok flag, e.g. status")
+		} else if _, err := splitPath(j.OKField); err != nil {
+			bad("JSON.OKField", "%v", err)
+		}
+		if j.CodeField != "" {
+			if _, err := splitPath(j.CodeField); err != nil {
+				bad("JSON.CodeField", "%v", err)
+			}
+		}
+		if j.OKValue == nil {
+			bad("JSON.OKValue", "required with json: the value that means ok, e.g. 1")
+		} else if _, err := normalise(j.OKValue); err != nil {
+			bad("JSON.OKValue", "%v", err)
+		}
+	}
+	if err := o.Codes.Validate(); err != nil {
+		errs = append(errs, err.(interface{ Unwrap() []error }).Unwrap()...)
+	}
+	return errors.Join(errs...)
+}
+
+// reservedHeader reports whether the handler sets header ck (canonical)
+// itself, so that it cannot be configured.
+func reservedHeader(ck string) bool {
+	switch ck {
+	case HeaderIdempotencyKey, "Host", "Content-Length", "Transfer-Encoding":
+		return true
+	}
+	return strings.HasPrefix(ck, "Redrive-")
+}
+
+// ValidateHeaders checks static request headers (Options.Headers): valid
+// names and values, no header the handler sets itself (Idempotency-Key,
+// Redrive-*, Host, Content-Length, Transfer-Encoding), no name twice in
+// different case. It reports every problem, each a *processor.FieldError
+// with Field "Headers" and the header's Key, joined with errors.Join.
+func ValidateHeaders(headers map[string]string) error {
+	var errs []error
+	bad := func(k, format string, args ...any) {
+		errs = append(errs, &processor.FieldError{Field: "Headers", Index: -1, Key: k, Msg: fmt.Sprintf(format, args...)})
+	}
+	canon := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(headers)) {
+		if !validToken(k) {
+			bad(k, "%q is not a valid HTTP header name", k)
+			continue
+		}
+		if !validValue(headers[k]) {
+			bad(k, "the value holds control characters (a newline?)")
+		}
+		ck := http.CanonicalHeaderKey(k)
+		if reservedHeader(ck) {
+			bad(k, "%s is set by the handler and cannot be configured", ck)
+		}
+		if other, dup := canon[ck]; dup {
+			bad(k, "the same header as %q (header names ignore case)", other)
+		}
+		canon[ck] = k
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks code rules: no empty code, no code in two classes, no
+// negative minimum delay. It reports every problem, each a
+// *processor.FieldError ("Codes.Transient" with its Index,
+// "Codes.MinDelay" with its Key), joined with errors.Join.
+func (c Codes) Validate() error {
+	var errs []error
+	in := map[string]string{}
+	for _, l := range []struct {
+		field, name string
+		codes       []string
+	}{{"Codes.Transient", "transient", c.Transient}, {"Codes.NotReady", "not_ready", c.NotReady}, {"Codes.Permanent", "permanent", c.Permanent}} {
+		for j, code := range l.codes {
+			fe := &processor.FieldError{Field: l.field, Index: j}
+			if code == "" {
+				fe.Msg = "empty code"
+				errs = append(errs, fe)
+				continue
+			}
+			if other, dup := in[code]; dup && other != l.name {
+				fe.Msg = fmt.Sprintf("%q is in %s too; a code has one class", code, other)
+				errs = append(errs, fe)
+			}
+			in[code] = l.name
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(c.MinDelay)) {
+		if k == "" {
+			errs = append(errs, &processor.FieldError{Field: "Codes.MinDelay", Index: -1, Msg: "empty code"})
+		}
+		if d := c.MinDelay[k]; d < 0 {
+			errs = append(errs, &processor.FieldError{Field: "Codes.MinDelay", Index: -1, Key: k, Msg: fmt.Sprintf("%s: must not be negative", d)})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// New checks o (WithDefaults, then Validate) and returns a Handler. Every
+// error it returns wraps ErrOptions.
 func New(o Options) (*Handler, error) {
-	bad := func(format string, args ...any) (*Handler, error) {
-		return nil, fmt.Errorf("%w: "+format, append([]any{ErrOptions}, args...)...)
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
 	}
-	u, err := url.Parse(o.URL)
-	if err != nil {
-		return bad("url: %v", err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return bad("url %q: want an absolute http or https URL", redact(u))
-	}
-	if o.Timeout < 0 {
-		return bad("timeout %s is negative", o.Timeout)
-	}
-	if o.MaxBodyBytes < 0 {
-		return bad("max body bytes %d is negative", o.MaxBodyBytes)
-	}
+	u, _ := url.Parse(o.URL) // checked by Validate
 	h := &Handler{
 		url:      o.URL,
 		safeURL:  redact(u),
@@ -151,33 +282,18 @@ func New(o Options) (*Handler, error) {
 		classOf:  map[string]processor.Kind{},
 		minDelay: map[string]time.Duration{},
 	}
-	if h.timeout == 0 {
-		h.timeout = DefaultTimeout
-	}
-	if h.maxBody == 0 {
-		h.maxBody = DefaultMaxBodyBytes
-	}
 	for k, v := range o.Headers {
-		if !validToken(k) {
-			return bad("header name %q is not a valid HTTP header name", k)
-		}
-		if !validValue(v) {
-			return bad("header %s: value holds control characters", k)
-		}
 		ck := http.CanonicalHeaderKey(k)
-		switch {
-		case ck == "Content-Type":
+		if ck == "Content-Type" {
 			h.ctype = v
 			continue
-		case ck == HeaderIdempotencyKey, ck == "Host", ck == "Content-Length", ck == "Transfer-Encoding",
-			strings.HasPrefix(ck, "Redrive-"):
-			return bad("header %s is set by the handler and cannot be configured", ck)
 		}
 		h.headers.Set(ck, v)
 	}
 	if o.JSON != nil {
-		if h.json, err = compileJSON(o.JSON); err != nil {
-			return bad("json: %v", err)
+		var err error
+		if h.json, err = compileJSON(o.JSON); err != nil { // not reached: Validate checked it
+			return nil, fmt.Errorf("%w: json: %w", ErrOptions, err)
 		}
 	}
 	for _, l := range []struct {
@@ -185,26 +301,15 @@ func New(o Options) (*Handler, error) {
 		kind  processor.Kind
 	}{{o.Codes.Transient, processor.Transient}, {o.Codes.NotReady, processor.NotReady}, {o.Codes.Permanent, processor.Permanent}} {
 		for _, c := range l.codes {
-			if c == "" {
-				return bad("codes: empty code in the %s list", l.kind)
-			}
-			if k, ok := h.classOf[c]; ok && k != l.kind {
-				return bad("codes: %q is both %s and %s", c, k, l.kind)
-			}
 			h.classOf[c] = l.kind
 		}
 	}
-	for c, d := range o.Codes.MinDelay {
-		if d < 0 {
-			return bad("codes: min delay of %q is negative", c)
-		}
-		h.minDelay[c] = d
-	}
+	maps.Copy(h.minDelay, o.Codes.MinDelay)
 	h.client = o.Client
 	if h.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		// A processor runs up to `concurrency` requests to one host.
-		t.MaxIdleConnsPerHost = 256
+		t.MaxIdleConnsPerHost = DefaultConcurrency
 		if o.Concurrency > 0 {
 			t.MaxIdleConnsPerHost = o.Concurrency
 		}

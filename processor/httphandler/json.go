@@ -52,7 +52,7 @@ func splitPath(p string) ([]string, error) {
 	segs := strings.Split(p, ".")
 	for _, s := range segs {
 		if s == "" {
-			return nil, fmt.Errorf("path %q has an empty segment", p)
+			return nil, fmt.Errorf("%q: a dotted path without empty parts", p)
 		}
 	}
 	return segs, nil
@@ -102,7 +102,7 @@ func normalise(v any) (okValue, error) {
 	case nil:
 		return o, errors.New("missing: want a string, a bool or a number")
 	default:
-		return o, fmt.Errorf("%v (%T): want a string, a bool or a number", v, v)
+		return o, fmt.Errorf("want a string, a bool or a number, got %T", v)
 	}
 	return o, nil
 }
@@ -116,7 +116,7 @@ func normaliseUint(u uint64) (okValue, error) {
 
 func normaliseFloat(f float64) (okValue, error) {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return okValue{}, fmt.Errorf("%v is not a finite number", f)
+		return okValue{}, fmt.Errorf("%v: want a finite number", f)
 	}
 	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 {
 		return okValue{isInt: true, i: int64(f)}, nil
