@@ -49,7 +49,7 @@ type work struct {
 	rec       *kgo.Record
 	ps        *partState
 	e         *entry
-	meta      retry.Meta
+	meta      retry.Meta // the decoded headers; from send on, the outcome record's
 	user      []kgo.RecordHeader
 	decodeErr error
 	decoded   bool

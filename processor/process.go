@@ -130,12 +130,17 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	if d.to == toDLQ {
 		p.countDeadLetter(d.meta)
 	}
+	// The consumed record's headers are not needed any more: w keeps the
+	// outcome record's for write, and the callback stays small (a decision
+	// captured in it would cost ~450 bytes per record).
+	w.meta = d.meta
+	to := d.to
 	p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.complete(w, true)
 			return
 		}
-		go func() { p.complete(w, p.write(ctx, w, d, rec, err)) }()
+		go func() { p.complete(w, p.write(ctx, w, to, rec, err)) }()
 	})
 }
 
@@ -148,7 +153,7 @@ func (p *pipeline) countDeadLetter(meta retry.Meta) {
 // acknowledged it. A record too large for its topic is dead-lettered
 // instead (the DLQ builder truncates the value to fit), so it is never
 // dropped.
-func (p *pipeline) write(ctx context.Context, w *work, d decision, rec *kgo.Record, err error) bool {
+func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Record, err error) bool {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval = 100*time.Millisecond, 10*time.Second
 	failing := false
@@ -164,24 +169,24 @@ func (p *pipeline) write(ctx context.Context, w *work, d decision, rec *kgo.Reco
 		if ctx.Err() != nil {
 			return false
 		}
-		if isTooLarge(err) && d.to != toDLQ {
+		if isTooLarge(err) && to != toDLQ {
 			p.log.Warn("outcome record too large for its topic; dead-lettering it", "topic", rec.Topic, "src", srcOf(w), "err", err)
-			meta := d.meta
+			meta := w.meta // the outcome record's headers (send)
 			fail(&meta, time.Now(), retry.ClassPermanent, CodeRecordTooLarge, fmt.Sprintf("writing to %s: %v", rec.Topic, err))
-			d = dead(meta, reasonPermanent, "")
-			rec = p.deadLetter(w, d.meta)
+			d := dead(meta, reasonPermanent, "")
+			rec, to = p.deadLetter(w, d.meta), d.to
 			p.countDeadLetter(d.meta)
 			err = p.cl.ProduceSync(ctx, rec).FirstErr()
 			continue
 		}
-		if isTooLarge(err) && d.to == toDLQ && len(rec.Value) > 0 {
+		if isTooLarge(err) && to == toDLQ && len(rec.Value) > 0 {
 			// The builder's estimate was not enough (the topic's limit may be
 			// lower than configured): halve the value and say so.
 			rec = dlq.Shrink(rec)
 			err = p.cl.ProduceSync(ctx, rec).FirstErr()
 			continue
 		}
-		p.m.produceFails.WithLabelValues(p.cfg.Name, string(d.to)).Inc()
+		p.m.produceFails.WithLabelValues(p.cfg.Name, string(to)).Inc()
 		if !failing {
 			failing = true
 			p.setWriteErr(fmt.Errorf("writing to %s: %w", rec.Topic, err))
