@@ -181,6 +181,24 @@ func fit(r *kgo.Record, meta retry.Meta, user []kgo.RecordHeader, limit int) *kg
 	return r
 }
 
+// Shrink halves a dead letter's value and marks its original size in
+// redrive-truncated (kept from an earlier cut): the fallback when the broker
+// still says the record built by Build is too large (its limit was lowered
+// after start, or the batch overhead was larger than estimated). r is not
+// changed.
+func Shrink(r *kgo.Record) *kgo.Record {
+	c := *r
+	// r is Build's own record, so its headers decode; a malformed one would
+	// only lose the original size.
+	meta, user, _ := retry.Decode(r.Headers)
+	if meta.Truncated == 0 {
+		meta.Truncated = int64(len(r.Value))
+	}
+	c.Value = r.Value[: len(r.Value)/2 : len(r.Value)/2]
+	c.Headers = retry.Encode(meta, user)
+	return &c
+}
+
 // ErrNotDeadLetter is returned by Decode for a record without redrive-reason.
 var ErrNotDeadLetter = errors.New("not a redrive dead letter")
 

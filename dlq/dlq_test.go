@@ -114,6 +114,48 @@ func TestBuildCutsLargestUserHeaderWhenHeadersAloneDoNotFit(t *testing.T) {
 	}
 }
 
+// Shrink is the fallback when the broker refuses a built dead letter: each
+// call halves the value, and redrive-truncated keeps the size of the value
+// as first consumed, not of the previous cut.
+func TestShrinkHalvesValueAndKeepsOriginalSize(t *testing.T) {
+	src, m, user := sample()
+	src.Value = bytes.Repeat([]byte("v"), 1000)
+	r := Build(src, m, user, BuildOptions{Topic: "d", RedactHeaders: []string{"authorization"}, Group: "g", Instance: "i", HeaderStyle: StyleConnect})
+	if d, err := Decode(r); err != nil || d.Truncated != 0 {
+		t.Fatalf("built dead letter: Truncated %d, err %v; want whole", d.Truncated, err)
+	}
+	once := Shrink(r)
+	if len(r.Value) != 1000 {
+		t.Fatalf("Shrink changed its argument: value %d bytes", len(r.Value))
+	}
+	twice := Shrink(once)
+	for _, c := range []struct {
+		r    *kgo.Record
+		size int
+	}{{once, 500}, {twice, 250}} {
+		if len(c.r.Value) != c.size || !bytes.HasPrefix(src.Value, c.r.Value) || c.r.Topic != "d" || !bytes.Equal(c.r.Key, src.Key) {
+			t.Errorf("shrunk to %d bytes (topic %s key %q), want a %d-byte prefix on d", len(c.r.Value), c.r.Topic, c.r.Key, c.size)
+		}
+		d, err := Decode(c.r)
+		if err != nil {
+			t.Fatalf("Decode: %v", err)
+		}
+		if d.Truncated != 1000 {
+			t.Errorf("Truncated = %d, want the original 1000", d.Truncated)
+		}
+		if d.ID != m.ID || d.Reason != ReasonExhausted || d.Error != m.Error || d.Group != "g" || d.Instance != "i" || d.Attempt != 4 {
+			t.Errorf("redrive headers changed: %+v", d)
+		}
+		var got []string
+		for _, h := range d.UserHeaders {
+			got = append(got, h.Key+"="+string(h.Value))
+		}
+		if want := "Authorization=[redacted] trace=a trace=b " + ConnectTopic + "=solve"; !strings.HasPrefix(strings.Join(got, " "), want) {
+			t.Errorf("user headers %v, want them (redacted, compatibility ones too) kept in order: %s ...", got, want)
+		}
+	}
+}
+
 // batchSize computes a record batch's length with varints as kgo does.
 func batchSize(r *kgo.Record) int {
 	uv := func(n int) int { return len(binary.AppendVarint(nil, int64(n))) }

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -10,11 +11,20 @@ import (
 )
 
 // Kind is what a handler made of one attempt.
+//
+// The zero Kind is KindUnset, never Success: an Outcome built without a
+// Kind (Outcome{Err: err}, Outcome{}) is a handler mistake, and the
+// processor retries it as Transient rather than commit a failed record as
+// done. Build outcomes with Succeed, Retry, RetryAfter, Poll, Fail and Reject.
 type Kind int
 
 const (
+	// KindUnset: the handler set no Kind. Treated as Transient (retried,
+	// attempts counted, DLQ "exhausted" in the end), never as success; the
+	// processor logs a warning once per pipeline.
+	KindUnset Kind = iota
 	// Success: done; Result (optional) goes to the results topic if configured.
-	Success Kind = iota
+	Success
 	// Transient: may work later; goes to the next tier, DLQ "exhausted" after max_attempts.
 	Transient
 	// NotReady: accepted, poll again later; carries State; not a failed attempt.
@@ -25,8 +35,13 @@ const (
 	Invalid
 )
 
+// ErrNoKind is the error of an Outcome that had neither a Kind nor an Err.
+var ErrNoKind = errors.New("handler returned an Outcome without a Kind")
+
 func (k Kind) String() string {
 	switch k {
+	case KindUnset:
+		return "unset"
 	case Success:
 		return "success"
 	case Transient:
@@ -41,11 +56,15 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
+// valid reports whether k is one of the kinds a handler may return.
+func (k Kind) valid() bool { return k >= Success && k <= Invalid }
+
 // Class is the error class written to redrive-error-class for a failed kind.
+// An unset or unknown kind is retried, so its class is transient.
 func (k Kind) Class() retry.Class {
 	switch k {
-	case Transient:
-		return retry.ClassTransient
+	case Success:
+		return retry.ClassNone
 	case NotReady:
 		return retry.ClassNotReady
 	case Permanent:
@@ -53,10 +72,12 @@ func (k Kind) Class() retry.Class {
 	case Invalid:
 		return retry.ClassInvalid
 	}
-	return retry.ClassNone
+	return retry.ClassTransient
 }
 
-// Outcome is a handler's verdict on one attempt.
+// Outcome is a handler's verdict on one attempt. Build it with one of the
+// constructors (Succeed, Retry, RetryAfter, Poll, Fail, Reject); the fields
+// stay exported for handlers that add a code or an error to a Poll.
 type Outcome struct {
 	Kind Kind
 	// Result is the success payload, written as the value of the results record.
@@ -70,6 +91,53 @@ type Outcome struct {
 	State []byte
 	// MinDelay asks for at least this long before the next attempt (Retry-After).
 	MinDelay time.Duration
+}
+
+// Succeed: the attempt worked. result (may be nil) is the value of the
+// results record when the pipeline has a results topic.
+func Succeed(result []byte) Outcome { return Outcome{Kind: Success, Result: result} }
+
+// Retry: the attempt failed but may work later (Transient). The record goes
+// to the next tier, or to the DLQ as "exhausted" after max_attempts.
+func Retry(code string, err error) Outcome { return Outcome{Kind: Transient, Code: code, Err: err} }
+
+// RetryAfter is Retry with a minimum delay before the next attempt (a
+// Retry-After): the record goes to the smallest tier that covers d.
+func RetryAfter(code string, err error, d time.Duration) Outcome {
+	return Outcome{Kind: Transient, Code: code, Err: err, MinDelay: d}
+}
+
+// Poll: the request was accepted and is not ready yet (NotReady). The
+// handler is called again after at least d (0: the first tier) with state
+// (UTF-8, at most retry.MaxStateBytes) in Request.State; a poll spends no
+// attempt.
+func Poll(state []byte, d time.Duration) Outcome {
+	return Outcome{Kind: NotReady, State: state, MinDelay: d}
+}
+
+// Fail: the request will never work (Permanent). The record goes to the
+// DLQ as "permanent" at once.
+func Fail(code string, err error) Outcome { return Outcome{Kind: Permanent, Code: code, Err: err} }
+
+// Reject: the record itself is unusable (Invalid), e.g. its value does not
+// parse. The record goes to the DLQ as "invalid" at once.
+func Reject(code string, err error) Outcome { return Outcome{Kind: Invalid, Code: code, Err: err} }
+
+// checked is out as the processor acts on it: an Outcome whose Kind is unset
+// or unknown becomes Transient (with ErrNoKind and CodeNoKind when it had no
+// error or code), and mistake reports that it was one.
+func checked(out Outcome) (_ Outcome, mistake bool) {
+	if out.Kind.valid() {
+		return out, false
+	}
+	out.Kind = Transient
+	if out.Err == nil {
+		out.Err = ErrNoKind
+	}
+	if out.Code == "" {
+		out.Code = CodeNoKind
+	}
+	return out, true
 }
 
 // Request is one attempt at one record.

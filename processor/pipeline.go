@@ -49,7 +49,7 @@ type work struct {
 	rec       *kgo.Record
 	ps        *partState
 	e         *entry
-	meta      retry.Meta
+	meta      retry.Meta // the decoded headers; from send on, the outcome record's
 	user      []kgo.RecordHeader
 	decodeErr error
 	decoded   bool
@@ -62,6 +62,7 @@ type work struct {
 // tiers, and the producer for outcomes (one kgo client does both).
 type pipeline struct {
 	cfg    Pipeline
+	pol    policy
 	pc     *Config
 	h      Handler
 	cl     *kgo.Client
@@ -74,6 +75,9 @@ type pipeline struct {
 	hctx   context.Context // handler context; cancelled past the shutdown grace
 	hstop  context.CancelFunc
 	wg     sync.WaitGroup
+
+	// noKind warns once of a handler returning an Outcome without a Kind.
+	noKind sync.Once
 
 	mu       sync.Mutex
 	parts    map[tp]*partState
@@ -105,6 +109,7 @@ type lane struct{ queue []*work }
 func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.Opt) (*pipeline, error) {
 	p := &pipeline{
 		cfg:    cfg,
+		pol:    policyOf(cfg),
 		pc:     pc,
 		h:      h,
 		log:    pc.Logger.With("pipeline", cfg.Name),
@@ -429,14 +434,14 @@ func (p *pipeline) worker() {
 // until the broker acknowledges it. Work of a revoked partition (or past
 // the shutdown grace) is abandoned: process sees its cancelled context.
 func (p *pipeline) work(w *work) {
-	rec, kind, ok := p.process(w)
+	d, ok := p.process(w)
 	switch {
 	case !ok:
 		p.complete(w, false)
-	case rec == nil:
+	case d.to == "":
 		p.complete(w, true)
 	default:
-		p.send(w.ps.ctx, w, rec, kind)
+		p.send(w.ps.ctx, w, d)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -13,6 +14,8 @@ import (
 
 // Header names of the wire contract (see docs/headers.md). All
 // values are UTF-8 text; times are Unix milliseconds; integers are decimal.
+// Each has one row in the headers table (how it is decoded and encoded); a
+// new header is a constant, a Meta field and a row.
 const (
 	// HeaderPrefix starts every header that redrive owns.
 	HeaderPrefix = "redrive-"
@@ -114,6 +117,106 @@ type Meta struct {
 	NotReadySince   time.Time
 }
 
+// header is one redrive-* header: its name and how its value is read into
+// and written from Meta. The headers table is the only list of them:
+// Decode, Encode and Headers all iterate over it.
+type header struct {
+	name string
+	// decode reads v (valid UTF-8; raw is the same bytes) into m.
+	decode func(m *Meta, v string, raw []byte) error
+	// encode appends m's value to buf; it appends nothing when m has none.
+	encode func(m *Meta, buf []byte) []byte
+}
+
+// headers is in the order Encode writes them.
+var headers = [...]header{
+	{HeaderID, func(m *Meta, v string, _ []byte) error { m.ID = v; return notEmpty(v) },
+		func(m *Meta, b []byte) []byte { return append(b, m.ID...) }},
+	{HeaderAttempt, func(m *Meta, v string, _ []byte) (err error) { m.Attempt, err = nonNegInt(v); return err },
+		// Written as 0 too once the request has an id: "not attempted yet".
+		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Attempt), m.ID != "") }},
+	{HeaderPolls, func(m *Meta, v string, _ []byte) (err error) { m.Polls, err = nonNegInt(v); return err },
+		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Polls), false) }},
+	{HeaderDue, func(m *Meta, v string, _ []byte) (err error) { m.Due, err = millis(v); return err },
+		func(m *Meta, b []byte) []byte { return appendTime(b, m.Due) }},
+	{HeaderTier, func(m *Meta, v string, _ []byte) error { m.Tier = v; _, err := ParseDelay(v); return err },
+		func(m *Meta, b []byte) []byte { return append(b, m.Tier...) }},
+	// The origin is one group, written only with HasOrigin (see Decode).
+	{HeaderOriginTopic, func(m *Meta, v string, _ []byte) error { m.OriginTopic = v; return notEmpty(v) },
+		func(m *Meta, b []byte) []byte { return appendIf(b, m.HasOrigin, m.OriginTopic) }},
+	{HeaderOriginPartition, func(m *Meta, v string, _ []byte) error {
+		p, err := nonNegInt(v)
+		if err == nil && p > 1<<31-1 {
+			err = errors.New("out of range")
+		}
+		m.OriginPartition = int32(p)
+		return err
+	}, func(m *Meta, b []byte) []byte { return appendOrigin(b, m, int64(m.OriginPartition)) }},
+	{HeaderOriginOffset, func(m *Meta, v string, _ []byte) (err error) { m.OriginOffset, err = nonNegInt64(v); return err },
+		func(m *Meta, b []byte) []byte { return appendOrigin(b, m, m.OriginOffset) }},
+	{HeaderOriginTimestamp, func(m *Meta, v string, _ []byte) (err error) { m.OriginTimestamp, err = millis(v); return err },
+		func(m *Meta, b []byte) []byte {
+			if !m.HasOrigin {
+				return b
+			}
+			return appendTime(b, m.OriginTimestamp)
+		}},
+	{HeaderFirstErrorAt, func(m *Meta, v string, _ []byte) (err error) { m.FirstErrorAt, err = millis(v); return err },
+		func(m *Meta, b []byte) []byte { return appendTime(b, m.FirstErrorAt) }},
+	{HeaderLastErrorAt, func(m *Meta, v string, _ []byte) (err error) { m.LastErrorAt, err = millis(v); return err },
+		func(m *Meta, b []byte) []byte { return appendTime(b, m.LastErrorAt) }},
+	{HeaderError, func(m *Meta, v string, _ []byte) error { m.Error = v; return nil },
+		func(m *Meta, b []byte) []byte { return append(b, TruncateUTF8(m.Error, MaxErrorBytes)...) }},
+	{HeaderErrorCode, func(m *Meta, v string, _ []byte) error { m.ErrorCode = v; return nil },
+		func(m *Meta, b []byte) []byte { return append(b, m.ErrorCode...) }},
+	{HeaderErrorClass, func(m *Meta, v string, _ []byte) error {
+		m.ErrorClass = Class(v)
+		if !m.ErrorClass.Valid() {
+			return errors.New("unknown class")
+		}
+		return nil
+	}, func(m *Meta, b []byte) []byte { return append(b, m.ErrorClass...) }},
+	// State is opaque: never cut by Encode; its limit is checked on reading.
+	{HeaderState, func(m *Meta, _ string, raw []byte) error {
+		m.State = append([]byte(nil), raw...) // the record's buffer may be reused
+		if len(raw) > MaxStateBytes {
+			return fmt.Errorf("longer than %d bytes", MaxStateBytes)
+		}
+		return nil
+	}, func(m *Meta, b []byte) []byte { return append(b, m.State...) }},
+	{HeaderReason, func(m *Meta, v string, _ []byte) error { m.Reason = v; return nil },
+		func(m *Meta, b []byte) []byte { return append(b, m.Reason...) }},
+	{HeaderRedrives, func(m *Meta, v string, _ []byte) (err error) { m.Redrives, err = nonNegInt(v); return err },
+		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Redrives), false) }},
+	{HeaderGroup, func(m *Meta, v string, _ []byte) error { m.Group = v; return nil },
+		func(m *Meta, b []byte) []byte { return append(b, m.Group...) }},
+	{HeaderInstance, func(m *Meta, v string, _ []byte) error { m.Instance = v; return nil },
+		func(m *Meta, b []byte) []byte { return append(b, m.Instance...) }},
+	{HeaderTruncated, func(m *Meta, v string, _ []byte) (err error) { m.Truncated, err = nonNegInt64(v); return err },
+		func(m *Meta, b []byte) []byte { return appendInt(b, m.Truncated, false) }},
+	{HeaderNotReadySince, func(m *Meta, v string, _ []byte) (err error) { m.NotReadySince, err = millis(v); return err },
+		func(m *Meta, b []byte) []byte { return appendTime(b, m.NotReadySince) }},
+}
+
+// headerIndex finds a header's entry in headers by name.
+var headerIndex = func() map[string]int {
+	idx := make(map[string]int, len(headers))
+	for i, h := range headers {
+		idx[h.name] = i
+	}
+	return idx
+}()
+
+// Headers lists every redrive-* header this version reads and writes, in
+// the order Encode writes them.
+func Headers() []string {
+	names := make([]string, len(headers))
+	for i, h := range headers {
+		names[i] = h.name
+	}
+	return names
+}
+
 // Decode splits headers into redrive's Meta and the user's headers (in their
 // original order). A malformed redrive-* header yields a *BadHeaderError (wrapping
 // ErrBadHeader) naming it; the user headers are still returned whole so that
@@ -121,117 +224,44 @@ type Meta struct {
 // Unknown redrive-* headers are kept with the user headers, so that a newer
 // writer's headers survive an older reader.
 func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
-	var m Meta
+	m := scratch.Get().(*Meta)
+	defer release(m)
 	var user []kgo.RecordHeader
 	var firstErr error
-	seen := make(map[string]bool, 8)
+	var seen, ok uint32 // bit i: headers[i] was present, was valid
 	fail := func(h kgo.RecordHeader, reason string) {
 		if firstErr == nil {
 			firstErr = &BadHeaderError{Header: h.Key, Value: string(h.Value), Reason: reason}
 		}
 	}
-	var hasPart, hasOff, hasTS bool
 	for _, h := range hs {
-		if !strings.HasPrefix(h.Key, HeaderPrefix) {
+		i, known := -1, false
+		if strings.HasPrefix(h.Key, HeaderPrefix) {
+			i, known = headerIndex[h.Key]
+		}
+		if !known {
 			user = append(user, h)
 			continue
 		}
-		if !isKnown(h.Key) {
-			user = append(user, h)
-			continue
-		}
-		if seen[h.Key] {
+		if seen&(1<<i) != 0 {
 			fail(h, "duplicate header")
 			continue
 		}
-		seen[h.Key] = true
+		seen |= 1 << i
 		v := string(h.Value)
 		if !utf8.ValidString(v) {
 			fail(h, "not valid UTF-8")
 			continue
 		}
-		var err error
-		switch h.Key {
-		case HeaderID:
-			if v == "" {
-				err = errors.New("empty")
-			}
-			m.ID = v
-		case HeaderAttempt:
-			m.Attempt, err = nonNegInt(v)
-		case HeaderPolls:
-			m.Polls, err = nonNegInt(v)
-		case HeaderRedrives:
-			m.Redrives, err = nonNegInt(v)
-		case HeaderDue:
-			m.Due, err = millis(v)
-		case HeaderTier:
-			if _, perr := ParseDelay(v); perr != nil {
-				err = perr
-			}
-			m.Tier = v
-		case HeaderOriginTopic:
-			if v == "" {
-				err = errors.New("empty")
-			}
-			m.OriginTopic = v
-		case HeaderOriginPartition:
-			var p int
-			p, err = nonNegInt(v)
-			if err == nil && p > 1<<31-1 {
-				err = errors.New("out of range")
-			}
-			m.OriginPartition = int32(p)
-			hasPart = err == nil
-		case HeaderOriginOffset:
-			var o int64
-			o, err = strconv.ParseInt(v, 10, 64)
-			if err == nil && o < 0 {
-				err = errors.New("negative")
-			}
-			m.OriginOffset = o
-			hasOff = err == nil
-		case HeaderOriginTimestamp:
-			m.OriginTimestamp, err = millis(v)
-			hasTS = err == nil
-		case HeaderFirstErrorAt:
-			m.FirstErrorAt, err = millis(v)
-		case HeaderLastErrorAt:
-			m.LastErrorAt, err = millis(v)
-		case HeaderError:
-			m.Error = v
-		case HeaderErrorCode:
-			m.ErrorCode = v
-		case HeaderErrorClass:
-			m.ErrorClass = Class(v)
-			if !m.ErrorClass.Valid() {
-				err = errors.New("unknown class")
-			}
-		case HeaderState:
-			if len(h.Value) > MaxStateBytes {
-				err = fmt.Errorf("longer than %d bytes", MaxStateBytes)
-			}
-			m.State = append([]byte(nil), h.Value...)
-		case HeaderReason:
-			m.Reason = v
-		case HeaderGroup:
-			m.Group = v
-		case HeaderInstance:
-			m.Instance = v
-		case HeaderTruncated:
-			m.Truncated, err = strconv.ParseInt(v, 10, 64)
-			if err == nil && m.Truncated < 0 {
-				err = errors.New("negative")
-			}
-		case HeaderNotReadySince:
-			m.NotReadySince, err = millis(v)
-		}
-		if err != nil {
+		if err := headers[i].decode(m, v, h.Value); err != nil {
 			fail(h, err.Error())
+			continue
 		}
+		ok |= 1 << i
 	}
+	has := func(name string) bool { return ok&(1<<headerIndex[name]) != 0 }
 	if firstErr == nil && m.OriginTopic != "" {
-		if !hasPart || !hasOff {
+		if !has(HeaderOriginPartition) || !has(HeaderOriginOffset) {
 			firstErr = &BadHeaderError{Header: HeaderOriginTopic, Value: m.OriginTopic, Reason: "origin topic without origin partition and offset"}
 		} else {
 			m.HasOrigin = true
@@ -240,28 +270,30 @@ func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
 	// The origin is one group: Encode writes none of it without the topic,
 	// so a part of it alone would be lost on the next hop.
 	if firstErr == nil && m.OriginTopic == "" {
-		for _, p := range []struct {
-			key string
-			has bool
-		}{{HeaderOriginPartition, hasPart}, {HeaderOriginOffset, hasOff}, {HeaderOriginTimestamp, hasTS}} {
-			if p.has {
-				firstErr = &BadHeaderError{Header: p.key, Value: headerValue(hs, p.key), Reason: "without origin topic"}
+		for _, k := range []string{HeaderOriginPartition, HeaderOriginOffset, HeaderOriginTimestamp} {
+			if has(k) {
+				firstErr = &BadHeaderError{Header: k, Value: headerValue(hs, k), Reason: "without origin topic"}
 				break
 			}
 		}
 	}
-	return m, user, firstErr
+	return *m, user, firstErr
 }
 
-var known = map[string]bool{
-	HeaderID: true, HeaderAttempt: true, HeaderPolls: true, HeaderDue: true, HeaderTier: true,
-	HeaderOriginTopic: true, HeaderOriginPartition: true, HeaderOriginOffset: true, HeaderOriginTimestamp: true,
-	HeaderFirstErrorAt: true, HeaderLastErrorAt: true, HeaderError: true, HeaderErrorCode: true,
-	HeaderErrorClass: true, HeaderState: true, HeaderReason: true, HeaderRedrives: true,
-	HeaderGroup: true, HeaderInstance: true, HeaderTruncated: true, HeaderNotReadySince: true,
+// scratch holds the Meta that Decode and Encode hand to the table's
+// functions: a pointer passed to a function value escapes, and a pooled
+// Meta keeps that from costing an allocation per record.
+var scratch = sync.Pool{New: func() any { return new(Meta) }}
+
+func release(m *Meta) {
+	*m = Meta{} // drop references to record buffers
+	scratch.Put(m)
 }
 
-func isKnown(k string) bool { return known[k] }
+func isKnown(k string) bool {
+	_, ok := headerIndex[k]
+	return ok
+}
 
 func headerValue(hs []kgo.RecordHeader, key string) string {
 	for _, h := range hs {
@@ -272,8 +304,26 @@ func headerValue(hs []kgo.RecordHeader, key string) string {
 	return ""
 }
 
+func notEmpty(v string) error {
+	if v == "" {
+		return errors.New("empty")
+	}
+	return nil
+}
+
 func nonNegInt(v string) (int, error) {
 	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, errors.New("not a decimal integer")
+	}
+	if n < 0 {
+		return 0, errors.New("negative")
+	}
+	return n, nil
+}
+
+func nonNegInt64(v string) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return 0, errors.New("not a decimal integer")
 	}
@@ -294,20 +344,33 @@ func millis(v string) (time.Time, error) {
 	return time.UnixMilli(n), nil
 }
 
-// headerCount is how many redrive headers Encode writes for m (at most).
-func (m *Meta) headerCount() int {
-	n := 0
-	for _, set := range []bool{
-		m.ID != "", m.ID != "" || m.Attempt != 0, m.Polls != 0, !m.Due.IsZero(), m.Tier != "",
-		m.HasOrigin, m.HasOrigin, m.HasOrigin, m.HasOrigin && !m.OriginTimestamp.IsZero(),
-		!m.FirstErrorAt.IsZero(), !m.LastErrorAt.IsZero(), m.Error != "", m.ErrorCode != "", m.ErrorClass != "",
-		len(m.State) > 0, m.Reason != "", m.Redrives != 0, m.Group != "", m.Instance != "", m.Truncated != 0, !m.NotReadySince.IsZero(),
-	} {
-		if set {
-			n++
-		}
+func appendInt(b []byte, n int64, keepZero bool) []byte {
+	if n == 0 && !keepZero {
+		return b
 	}
-	return n
+	return strconv.AppendInt(b, n, 10)
+}
+
+func appendTime(b []byte, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	return strconv.AppendInt(b, t.UnixMilli(), 10)
+}
+
+// appendOrigin appends an origin number, 0 included, when m has an origin.
+func appendOrigin(b []byte, m *Meta, n int64) []byte {
+	if !m.HasOrigin {
+		return b
+	}
+	return strconv.AppendInt(b, n, 10)
+}
+
+func appendIf(b []byte, cond bool, v string) []byte {
+	if !cond {
+		return b
+	}
+	return append(b, v...)
 }
 
 // Encode writes m as redrive-* headers followed by the user's headers
@@ -315,60 +378,31 @@ func (m *Meta) headerCount() int {
 // header twice, whatever user holds: known redrive-* headers in user are
 // dropped in favour of m's.
 func Encode(m Meta, user []kgo.RecordHeader) []kgo.RecordHeader {
-	hs := make([]kgo.RecordHeader, 0, len(user)+m.headerCount())
 	// One buffer holds every value (two allocations per call, not one per
-	// header); each value is capped so that appending to it copies.
-	buf := make([]byte, 0, 160+len(m.ID)+len(m.Tier)+len(m.OriginTopic)+min(len(m.Error), MaxErrorBytes)+
-		len(m.ErrorCode)+len(m.ErrorClass)+len(m.Reason)+len(m.Group)+len(m.Instance))
-	push := func(k string, start int) {
-		hs = append(hs, kgo.RecordHeader{Key: k, Value: buf[start:len(buf):len(buf)]})
-	}
-	add := func(k, v string) {
-		if v != "" {
-			start := len(buf)
-			buf = append(buf, v...)
-			push(k, start)
+	// header); the error and the state are the only long ones.
+	buf := make([]byte, 0, 256+min(len(m.Error), MaxErrorBytes)+len(m.State))
+	mp := scratch.Get().(*Meta)
+	*mp = m
+	var ends [len(headers)]int
+	n := 0
+	for i := range headers {
+		before := len(buf)
+		buf = headers[i].encode(mp, buf)
+		ends[i] = len(buf)
+		if len(buf) > before {
+			n++
 		}
 	}
-	addInt := func(k string, n int64, keepZero bool) {
-		if n != 0 || keepZero {
-			start := len(buf)
-			buf = strconv.AppendInt(buf, n, 10)
-			push(k, start)
+	release(mp)
+	hs := make([]kgo.RecordHeader, 0, n+len(user))
+	start := 0
+	for i, end := range ends {
+		if end > start {
+			// Capped, so that appending to one value copies.
+			hs = append(hs, kgo.RecordHeader{Key: headers[i].name, Value: buf[start:end:end]})
 		}
+		start = end
 	}
-	addTime := func(k string, t time.Time) {
-		if !t.IsZero() {
-			start := len(buf)
-			buf = strconv.AppendInt(buf, t.UnixMilli(), 10)
-			push(k, start)
-		}
-	}
-	add(HeaderID, m.ID)
-	addInt(HeaderAttempt, int64(m.Attempt), m.ID != "")
-	addInt(HeaderPolls, int64(m.Polls), false)
-	addTime(HeaderDue, m.Due)
-	add(HeaderTier, m.Tier)
-	if m.HasOrigin {
-		add(HeaderOriginTopic, m.OriginTopic)
-		addInt(HeaderOriginPartition, int64(m.OriginPartition), true)
-		addInt(HeaderOriginOffset, m.OriginOffset, true)
-		addTime(HeaderOriginTimestamp, m.OriginTimestamp)
-	}
-	addTime(HeaderFirstErrorAt, m.FirstErrorAt)
-	addTime(HeaderLastErrorAt, m.LastErrorAt)
-	add(HeaderError, TruncateUTF8(m.Error, MaxErrorBytes))
-	add(HeaderErrorCode, m.ErrorCode)
-	add(HeaderErrorClass, string(m.ErrorClass))
-	if len(m.State) > 0 {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderState, Value: m.State})
-	}
-	add(HeaderReason, m.Reason)
-	addInt(HeaderRedrives, int64(m.Redrives), false)
-	add(HeaderGroup, m.Group)
-	add(HeaderInstance, m.Instance)
-	addInt(HeaderTruncated, m.Truncated, false)
-	addTime(HeaderNotReadySince, m.NotReadySince)
 	for _, h := range user {
 		if isKnown(h.Key) {
 			continue

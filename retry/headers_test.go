@@ -129,6 +129,26 @@ func value(hs []kgo.RecordHeader, key string) (string, bool) {
 	return "", false
 }
 
+// Headers is the codec's one table of headers; it must name exactly the
+// contract's, each once, in the order Encode writes them.
+func TestHeadersListsTheContract(t *testing.T) {
+	got := retry.Headers()
+	if !slices.Equal(got, knownHeaders) {
+		t.Errorf("Headers() = %v\nwant %v", got, knownHeaders)
+	}
+	var written []string
+	for _, h := range retry.Encode(fullMeta(), nil) {
+		written = append(written, h.Key)
+	}
+	if !slices.Equal(written, got) {
+		t.Errorf("Encode(fullMeta) writes %v\nwant every header in Headers() order %v", written, got)
+	}
+	got[0] = "changed"
+	if retry.Headers()[0] != retry.HeaderID {
+		t.Errorf("Headers returns the table itself")
+	}
+}
+
 func TestFullMetaSetsEveryField(t *testing.T) {
 	v := reflect.ValueOf(fullMeta())
 	for i := range v.NumField() {

@@ -71,61 +71,70 @@ func (h *Handler) classify(status int, header http.Header, body []byte, tooLarge
 		doc, docErr = decodeJSON(body)
 	}
 	rerr := &ResponseError{URL: h.safeURL, StatusCode: status}
-	var out processor.Outcome
+	var kind processor.Kind
 	fallback := "http_" + strconv.Itoa(status)
 	switch {
 	case status == http.StatusAccepted:
-		out.Kind = processor.NotReady
+		kind = processor.NotReady
 	case isSuccess(status):
 		switch {
 		case tooLarge:
 			fallback, rerr.Cause = CodeBodyTooLarge, ErrBodyTooLarge
 			rerr.Detail = fmt.Sprintf("body longer than %d bytes", h.maxBody)
 		case h.json == nil:
-			return processor.Outcome{Kind: processor.Success, Result: body}
+			return processor.Succeed(body)
 		case docErr != nil:
 			fallback, rerr.Cause = CodeBadResponse, ErrBadResponse
 			rerr.Detail = "body is not JSON: " + docErr.Error()
 		default:
 			ok, detail := h.json.ok(doc)
 			if ok {
-				return processor.Outcome{Kind: processor.Success, Result: body}
+				return processor.Succeed(body)
 			}
 			fallback, rerr.Cause, rerr.Detail = CodeNotOK, ErrNotOK, detail
 		}
-		out.Kind = processor.Transient
+		kind = processor.Transient
 	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests,
 		status >= 500 && status <= 599:
-		out.Kind = processor.Transient
+		kind = processor.Transient
 	case status >= 400 && status <= 499:
-		out.Kind = processor.Permanent
+		kind = processor.Permanent
 	default: // 1xx, 3xx (redirects are not followed), nonsense
-		out.Kind = processor.Transient
+		kind = processor.Transient
 	}
 
-	out.Code = cleanCode(header.Get(HeaderErrorCode))
-	if out.Code == "" && h.json != nil && docErr == nil {
-		out.Code = cleanCode(h.json.code(doc))
+	code := cleanCode(header.Get(HeaderErrorCode))
+	if code == "" && h.json != nil && docErr == nil {
+		code = cleanCode(h.json.code(doc))
 	}
-	if out.Code == "" {
-		out.Code = fallback
+	if code == "" {
+		code = fallback
 	}
-	if k, ok := h.classOf[out.Code]; ok {
-		out.Kind = k
+	if k, ok := h.classOf[code]; ok {
+		kind = k
 	}
-	out.MinDelay, _ = parseRetryAfter(header.Get(HeaderRetryAfter), now)
-	if d := h.minDelay[out.Code]; d > out.MinDelay {
-		out.MinDelay = d
+	minDelay, _ := parseRetryAfter(header.Get(HeaderRetryAfter), now)
+	if d := h.minDelay[code]; d > minDelay {
+		minDelay = d
 	}
-	if out.Kind == processor.NotReady {
-		out.State = sent
-		if s := header.Get(HeaderState); s != "" {
-			out.State = []byte(s)
-		}
-	}
-	rerr.Code = out.Code
+	rerr.Code = code
 	rerr.Body = snippet(body, bodySnippet)
-	out.Err = rerr
+	var out processor.Outcome
+	switch kind {
+	case processor.NotReady:
+		state := sent
+		if s := header.Get(HeaderState); s != "" {
+			state = []byte(s)
+		}
+		out = processor.Poll(state, minDelay)
+	case processor.Permanent:
+		out = processor.Fail(code, rerr)
+	default: // code rules name only transient, not-ready and permanent
+		out = processor.Retry(code, rerr)
+	}
+	// Every failure says which code and answer it was, and keeps the delay
+	// asked for (a code rule may have turned it permanent).
+	out.Code, out.Err, out.MinDelay = code, rerr, minDelay
 	return out
 }
 

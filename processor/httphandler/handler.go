@@ -327,8 +327,8 @@ func New(o Options) (*Handler, error) {
 // Handle POSTs req's record and maps the answer to an Outcome.
 func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.Outcome {
 	if req.ID != "" && !validValue(req.ID) {
-		return processor.Outcome{Kind: processor.Invalid, Code: CodeBadID,
-			Err: fmt.Errorf("request id %q cannot be sent as %s: it holds control characters", truncate(req.ID, 200), HeaderIdempotencyKey)}
+		return processor.Reject(CodeBadID,
+			fmt.Errorf("request id %q cannot be sent as %s: it holds control characters", truncate(req.ID, 200), HeaderIdempotencyKey))
 	}
 	actx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
@@ -346,7 +346,7 @@ func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.
 	}
 	hr, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(value))
 	if err != nil { // the URL was checked in New; not reached in practice
-		return processor.Outcome{Kind: processor.Transient, Code: CodeNetwork, Err: fmt.Errorf("POST %s: %w", h.safeURL, err)}
+		return processor.Retry(CodeNetwork, fmt.Errorf("POST %s: %w", h.safeURL, err))
 	}
 	hr.Header = h.headers.Clone()
 	hr.Header.Set("Content-Type", ctype)
@@ -411,8 +411,8 @@ func (h *Handler) transportFailure(ctx context.Context, err error) processor.Out
 		errors.As(err, &tlserr), errors.As(err, &certerr):
 		code, what = CodeConnect, "cannot connect"
 	}
-	return processor.Outcome{Kind: processor.Transient, Code: code,
-		Err: &transportError{msg: truncate(fmt.Sprintf("POST %s: %s: %v", h.safeURL, what, err), maxErrorBytes), err: err}}
+	return processor.Retry(code,
+		&transportError{msg: truncate(fmt.Sprintf("POST %s: %s: %v", h.safeURL, what, err), maxErrorBytes), err: err})
 }
 
 // transportError keeps the cause for errors.Is with a message of bounded length.

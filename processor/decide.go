@@ -1,0 +1,209 @@
+package processor
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// policy is what the decision needs of a pipeline's configuration.
+type policy struct {
+	sched            retry.Schedule
+	ttl              time.Duration // 0: no expiry
+	notReadyDeadline time.Duration
+	results          bool       // the pipeline has a results topic
+	rnd              *rand.Rand // jitter source; nil: the global one
+}
+
+func policyOf(cfg Pipeline) policy {
+	return policy{sched: cfg.Schedule, ttl: cfg.TTL, notReadyDeadline: cfg.NotReadyDeadline, results: cfg.Results != ""}
+}
+
+// decision is what becomes of one record. It is made by screen (before the
+// handler is called) or decide (from the handler's outcome), both pure
+// functions of the record's headers, the outcome, the policy and the time,
+// so that every rule can be tested without a broker.
+type decision struct {
+	// to is where the outcome record goes; "" means nothing is written
+	// (success without a results topic): the record is just done.
+	to outKind
+	// meta is the redrive-* headers of the outcome record: for toDLQ with
+	// Reason set (the dlq builder adds group, instance and drops retry-only
+	// fields), for toResults only the identity and counts.
+	meta retry.Meta
+	// tier is the tier's index, for toRetry.
+	tier int
+	// hop: toRetry without spending an attempt (not due yet).
+	hop bool
+	// result is the value of the results record, for toResults.
+	result []byte
+	// early is the outcome label of a decision made without the handler
+	// ("invalid", "expired"), for redrive_outcomes_total; "" otherwise.
+	early string
+}
+
+// identify fills the request id and origin from r when meta lacks them.
+func identify(meta retry.Meta, r *kgo.Record) retry.Meta {
+	if meta.ID == "" {
+		meta.ID = retry.RequestID(r)
+	}
+	if !meta.HasOrigin {
+		meta.HasOrigin = true
+		meta.OriginTopic, meta.OriginPartition, meta.OriginOffset, meta.OriginTimestamp = r.Topic, r.Partition, r.Offset, r.Timestamp
+	}
+	if meta.OriginTimestamp.IsZero() {
+		meta.OriginTimestamp = r.Timestamp
+	}
+	return meta
+}
+
+// screen decides what it can before the handler is called: a malformed
+// redrive header (DLQ invalid, decodeErr names it), a tier record not due
+// yet (hop to the tier covering the rest), past the TTL or the not-ready
+// deadline (DLQ expired). call is true when none applies. tier is the
+// consumed record's tier index, -1 for the main topic.
+func screen(meta retry.Meta, decodeErr error, tier int, p policy, now time.Time) (d decision, call bool) {
+	if decodeErr != nil {
+		fail(&meta, now, retry.ClassInvalid, CodeBadHeader, decodeErr.Error())
+		return dead(meta, reasonInvalid, "invalid"), false
+	}
+	if tier >= 0 && now.Before(meta.Due) {
+		// Due later than this tier's delay: re-queue, no attempt spent.
+		idx, _ := p.sched.TierForDelay(meta.Due.Sub(now))
+		meta.Tier = retry.FormatDelay(p.sched.Tiers[idx])
+		return retryTo(meta, idx, true), false
+	}
+	if p.ttl > 0 && now.Sub(meta.OriginTimestamp) > p.ttl {
+		fail(&meta, now, retry.ClassExpired, CodeTTL, fmt.Sprintf("request older than ttl %s", p.ttl))
+		return dead(meta, reasonExpired, "expired"), false
+	}
+	if meta.ErrorClass == retry.ClassNotReady && !meta.NotReadySince.IsZero() && now.Sub(meta.NotReadySince) > p.notReadyDeadline {
+		fail(&meta, now, retry.ClassExpired, CodeNotReadyDeadline, fmt.Sprintf("still not ready %s after the first not-ready answer (not_ready_deadline %s)",
+			now.Sub(meta.NotReadySince).Round(time.Second), p.notReadyDeadline))
+		return dead(meta, reasonExpired, "expired"), false
+	}
+	return decision{}, true
+}
+
+// attemptOf is the attempt number, whether the call is a not-ready poll, and
+// the state the handler gets, for a record with these headers.
+func attemptOf(meta retry.Meta) (attempt int, poll bool, state []byte) {
+	poll = meta.ErrorClass == retry.ClassNotReady
+	attempt = meta.Attempt + 1
+	if poll && meta.Attempt > 0 {
+		attempt = meta.Attempt // a poll belongs to the attempt that was accepted
+	}
+	if poll {
+		state = meta.State
+	}
+	return attempt, poll, state
+}
+
+// decide is what becomes of a record with headers meta (identity and
+// origin filled) whose handler answered out at now. An Outcome without a
+// valid Kind is decided as Transient (see checked).
+func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
+	out, _ = checked(out)
+	attempt, poll, _ := attemptOf(meta)
+	meta.State = nil
+	meta.Due, meta.Tier = time.Time{}, ""
+	switch out.Kind {
+	case Success:
+		meta.Attempt = attempt
+		meta.Polls += btoi(poll)
+		if !p.results {
+			return decision{}
+		}
+		m := retry.Meta{ID: meta.ID, Attempt: meta.Attempt, Polls: meta.Polls, Redrives: meta.Redrives, HasOrigin: true,
+			OriginTopic: meta.OriginTopic, OriginPartition: meta.OriginPartition, OriginOffset: meta.OriginOffset, OriginTimestamp: meta.OriginTimestamp}
+		return decision{to: toResults, meta: m, result: out.Result}
+
+	case NotReady:
+		meta.Attempt = attempt
+		meta.Polls += btoi(poll)
+		if meta.NotReadySince.IsZero() {
+			meta.NotReadySince = now
+		}
+		fail(&meta, now, retry.ClassNotReady, out.Code, errText(out, "not ready"))
+		if len(out.State) > retry.MaxStateBytes {
+			fail(&meta, now, retry.ClassPermanent, CodeStateTooLarge, fmt.Sprintf("handler state of %d bytes exceeds %d", len(out.State), retry.MaxStateBytes))
+			return dead(meta, reasonPermanent, "")
+		}
+		if !utf8.Valid(out.State) {
+			// Header values are UTF-8 text (the wire contract); binary state
+			// would make the retry record invalid on its next read.
+			fail(&meta, now, retry.ClassPermanent, CodeBadState, "handler state is not valid UTF-8 (encode binary state, e.g. base64)")
+			return dead(meta, reasonPermanent, "")
+		}
+		meta.State = out.State
+		idx, due := p.sched.Next(now, 0, out.MinDelay, p.rnd)
+		meta.Due, meta.Tier = due, retry.FormatDelay(p.sched.Tiers[idx])
+		return retryTo(meta, idx, false)
+
+	case Transient:
+		meta.Attempt++ // a failed poll is a failed attempt too
+		meta.Polls += btoi(poll)
+		meta.NotReadySince = time.Time{}
+		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "transient failure"))
+		if p.sched.Exhausted(meta.Attempt) {
+			return dead(meta, reasonExhausted, "")
+		}
+		idx, due := p.sched.Next(now, meta.Attempt+1, out.MinDelay, p.rnd)
+		meta.Due, meta.Tier = due, retry.FormatDelay(p.sched.Tiers[idx])
+		return retryTo(meta, idx, false)
+
+	case Invalid:
+		meta.Attempt = attempt
+		meta.Polls += btoi(poll)
+		fail(&meta, now, retry.ClassInvalid, out.Code, errText(out, "invalid request"))
+		return dead(meta, reasonInvalid, "")
+
+	default: // Permanent
+		meta.Attempt = attempt
+		meta.Polls += btoi(poll)
+		fail(&meta, now, retry.ClassPermanent, out.Code, errText(out, "permanent failure"))
+		return dead(meta, reasonPermanent, "")
+	}
+}
+
+func dead(meta retry.Meta, reason, early string) decision {
+	meta.Reason = reason
+	return decision{to: toDLQ, meta: meta, early: early}
+}
+
+func retryTo(meta retry.Meta, idx int, hop bool) decision {
+	// A record back from the DLQ or a foreign producer may carry DLQ-only
+	// headers; a retry record never does.
+	meta.Reason, meta.Group, meta.Instance = "", "", ""
+	return decision{to: toRetry, meta: meta, tier: idx, hop: hop}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func errText(out Outcome, dflt string) string {
+	if out.Err != nil {
+		return out.Err.Error()
+	}
+	if out.Code != "" {
+		return out.Code
+	}
+	return dflt
+}
+
+func fail(m *retry.Meta, now time.Time, class retry.Class, code, msg string) {
+	if m.FirstErrorAt.IsZero() {
+		m.FirstErrorAt = now
+	}
+	m.LastErrorAt = now
+	m.ErrorClass, m.ErrorCode, m.Error = class, code, retry.TruncateUTF8(msg, retry.MaxErrorBytes)
+}

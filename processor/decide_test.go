@@ -1,0 +1,289 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/retry"
+)
+
+var (
+	t0    = time.UnixMilli(1_740_830_400_000)
+	sched = retry.Schedule{Tiers: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, MaxAttempts: 3}
+	pol   = policy{sched: sched, ttl: time.Hour, notReadyDeadline: 10 * time.Minute, results: true}
+)
+
+// fresh is a request's headers on its first handling from the main topic.
+func fresh() retry.Meta {
+	return retry.Meta{ID: "req-1", Redrives: 1, HasOrigin: true, OriginTopic: "solve", OriginPartition: 2, OriginOffset: 7, OriginTimestamp: t0.Add(-time.Minute)}
+}
+
+// failed is fresh after n failed attempts, the last of class c at t0-10s.
+func failed(n int, c retry.Class) retry.Meta {
+	m := fresh()
+	m.Attempt = n
+	m.FirstErrorAt, m.LastErrorAt = t0.Add(-40*time.Second), t0.Add(-10*time.Second)
+	m.ErrorClass, m.ErrorCode, m.Error = c, "old_code", "old error"
+	m.Due, m.Tier = t0.Add(-time.Millisecond), "30s"
+	return m
+}
+
+// polled is a request accepted at attempt 1 and polled twice.
+func polled() retry.Meta {
+	m := failed(1, retry.ClassNotReady)
+	m.Polls, m.State, m.NotReadySince = 2, []byte("task-9"), t0.Add(-time.Minute)
+	return m
+}
+
+// marked is m with a failure of class c at t0.
+func marked(m retry.Meta, c retry.Class, code, msg string) retry.Meta {
+	if m.FirstErrorAt.IsZero() {
+		m.FirstErrorAt = t0
+	}
+	m.LastErrorAt, m.ErrorClass, m.ErrorCode, m.Error = t0, c, code, msg
+	return m
+}
+
+// errored is m after its handler answered a failure of class c at t0: the
+// previous state and due time are gone.
+func errored(m retry.Meta, c retry.Class, code, msg string) retry.Meta {
+	m = marked(m, c, code, msg)
+	m.State, m.Due, m.Tier = nil, time.Time{}, ""
+	return m
+}
+
+func toTier(m retry.Meta, idx int, after time.Duration) decision {
+	m.Due, m.Tier = t0.Add(after), retry.FormatDelay(sched.Tiers[idx])
+	return decision{to: toRetry, meta: m, tier: idx}
+}
+
+func toDead(m retry.Meta, reason string) decision {
+	m.Reason = reason
+	return decision{to: toDLQ, meta: m}
+}
+
+func with[T any](v T, f func(*T)) T {
+	f(&v)
+	return v
+}
+
+// TestDecide is the outcome table: every kind of answer, on a first
+// attempt, a retry and a poll, with the schedule's tiers and limits.
+func TestDecide(t *testing.T) {
+	errNoSlot := errors.New("503: no slot")
+	cases := []struct {
+		name string
+		meta retry.Meta
+		out  Outcome
+		pol  policy
+		want decision
+	}{
+		{"success to the results topic", fresh(), Succeed([]byte("answer")), pol,
+			decision{to: toResults, result: []byte("answer"), meta: retry.Meta{ID: "req-1", Attempt: 1, Redrives: 1, HasOrigin: true,
+				OriginTopic: "solve", OriginPartition: 2, OriginOffset: 7, OriginTimestamp: t0.Add(-time.Minute)}}},
+		{"success without a results topic writes nothing", fresh(), Succeed([]byte("answer")), policy{sched: sched}, decision{}},
+		{"success after retries counts the attempt, drops the errors", failed(2, retry.ClassTransient), Succeed(nil), pol,
+			decision{to: toResults, meta: retry.Meta{ID: "req-1", Attempt: 3, Redrives: 1, HasOrigin: true,
+				OriginTopic: "solve", OriginPartition: 2, OriginOffset: 7, OriginTimestamp: t0.Add(-time.Minute)}}},
+		{"success on a poll: attempt unchanged, polls+1", polled(), Succeed(nil), pol,
+			decision{to: toResults, meta: retry.Meta{ID: "req-1", Attempt: 1, Polls: 3, Redrives: 1, HasOrigin: true,
+				OriginTopic: "solve", OriginPartition: 2, OriginOffset: 7, OriginTimestamp: t0.Add(-time.Minute)}}},
+
+		{"transient on attempt 1: first tier", fresh(), Retry("http_503", errNoSlot), pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_503", "503: no slot"), 0, 5*time.Second)},
+		{"transient on attempt 2: second tier", failed(1, retry.ClassTransient), Retry("http_503", errNoSlot), pol,
+			toTier(errored(failed(2, retry.ClassTransient), retry.ClassTransient, "http_503", "503: no slot"), 1, 30*time.Second)},
+		{"transient on the last attempt: exhausted", failed(2, retry.ClassTransient), Retry("http_503", errNoSlot), pol,
+			toDead(errored(failed(3, retry.ClassTransient), retry.ClassTransient, "http_503", "503: no slot"), reasonExhausted)},
+		{"transient with max_attempts 1: exhausted at once", fresh(), Retry("http_503", nil), policy{sched: retry.Schedule{Tiers: sched.Tiers, MaxAttempts: 1}},
+			toDead(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_503", "http_503"), reasonExhausted)},
+		{"retry-after moves up to the tier covering it", fresh(), RetryAfter("http_429", nil, 20*time.Second), pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 1, 30*time.Second)},
+		{"retry-after shorter than the attempt's tier changes nothing", failed(1, retry.ClassTransient), RetryAfter("http_429", nil, time.Second), pol,
+			toTier(errored(failed(2, retry.ClassTransient), retry.ClassTransient, "http_429", "http_429"), 1, 30*time.Second)},
+		{"retry-after beyond the last tier: last tier, due after the delay", fresh(), RetryAfter("http_429", nil, time.Hour), pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, time.Hour)},
+		{"transient without error or code", fresh(), Retry("", nil), pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "", "transient failure"), 0, 5*time.Second)},
+		{"transient on a poll: a failed attempt, polls+1, not-ready clock reset", polled(), Retry("http_503", errNoSlot), pol,
+			toTier(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls, m.NotReadySince = 2, 3, time.Time{} }),
+				retry.ClassTransient, "http_503", "503: no slot"), 1, 30*time.Second)},
+		{"retry drops DLQ-only headers of a redriven record", with(fresh(), func(m *retry.Meta) { m.Reason, m.Group, m.Instance = "exhausted", "g", "pod" }),
+			Retry("x", nil), pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "x", "x"), 0, 5*time.Second)},
+
+		{"not-ready first answer: first tier, state kept, clock starts", fresh(),
+			Outcome{Kind: NotReady, Code: "CAPCHA_NOT_READY", State: []byte("task-1")}, pol,
+			toTier(with(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1; m.NotReadySince = t0 }), retry.ClassNotReady, "CAPCHA_NOT_READY", "CAPCHA_NOT_READY"),
+				func(m *retry.Meta) { m.State = []byte("task-1") }), 0, 5*time.Second)},
+		{"not-ready poll: tier covering the poll interval, polls+1, attempts unchanged", polled(), Poll([]byte("task-9b"), 20*time.Second), pol,
+			toTier(with(errored(with(polled(), func(m *retry.Meta) { m.Polls = 3 }), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("task-9b") }), 1, 30*time.Second)},
+		{"not-ready state too large", fresh(), Poll([]byte(strings.Repeat("s", retry.MaxStateBytes+1)), 0), pol,
+			toDead(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1; m.NotReadySince = t0 }), retry.ClassPermanent, CodeStateTooLarge,
+				fmt.Sprintf("handler state of %d bytes exceeds %d", retry.MaxStateBytes+1, retry.MaxStateBytes)), reasonPermanent)},
+		{"not-ready binary state", fresh(), Poll([]byte{0xff}, 0), pol,
+			toDead(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1; m.NotReadySince = t0 }), retry.ClassPermanent, CodeBadState,
+				"handler state is not valid UTF-8 (encode binary state, e.g. base64)"), reasonPermanent)},
+
+		{"permanent", fresh(), Fail("ERROR_WRONG_USER_KEY", errors.New("wrong key")), pol,
+			toDead(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassPermanent, "ERROR_WRONG_USER_KEY", "wrong key"), reasonPermanent)},
+		{"permanent on a poll: polls+1", polled(), Fail("", nil), pol,
+			toDead(errored(with(polled(), func(m *retry.Meta) { m.Polls = 3 }), retry.ClassPermanent, "", "permanent failure"), reasonPermanent)},
+		{"invalid", failed(1, retry.ClassTransient), Reject("bad_json", errors.New("not JSON")), pol,
+			toDead(errored(failed(2, retry.ClassTransient), retry.ClassInvalid, "bad_json", "not JSON"), reasonInvalid)},
+		{"invalid without error", fresh(), Reject("", nil), pol,
+			toDead(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassInvalid, "", "invalid request"), reasonInvalid)},
+
+		{"no kind with an error is retried, never success", fresh(), Outcome{Err: errNoSlot}, pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, CodeNoKind, "503: no slot"), 0, 5*time.Second)},
+		{"empty outcome is retried with ErrNoKind", failed(1, retry.ClassTransient), Outcome{}, pol,
+			toTier(errored(failed(2, retry.ClassTransient), retry.ClassTransient, CodeNoKind, ErrNoKind.Error()), 1, 30*time.Second)},
+		{"no kind on the last attempt: exhausted", failed(2, retry.ClassTransient), Outcome{Result: []byte("looks done"), Code: "mine"}, pol,
+			toDead(errored(failed(3, retry.ClassTransient), retry.ClassTransient, "mine", ErrNoKind.Error()), reasonExhausted)},
+		{"unknown kind is retried", fresh(), Outcome{Kind: Kind(42), Err: errNoSlot}, pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, CodeNoKind, "503: no slot"), 0, 5*time.Second)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := decide(c.meta, c.out, c.pol, t0)
+			checkDecision(t, got, c.want)
+		})
+	}
+}
+
+func checkDecision(t *testing.T, got, want decision) {
+	t.Helper()
+	if got.to != want.to || got.tier != want.tier || got.hop != want.hop || got.early != want.early || string(got.result) != string(want.result) {
+		t.Errorf("decision to=%q tier=%d hop=%v early=%q result=%q, want to=%q tier=%d hop=%v early=%q result=%q",
+			got.to, got.tier, got.hop, got.early, got.result, want.to, want.tier, want.hop, want.early, want.result)
+	}
+	if !reflect.DeepEqual(got.meta, want.meta) {
+		t.Errorf("meta\n got %+v\nwant %+v", got.meta, want.meta)
+	}
+}
+
+// TestScreen is what is decided before the handler is called.
+func TestScreen(t *testing.T) {
+	badHeader := &retry.BadHeaderError{Header: retry.HeaderAttempt, Value: "two", Reason: "not a decimal integer"}
+	cases := []struct {
+		name string
+		meta retry.Meta
+		err  error
+		tier int
+		pol  policy
+		call bool
+		want decision
+	}{
+		{"main-topic record: call", fresh(), nil, -1, pol, true, decision{}},
+		{"due tier record: call", failed(1, retry.ClassTransient), nil, 1, pol, true, decision{}},
+		{"malformed header: invalid at once", failed(1, retry.ClassTransient), badHeader, 1, pol, false,
+			with(toDead(marked(failed(1, retry.ClassTransient), retry.ClassInvalid, CodeBadHeader, badHeader.Error()), reasonInvalid),
+				func(d *decision) { d.early = "invalid" })},
+		{"not due: hop to the tier covering the rest, no attempt spent", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.Due = t0.Add(20 * time.Second) }),
+			nil, 0, pol, false,
+			decision{to: toRetry, tier: 1, hop: true, meta: with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.Due, m.Tier = t0.Add(20*time.Second), "30s" })}},
+		{"not due beyond every tier: hop through the last", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.Due = t0.Add(2 * time.Hour) }),
+			nil, 2, policy{sched: sched}, false,
+			decision{to: toRetry, tier: 2, hop: true, meta: with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.Due, m.Tier = t0.Add(2*time.Hour), "5m" })}},
+		{"a due time on the main topic is not waited for", with(fresh(), func(m *retry.Meta) { m.Due = t0.Add(time.Minute) }), nil, -1, pol, true, decision{}},
+		{"past the ttl: expired", with(fresh(), func(m *retry.Meta) { m.OriginTimestamp = t0.Add(-2 * time.Hour) }), nil, -1, pol, false,
+			with(toDead(marked(with(fresh(), func(m *retry.Meta) { m.OriginTimestamp = t0.Add(-2 * time.Hour) }), retry.ClassExpired, CodeTTL, "request older than ttl 1h0m0s"), reasonExpired),
+				func(d *decision) { d.early = "expired" })},
+		{"no ttl: never expires", with(fresh(), func(m *retry.Meta) { m.OriginTimestamp = t0.Add(-200 * time.Hour) }), nil, -1, policy{sched: sched}, true, decision{}},
+		{"not-ready deadline passed: expired", with(polled(), func(m *retry.Meta) { m.NotReadySince = t0.Add(-11 * time.Minute) }), nil, 0, pol, false,
+			with(toDead(marked(with(polled(), func(m *retry.Meta) { m.NotReadySince = t0.Add(-11 * time.Minute) }), retry.ClassExpired, CodeNotReadyDeadline,
+				"still not ready 11m0s after the first not-ready answer (not_ready_deadline 10m0s)"), reasonExpired),
+				func(d *decision) { d.early = "expired" })},
+		{"not-ready within the deadline: poll", polled(), nil, 0, pol, true, decision{}},
+		{"the deadline only counts for not-ready records", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.NotReadySince = t0.Add(-time.Hour) }),
+			nil, 0, pol, true, decision{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, call := screen(c.meta, c.err, c.tier, c.pol, t0)
+			if call != c.call {
+				t.Fatalf("call = %v, want %v", call, c.call)
+			}
+			checkDecision(t, got, c.want)
+		})
+	}
+}
+
+func TestAttemptOf(t *testing.T) {
+	cases := []struct {
+		name    string
+		meta    retry.Meta
+		attempt int
+		poll    bool
+		state   string
+	}{
+		{"first", fresh(), 1, false, ""},
+		{"after two failures", failed(2, retry.ClassTransient), 3, false, ""},
+		{"state of a failed attempt is not passed on", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.State = []byte("s") }), 2, false, ""},
+		{"poll keeps the accepted attempt", polled(), 1, true, "task-9"},
+		{"poll of a foreign record without attempts", with(fresh(), func(m *retry.Meta) { m.ErrorClass = retry.ClassNotReady }), 1, true, ""},
+	}
+	for _, c := range cases {
+		attempt, poll, state := attemptOf(c.meta)
+		if attempt != c.attempt || poll != c.poll || string(state) != c.state {
+			t.Errorf("%s: attempt %d poll %v state %q, want %d %v %q", c.name, attempt, poll, state, c.attempt, c.poll, c.state)
+		}
+	}
+}
+
+func TestIdentify(t *testing.T) {
+	r := &kgo.Record{Topic: "solve", Partition: 3, Offset: 9, Timestamp: t0}
+	m := identify(retry.Meta{}, r)
+	if m.ID != "solve/3/9" || !m.HasOrigin || m.OriginTopic != "solve" || m.OriginPartition != 3 || m.OriginOffset != 9 || !m.OriginTimestamp.Equal(t0) {
+		t.Errorf("fresh record: %+v", m)
+	}
+	m = identify(fresh(), r)
+	if !reflect.DeepEqual(m, fresh()) {
+		t.Errorf("record with headers: %+v, want them kept", m)
+	}
+	m = identify(with(fresh(), func(m *retry.Meta) { m.OriginTimestamp = time.Time{} }), r)
+	if !m.OriginTimestamp.Equal(t0) || m.OriginTopic != "solve" || m.OriginOffset != 7 {
+		t.Errorf("origin without timestamp: %+v, want the record's timestamp, the rest kept", m)
+	}
+}
+
+func TestConstructors(t *testing.T) {
+	err := errors.New("boom")
+	cases := []struct {
+		name string
+		got  Outcome
+		want Outcome
+	}{
+		{"Succeed", Succeed([]byte("r")), Outcome{Kind: Success, Result: []byte("r")}},
+		{"Retry", Retry("c", err), Outcome{Kind: Transient, Code: "c", Err: err}},
+		{"RetryAfter", RetryAfter("c", err, time.Minute), Outcome{Kind: Transient, Code: "c", Err: err, MinDelay: time.Minute}},
+		{"Poll", Poll([]byte("s"), time.Second), Outcome{Kind: NotReady, State: []byte("s"), MinDelay: time.Second}},
+		{"Fail", Fail("c", err), Outcome{Kind: Permanent, Code: "c", Err: err}},
+		{"Reject", Reject("c", err), Outcome{Kind: Invalid, Code: "c", Err: err}},
+	}
+	for _, c := range cases {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %+v, want %+v", c.name, c.got, c.want)
+		}
+		if _, mistake := checked(c.got); mistake {
+			t.Errorf("%s: counted as a handler mistake", c.name)
+		}
+	}
+	var zero Outcome
+	if zero.Kind == Success || zero.Kind.String() != "unset" || zero.Kind.Class() != retry.ClassTransient {
+		t.Errorf("zero Kind %v (class %q): must not be success, and is retried as transient", zero.Kind, zero.Kind.Class())
+	}
+	if out, mistake := checked(zero); !mistake || out.Kind != Transient || !errors.Is(out.Err, ErrNoKind) || out.Code != CodeNoKind {
+		t.Errorf("checked(Outcome{}) = %+v, %v", out, mistake)
+	}
+	if out, _ := checked(Outcome{Err: err, Code: "mine"}); out.Err != err || out.Code != "mine" {
+		t.Errorf("checked kept neither the handler's error nor its code: %+v", out)
+	}
+}
