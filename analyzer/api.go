@@ -154,16 +154,17 @@ func (a *Analyzer) pipeParam(name string) (*pipe, error) {
 
 // filterParams are the query parameters dlq.ParseFilter reads (and
 // header.NAME=value).
-var filterParams = []string{"code", "reason", "class", "origin", "since", "until", "key", "header"}
+var filterParams = dlq.FilterKeys
 
 // parseFilter reads the filter parameters of a query with dlq.ParseFilter,
 // the parser of the CLI's flags and the rules' match. An empty parameter
-// (an empty form field) is as if not given.
+// (an empty form field) is as if not given; but header.NAME= asks for an
+// empty header NAME.
 func parseFilter(qs url.Values, now time.Time) (dlq.Filter, error) {
 	kv := map[string][]string{}
 	for k, vs := range qs {
 		for _, v := range vs {
-			if strings.TrimSpace(v) != "" {
+			if strings.TrimSpace(v) != "" || strings.HasPrefix(k, "header.") {
 				kv[k] = append(kv[k], v)
 			}
 		}

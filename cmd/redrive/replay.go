@@ -51,8 +51,9 @@ never republished; records that are not redrive dead letters are skipped.
 The DLQ is left as it is: running replay twice republishes twice (the
 handler dedupes by Idempotency-Key = redrive-id).
 
---limit N takes the first N matches in the order read (offset order within
-a partition, partitions interleaved) and stops reading.
+--limit N takes the first N to republish (truncated ones do not count) in
+the order read (offset order within a partition, partitions interleaved)
+and stops reading.
 
 Exit codes: 0 done, 1 a write failed or replay was interrupted (the count
 says how many were written), 2 bad flags or config.`,
