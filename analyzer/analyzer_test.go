@@ -241,7 +241,18 @@ func TestAPIFiltersAndErrors(t *testing.T) {
 	if len(resp.DeadLetters) != 2 {
 		t.Errorf("since=150s → %d, want 2 (d4, d5)", len(resp.DeadLetters))
 	}
-	for _, bad := range []string{"since=yesterday", "limit=0", "limit=x", "reason=sad", "pipeline=nope", "colour=red"} {
+	// Class and origin, as the CLI and the rules have them (dlq.ParseFilter).
+	for q, want := range map[string]int{
+		"class=transient&origin=" + e.main + "&limit=10": 6, "class=permanent": 0, "origin=" + e.main[:3] + "*&code=http_503": 3,
+		"class=&code=":      6, // an empty form field is no filter
+		"header.trace=t-d1": 1, "header=trace%3Dt-d2": 1,
+	} {
+		resp = analyzer.DeadLettersResponse{}
+		if code := getJSON(t, base+"/api/deadletters?"+q, &resp); code != 200 || len(resp.DeadLetters) != want {
+			t.Errorf("%s → %d, %d dead letters, want %d", q, code, len(resp.DeadLetters), want)
+		}
+	}
+	for _, bad := range []string{"since=yesterday", "limit=0", "limit=x", "reason=sad", "pipeline=nope", "colour=red", "class=sad", "origin=a%20b", "code=,"} {
 		if code := getJSON(t, base+"/api/deadletters?"+bad, nil); code != 400 {
 			t.Errorf("%s: status %d, want 400", bad, code)
 		}
@@ -269,11 +280,20 @@ func TestAPIFiltersAndErrors(t *testing.T) {
 	if code, _ := post("secret", `{"codez":["x"]}`); code != 400 {
 		t.Errorf("replay with an unknown field: %d, want 400", code)
 	}
+	if code, body := post("secret", `{"classes":["fatal"]}`); code != 400 || !strings.Contains(body, `classes: bad dead-letter filter: unknown error class \"fatal\"`) {
+		t.Errorf("replay with a bad class: %d %s", code, body)
+	}
 	code, body := post("secret", `{"codes":["http_503"],"dry_run":true}`)
 	var rr analyzer.ReplayResponse
 	_ = json.Unmarshal([]byte(body), &rr)
 	if code != 200 || rr.Matched != 3 || rr.Republished != 0 {
 		t.Errorf("dry run: %d %s", code, body)
+	}
+	rr = analyzer.ReplayResponse{}
+	code, body = post("secret", `{"classes":["transient"],"origins":["`+e.main+`"],"headers":{"trace":"t-d3"},"dry_run":true}`)
+	_ = json.Unmarshal([]byte(body), &rr)
+	if code != 200 || rr.Matched != 1 || len(rr.DeadLetters) != 1 || rr.DeadLetters[0].ID != "d3" {
+		t.Errorf("dry run by class, origin and header: %d %s", code, body)
 	}
 	code, body = post("secret", `{"codes":["http_503"],"to":"`+e.other+`"}`)
 	rr = analyzer.ReplayResponse{}

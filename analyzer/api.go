@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/redrive/redrive/dlq"
-	"github.com/redrive/redrive/dlq/dlqread"
+	"github.com/redrive/redrive/dlq/replay"
 )
 
 // MaxReplay bounds one POST /api/replay.
@@ -45,29 +45,41 @@ type DeadLettersResponse struct {
 	DeadLetters []dlq.View `json:"dead_letters"`
 }
 
-// ReplayRequest is the body of POST /api/replay.
+// ReplayRequest is the body of POST /api/replay. Its filter fields go
+// through dlq.ParseFilter, as the CLI's flags and the rules' match do.
+// Classes and Origins were added beside the first fields; a list entry may
+// also be a comma-separated list.
 type ReplayRequest struct {
 	Pipeline string            `json:"pipeline"`
 	Codes    []string          `json:"codes"`
 	Reasons  []string          `json:"reasons"`
-	Since    string            `json:"since"` // RFC 3339 or relative ("2h")
+	Classes  []string          `json:"classes"` // error classes: transient, not-ready, permanent, invalid, expired
+	Origins  []string          `json:"origins"` // origin topics, exactly or by prefix with a trailing "*"
+	Since    string            `json:"since"`   // RFC 3339 or relative ("2h")
 	Until    string            `json:"until"`
 	Key      string            `json:"key"`
 	Headers  map[string]string `json:"headers"`
-	Limit    int               `json:"limit"` // default and cap MaxReplay
-	To       string            `json:"to"`    // default the pipeline's main topic
-	DryRun   bool              `json:"dry_run"`
+	// Limit is how many dead letters to republish at most (default and
+	// cap MaxReplay); truncated ones, never republished, do not count.
+	Limit  int    `json:"limit"`
+	To     string `json:"to"` // default the pipeline's main topic
+	DryRun bool   `json:"dry_run"`
 }
 
 // ReplayResponse is the answer of POST /api/replay.
 type ReplayResponse struct {
-	Scanned     int        `json:"scanned"`
-	Matched     int        `json:"matched"`
-	Republished int        `json:"republished"`
-	Truncated   int        `json:"truncated"` // matched, but the value was cut to fit the DLQ: not republished
+	Scanned     int `json:"scanned"`
+	Matched     int `json:"matched"` // truncated ones included
+	Republished int `json:"republished"`
+	Truncated   int `json:"truncated"` // matched, but the value was cut to fit the DLQ: not republished
+	// Undecodable counts the DLQ records that are not redrive dead
+	// letters: skipped, never matched (added field).
+	Undecodable int `json:"undecodable"`
+	// Limited says the scan stopped at the limit (added field).
+	Limited     bool       `json:"limited"`
 	DryRun      bool       `json:"dry_run"`
 	To          string     `json:"to"`
-	DeadLetters []dlq.View `json:"dead_letters"` // the first 100 matched
+	DeadLetters []dlq.View `json:"dead_letters"` // the first 100 selected for republishing
 }
 
 // Handler serves the JSON API and the dashboard. token guards mutating
@@ -140,63 +152,31 @@ func (a *Analyzer) pipeParam(name string) (*pipe, error) {
 	return nil, fmt.Errorf("pipeline %q is not configured", name)
 }
 
-// parseFilter reads the shared filter parameters.
-func parseFilter(q func(string) []string, now time.Time) (dlq.Filter, error) {
-	var f dlq.Filter
-	f.Codes, f.Reasons = splitAll(q("code")), splitAll(q("reason"))
-	for _, reason := range f.Reasons {
-		if _, err := dlq.ParseReason(reason); err != nil {
-			return f, fmt.Errorf("reason: %w", err)
-		}
-	}
-	for _, b := range []struct {
-		name string
-		to   *time.Time
-	}{{"since", &f.Since}, {"until", &f.Until}} {
-		if vs := q(b.name); len(vs) > 0 && vs[0] != "" {
-			t, err := dlq.ParseTime(vs[0], now)
-			if err != nil {
-				return f, fmt.Errorf("%s: %w", b.name, err)
-			}
-			*b.to = t
-		}
-	}
-	if vs := q("key"); len(vs) > 0 {
-		k, err := dlq.ParseKeyFilter(vs[0])
-		if err != nil {
-			return f, fmt.Errorf("key: %w", err)
-		}
-		f.Key = k
-	}
-	if hs := q("header"); len(hs) > 0 {
-		m, err := dlq.ParseHeaderFilters(hs)
-		if err != nil {
-			return f, fmt.Errorf("header: %w", err)
-		}
-		f.Headers = m
-	}
-	return f, f.Validate()
-}
+// filterParams are the query parameters dlq.ParseFilter reads (and
+// header.NAME=value).
+var filterParams = dlq.FilterKeys
 
-func splitAll(vs []string) []string {
-	var out []string
-	for _, v := range vs {
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
+// parseFilter reads the filter parameters of a query with dlq.ParseFilter,
+// the parser of the CLI's flags and the rules' match. An empty parameter
+// (an empty form field) is as if not given; but header.NAME= asks for an
+// empty header NAME.
+func parseFilter(qs url.Values, now time.Time) (dlq.Filter, error) {
+	kv := map[string][]string{}
+	for k, vs := range qs {
+		for _, v := range vs {
+			if strings.TrimSpace(v) != "" || strings.HasPrefix(k, "header.") {
+				kv[k] = append(kv[k], v)
 			}
 		}
 	}
-	return out
+	return dlq.ParseFilter(kv, now)
 }
 
 func (a *Analyzer) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
 	for k := range qs {
-		switch k {
-		case "pipeline", "code", "reason", "since", "until", "key", "header", "limit":
-		default:
-			httpError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (known: pipeline, code, reason, since, until, key, header, limit)", k))
+		if k != "pipeline" && k != "limit" && !slices.Contains(filterParams, k) && !strings.HasPrefix(k, "header.") {
+			httpError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (known: pipeline, %s, limit)", k, strings.Join(filterParams, ", ")))
 			return
 		}
 	}
@@ -205,7 +185,13 @@ func (a *Analyzer) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	f, err := parseFilter(func(k string) []string { return qs[k] }, a.o.Now())
+	fq := url.Values{}
+	for k, v := range qs {
+		if k != "pipeline" && k != "limit" {
+			fq[k] = v
+		}
+	}
+	f, err := parseFilter(fq, a.o.Now())
 	if err != nil {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
@@ -239,20 +225,16 @@ func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	params := map[string][]string{"code": req.Codes, "reason": req.Reasons}
-	if req.Since != "" {
-		params["since"] = []string{req.Since}
+	params := map[string][]string{"codes": req.Codes, "reasons": req.Reasons, "classes": req.Classes, "origins": req.Origins}
+	for k, v := range map[string]string{"since": req.Since, "until": req.Until, "key": req.Key} {
+		if v != "" {
+			params[k] = []string{v}
+		}
 	}
-	if req.Until != "" {
-		params["until"] = []string{req.Until}
+	for name, v := range req.Headers {
+		params["headers."+name] = []string{v} // a name may hold "="
 	}
-	if req.Key != "" {
-		params["key"] = []string{req.Key}
-	}
-	for k, v := range req.Headers {
-		params["header"] = append(params["header"], k+"="+v)
-	}
-	f, err := parseFilter(func(k string) []string { return params[k] }, a.o.Now())
+	f, err := dlq.ParseFilter(params, a.o.Now())
 	if err != nil {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
@@ -276,57 +258,27 @@ func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, resp)
 }
 
-// replay scans p's DLQ and republishes what f matches (at least once: a
-// record counts only once acknowledged).
+// replay scans p's DLQ and republishes what f matches, with replay.Run,
+// as `redrive replay` does (at least once: a record counts only once
+// acknowledged).
 func (a *Analyzer) replay(ctx context.Context, p *pipe, f dlq.Filter, limit int, to string, dryRun bool) (ReplayResponse, error) {
 	resp := ReplayResponse{DryRun: dryRun, To: to, DeadLetters: []dlq.View{}}
-	var batch []*kgo.Record
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := a.admin.ProduceSync(ctx, batch...).FirstErr()
-		if err == nil {
-			resp.Republished += len(batch)
-		}
-		batch = batch[:0]
-		return err
-	}
-	errLimit := errors.New("limit reached")
-	err := dlqread.Scan(ctx, a.admin, p.cfg.DLQ, func(r *kgo.Record) error {
-		resp.Scanned++
-		d, err := dlq.Decode(r)
-		if err != nil || !f.Match(d) {
-			return nil
-		}
-		resp.Matched++
-		if d.Truncated > 0 {
-			resp.Truncated++ // its value was cut to fit the DLQ: never republished
-			return nil
-		}
-		if len(resp.DeadLetters) < 100 {
-			resp.DeadLetters = append(resp.DeadLetters, dlq.NewView(d))
-		}
-		if !dryRun {
-			batch = append(batch, dlq.Republish(d, to))
-			if len(batch) >= 500 {
-				if err := flush(); err != nil {
-					return err
-				}
+	c, err := replay.Run(ctx, replay.Options{
+		Client: a.admin, DLQ: p.cfg.DLQ, To: to, Filter: f, Limit: limit, DryRun: dryRun,
+		Report: func(r replay.Result) error {
+			if r.Err == nil && len(resp.DeadLetters) < 100 {
+				resp.DeadLetters = append(resp.DeadLetters, dlq.NewView(r.DeadLetter))
 			}
-		}
-		if resp.Matched >= limit {
-			return errLimit
-		}
-		return nil
+			return nil
+		},
 	})
-	if err != nil && !errors.Is(err, errLimit) {
+	resp.Scanned, resp.Matched, resp.Republished, resp.Truncated, resp.Undecodable, resp.Limited =
+		c.Scanned, c.Matched, c.Republished, c.Truncated, c.Undecodable, c.Limited
+	if err != nil {
 		return resp, err
 	}
-	if err := flush(); err != nil {
-		return resp, err
-	}
-	a.log.Info("replay", "pipeline", p.cfg.Name, "scanned", resp.Scanned, "matched", resp.Matched, "republished", resp.Republished, "to", to, "dry_run", dryRun)
+	a.log.Info("replay", "pipeline", p.cfg.Name, "scanned", resp.Scanned, "matched", resp.Matched, "republished", resp.Republished,
+		"truncated", resp.Truncated, "undecodable", resp.Undecodable, "to", to, "dry_run", dryRun)
 	return resp, nil
 }
 

@@ -165,14 +165,15 @@ func (w *worker) act(ctx context.Context, d *dlq.DeadLetter, dec dlq.Decision) b
 		if d == nil {
 			return true
 		}
-		if d.Truncated > 0 {
-			// Its value was cut to fit the DLQ: republishing would hand the
-			// solver a broken request. Kept, counted, logged.
+		rec, err := dlq.Republish(d, dec.Topic)
+		if err != nil {
+			// dlq.ErrTruncated, the only refusal: its value was cut to fit
+			// the DLQ, and republishing would hand the handler a broken
+			// request. Kept, counted, logged.
 			m.actions.WithLabelValues(name, dec.Rule, "kept").Inc()
-			w.a.log.Warn("not republishing a dead letter whose value was cut to fit the DLQ", "pipeline", name, "id", d.ID, "kept_bytes", len(d.Value), "original_bytes", d.Truncated)
+			w.a.log.Warn("not republishing", "pipeline", name, "id", d.ID, "rule", dec.Rule, "kept_bytes", len(d.Value), "original_bytes", d.Truncated, "err", err)
 			return true
 		}
-		rec := dlq.Republish(d, dec.Topic)
 		b := backoff.NewExponentialBackOff()
 		b.MaxInterval = 10 * time.Second
 		for {

@@ -261,12 +261,25 @@ func Decode(r *kgo.Record) (*DeadLetter, error) {
 	return d, nil
 }
 
+// ErrTruncated is Republish's error for a dead letter whose value was cut
+// to fit the DLQ (redrive-truncated): republishing it would hand the
+// handler a broken request, so nothing republishes it — not `redrive
+// replay`, not POST /api/replay, not a rule.
+var ErrTruncated = errors.New("its value was cut to fit the DLQ: not republished")
+
 // Republish builds the record that brings d back to topic: the original
 // key, value and user headers (a redacted header stays "[redacted]": do not
 // redact headers the handler needs), the same redrive-id and origin,
 // redrive-redrives + 1, and no attempt, error or compatibility headers, so
 // the request gets the full schedule again.
-func Republish(d *DeadLetter, topic string) *kgo.Record {
+//
+// A truncated dead letter (d.Truncated > 0) gets no record and an error
+// wrapping ErrTruncated that says how much of the value is left. This is
+// the one place that refuses them.
+func Republish(d *DeadLetter, topic string) (*kgo.Record, error) {
+	if d.Truncated > 0 {
+		return nil, fmt.Errorf("dead letter %s/%d/%d: %w (%d of %d bytes kept)", d.Topic, d.Partition, d.Offset, ErrTruncated, len(d.Value), d.Truncated)
+	}
 	m := retry.Meta{ID: d.ID, Redrives: d.Redrives + 1}
 	if d.OriginTopic != "" {
 		m.HasOrigin = true
@@ -279,5 +292,5 @@ func Republish(d *DeadLetter, topic string) *kgo.Record {
 		}
 		user = append(user, h)
 	}
-	return &kgo.Record{Topic: topic, Key: d.Key, Value: d.Value, Headers: retry.Encode(m, user)}
+	return &kgo.Record{Topic: topic, Key: d.Key, Value: d.Value, Headers: retry.Encode(m, user)}, nil
 }

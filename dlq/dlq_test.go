@@ -191,7 +191,11 @@ func TestCompatibilityHeaders(t *testing.T) {
 	}
 	// Republishing drops them again.
 	d, _ := Decode(r)
-	for _, h := range Republish(d, "solve").Headers {
+	back, err := Republish(d, "solve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range back.Headers {
 		if strings.HasPrefix(h.Key, "__connect") {
 			t.Errorf("republished record keeps %s", h.Key)
 		}
@@ -204,7 +208,10 @@ func TestRepublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := Republish(d, "solve")
+	r, err := Republish(d, "solve")
+	if err != nil {
+		t.Fatal(err)
+	}
 	rm, ru, err := retry.Decode(r.Headers)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +240,21 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// A dead letter cut to fit is never republished: Republish says so with
+// ErrTruncated, which every republisher (replay, the API, the rules) sees.
+func TestRepublishRefusesTruncated(t *testing.T) {
+	src, m, user := sample()
+	src.Value = bytes.Repeat([]byte("x"), 5000)
+	d, err := Decode(Build(src, m, user, BuildOptions{Topic: "d", MaxRecordBytes: 2000}))
+	if err != nil || d.Truncated != 5000 {
+		t.Fatalf("Decode: truncated %d, %v", d.Truncated, err)
+	}
+	rec, err := Republish(d, "solve")
+	if rec != nil || !errors.Is(err, ErrTruncated) || !strings.Contains(err.Error(), "of 5000 bytes kept") {
+		t.Errorf("Republish = %v, %v; want ErrTruncated saying what is left", rec, err)
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	src, m, user := sample()
 	r := Build(src, m, user, BuildOptions{Topic: "d"})
@@ -251,7 +273,10 @@ func FuzzDecode(f *testing.F) {
 			if _, err := ParseReason(string(d.Reason)); err != nil {
 				t.Fatalf("accepted reason %q", d.Reason)
 			}
-			_ = Republish(d, "t")
+			rec, err := Republish(d, "t")
+			if (err != nil) != (d.Truncated > 0) || err != nil && (!errors.Is(err, ErrTruncated) || rec != nil) {
+				t.Fatalf("Republish of a dead letter with truncated %d: %v, %v", d.Truncated, rec, err)
+			}
 		}
 	})
 }

@@ -112,30 +112,77 @@ func (f Filter) problems() []string {
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	for _, l := range []struct {
-		what string
-		list []string
-	}{{"code", f.Codes}, {"reason", f.Reasons}, {"class", f.Classes}, {"origin topic", f.Origins}} {
-		if slices.Contains(l.list, "") {
-			bad("empty %s", l.what)
-		}
-	}
-	for _, r := range f.Reasons {
-		if _, err := ParseReason(r); err != nil && r != "" {
-			bad("%v", err)
-		}
-	}
-	for _, c := range f.Classes {
-		if c != "" && !retry.Class(c).Valid() {
-			bad("unknown error class %q (want transient, not-ready, permanent, invalid or expired)", c)
+		list  []string
+		check func(string) string
+	}{{f.Codes, checkCode}, {f.Reasons, checkReason}, {f.Classes, checkClass}, {f.Origins, checkOrigin}} {
+		for _, s := range l.list {
+			if msg := l.check(s); msg != "" {
+				bad("%s", msg)
+			}
 		}
 	}
 	if _, empty := f.Headers[""]; empty {
 		bad("empty header name")
 	}
-	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
-		bad("since %s is not before until %s", f.Since.Format(time.RFC3339), f.Until.Format(time.RFC3339))
+	if msg := checkSpan(f.Since, f.Until); msg != "" {
+		bad("%s", msg)
 	}
 	return out
+}
+
+// The checks of one list entry: "" when fine, else what is wrong. The
+// messages quote the entry, so that they read well after a flag name, a
+// query parameter or a configuration path.
+
+func checkCode(s string) string {
+	if s == "" {
+		return "empty code"
+	}
+	return ""
+}
+
+func checkReason(s string) string {
+	if _, err := ParseReason(s); err != nil {
+		return fmt.Sprintf("unknown dead-letter reason %q: want exhausted, permanent, invalid or expired", s)
+	}
+	return ""
+}
+
+func checkClass(s string) string {
+	if s == "" || !retry.Class(s).Valid() {
+		return fmt.Sprintf("unknown error class %q: want transient, not-ready, permanent, invalid or expired", s)
+	}
+	return ""
+}
+
+// checkOrigin: a topic name, or a prefix of one ending in "*". A character
+// Kafka does not allow in topic names could never match: an error, not a
+// silent empty result.
+func checkOrigin(s string) string {
+	if s == "" {
+		return "empty topic"
+	}
+	if prefix, ok := strings.CutSuffix(s, "*"); ok {
+		if strings.IndexFunc(prefix, notTopicRune) >= 0 {
+			return fmt.Sprintf("%q: a topic prefix uses only letters, digits, '.', '_' and '-'", s)
+		}
+		return ""
+	}
+	if strings.IndexFunc(s, notTopicRune) >= 0 {
+		return fmt.Sprintf("%q: a topic name uses only letters, digits, '.', '_' and '-'", s)
+	}
+	return ""
+}
+
+func notTopicRune(c rune) bool {
+	return !(c == '.' || c == '_' || c == '-' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z')
+}
+
+func checkSpan(since, until time.Time) string {
+	if !since.IsZero() && !until.IsZero() && !since.Before(until) {
+		return fmt.Sprintf("since %s is not before until %s", since.Format(time.RFC3339), until.Format(time.RFC3339))
+	}
+	return ""
 }
 
 func matchExact(list []string, s string) bool {
@@ -365,4 +412,231 @@ func pow10(n int) float64 {
 		p *= 10
 	}
 	return p
+}
+
+// FieldError is one problem with one field of a filter or a rule given as
+// text (ParseFilter, CompileRule). Its Error is "<key>: <Err>: <Msg>",
+// e.g. `--since: bad dead-letter filter: time "yesterday": ...`; a caller
+// with its own idea of where the field is (a configuration file's path and
+// line) uses Path and Msg.
+type FieldError struct {
+	// Key is the field as the caller named it: "reason", "--since",
+	// "codes", "match.headers", "action".
+	Key string
+	// Index is which of the key's values is wrong, counting from 0; -1
+	// when the problem is the key as a whole (one value, a header given
+	// twice, since not before until).
+	Index int
+	// Msg says what is wrong, quoting the value: `unknown dead-letter
+	// reason "tired": want exhausted, permanent, invalid or expired`.
+	Msg string
+	// Err is the kind: ErrBadFilter or ErrBadRule.
+	Err error
+}
+
+func (e *FieldError) Error() string { return e.Key + ": " + e.Err.Error() + ": " + e.Msg }
+
+// Unwrap gives the kind, for errors.Is.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Path is Key with the index of the value: "reasons[1]", or Key alone.
+func (e *FieldError) Path() string {
+	if e.Index < 0 {
+		return e.Key
+	}
+	return e.Key + "[" + strconv.Itoa(e.Index) + "]"
+}
+
+// FieldErrors are the FieldErrors in err (ParseFilter's and CompileRule's
+// errors.Join of them), in order.
+func FieldErrors(err error) []*FieldError {
+	var out []*FieldError
+	var walk func(error)
+	walk = func(err error) {
+		var fe *FieldError
+		switch e := err.(type) {
+		case nil:
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		default:
+			if errors.As(err, &fe) {
+				out = append(out, fe)
+			}
+		}
+	}
+	walk(err)
+	return out
+}
+
+// FilterKeys are the keys ParseFilter knows, in their singular form.
+var FilterKeys = []string{"code", "reason", "class", "origin", "since", "until", "key", "header"}
+
+// ParseFilter reads a filter given as key → values: the command-line
+// filter flags, the analyzer's /api/deadletters query string, a POST
+// /api/replay body and a rule's match in the configuration all come
+// through here, so they accept and refuse the same things.
+//
+// Keys, each in its singular form (the query parameter), its plural form
+// (the configuration's and the replay request's field) or as the flag
+// (a leading "--"):
+//
+//	code, codes       error codes: exactly, or by prefix with a trailing "*"
+//	reason, reasons   exhausted, permanent, invalid, expired
+//	class, classes    transient, not-ready, permanent, invalid, expired
+//	origin, origins   origin topics: a topic name, or a prefix with "*"
+//	since, until      one time each (ParseTime, relative to now)
+//	key               the record key (ParseKeyFilter: base64:<data> for binary)
+//	header, headers   name=value (ParseHeaderFilter), one per value
+//	header.NAME       the header NAME must have the value given (for a
+//	                  name holding "=": the configuration's and the replay
+//	                  request's header maps come this way)
+//
+// Each value of a list key is itself a comma-separated list (spaces around
+// entries trimmed, empty entries skipped, but a value with no entry at all
+// is an error). An empty since, until or key is as if not given. A header
+// name may be given once (in any case).
+//
+// Every problem is reported, joined, each a *FieldError wrapping
+// ErrBadFilter that names the key as given and, for a list, which value
+// (FieldError.Index). An unknown key is a problem too.
+func ParseFilter(kv map[string][]string, now time.Time) (Filter, error) {
+	var f Filter
+	var errs []error
+	bad := func(key string, i int, format string, args ...any) {
+		errs = append(errs, &FieldError{Key: key, Index: i, Msg: fmt.Sprintf(format, args...), Err: ErrBadFilter})
+	}
+	type header struct{ key, name, value string }
+	var headers []header
+	keys := make([]string, 0, len(kv))
+	for k := range kv {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // problems in a stable order
+	one := func(key string, vals []string) (string, bool) {
+		if len(vals) > 1 {
+			bad(key, -1, "given %d times: want one value", len(vals))
+			return "", false
+		}
+		if len(vals) == 0 || strings.TrimSpace(vals[0]) == "" {
+			return "", false
+		}
+		return vals[0], true
+	}
+	for _, key := range keys {
+		vals := kv[key]
+		name := strings.TrimPrefix(key, "--")
+		if _, h, ok := cutHeaderKey(name); ok {
+			switch {
+			case len(vals) > 1:
+				bad(key, -1, "given %d times: want one value", len(vals))
+			case len(vals) == 1: // an empty value matches an empty header
+				headers = append(headers, header{key, h, vals[0]})
+			}
+			continue
+		}
+		list := func(to *[]string, check func(string) string) {
+			for i, v := range vals {
+				n := 0
+				for item := range strings.SplitSeq(v, ",") {
+					if item = strings.TrimSpace(item); item == "" {
+						continue
+					}
+					n++
+					if msg := check(item); msg != "" {
+						bad(key, i, "%s", msg)
+						continue
+					}
+					*to = append(*to, item)
+				}
+				if n == 0 {
+					bad(key, i, "%s", check(""))
+				}
+			}
+		}
+		switch name {
+		case "code", "codes":
+			list(&f.Codes, checkCode)
+		case "reason", "reasons":
+			list(&f.Reasons, checkReason)
+		case "class", "classes":
+			list(&f.Classes, checkClass)
+		case "origin", "origins":
+			list(&f.Origins, checkOrigin)
+		case "since", "until":
+			v, ok := one(key, vals)
+			if !ok {
+				continue
+			}
+			t, err := ParseTime(v, now)
+			if err != nil {
+				bad(key, -1, "%s", strings.TrimPrefix(err.Error(), ErrBadFilter.Error()+": "))
+				continue
+			}
+			if name == "since" {
+				f.Since = t
+			} else {
+				f.Until = t
+			}
+		case "key":
+			v, ok := one(key, vals)
+			if !ok {
+				continue
+			}
+			k, err := ParseKeyFilter(v)
+			if err != nil {
+				bad(key, -1, "%s", strings.TrimPrefix(err.Error(), ErrBadFilter.Error()+": "))
+				continue
+			}
+			f.Key = k
+		case "header", "headers":
+			for i, v := range vals {
+				n, hv, err := ParseHeaderFilter(v)
+				if err != nil {
+					bad(key, i, "%s", strings.TrimPrefix(err.Error(), ErrBadFilter.Error()+": "))
+					continue
+				}
+				headers = append(headers, header{key, n, hv})
+			}
+		default:
+			bad(key, -1, "unknown filter key (known: %s)", strings.Join(FilterKeys, ", "))
+		}
+	}
+	seen := map[string]string{}
+	for _, h := range headers {
+		base := h.key // "header.NAME" problems name the key "header"
+		if b, _, ok := cutHeaderKey(strings.TrimPrefix(h.key, "--")); ok {
+			base = h.key[:len(h.key)-len(strings.TrimPrefix(h.key, "--"))] + b
+		}
+		if h.name == "" {
+			bad(base, -1, "empty header name")
+			continue
+		}
+		lower := strings.ToLower(h.name)
+		if prev, dup := seen[lower]; dup {
+			bad(base, -1, "header %q given twice (header names ignore case)", prev)
+			continue
+		}
+		seen[lower] = h.name
+		if f.Headers == nil {
+			f.Headers = map[string]string{}
+		}
+		f.Headers[h.name] = h.value
+	}
+	if msg := checkSpan(f.Since, f.Until); msg != "" {
+		bad("until", -1, "%s", msg)
+	}
+	return f, errors.Join(errs...)
+}
+
+// cutHeaderKey splits "header.NAME" or "headers.NAME" (the base key kept
+// as given).
+func cutHeaderKey(key string) (base, name string, ok bool) {
+	for _, b := range []string{"header.", "headers."} {
+		if n, found := strings.CutPrefix(key, b); found {
+			return strings.TrimSuffix(b, "."), n, true
+		}
+	}
+	return "", "", false
 }

@@ -3,6 +3,7 @@ package dlq
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -312,4 +313,101 @@ func ExampleParseTime() {
 	// 7d → 2024-05-01T12:00:00Z
 	// 2024-05-01T10:00:00+02:00 → 2024-05-01T08:00:00Z
 	// 2024-05-01 → 2024-05-01T00:00:00Z
+}
+
+func TestParseFilter(t *testing.T) {
+	now := t0.Add(24 * time.Hour)
+	f, err := ParseFilter(map[string][]string{
+		"code":         {"http_5*, timeout", "ERROR_X"},
+		"reasons":      {"exhausted"},
+		"--class":      {"transient"},
+		"origin":       {"solve.*"},
+		"since":        {"2h"},
+		"until":        {""}, // empty: not given
+		"key":          {"base64:AAH/"},
+		"header":       {"tenant=acme", "k=a=b"},
+		"headers.x=y":  {"z"},
+		"header.Empty": {""},
+	}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Filter{Codes: []string{"http_5*", "timeout", "ERROR_X"}, Reasons: []string{"exhausted"}, Classes: []string{"transient"},
+		Origins: []string{"solve.*"}, Since: now.Add(-2 * time.Hour), Key: "\x00\x01\xff",
+		Headers: map[string]string{"tenant": "acme", "k": "a=b", "x=y": "z", "Empty": ""}}
+	if fmt.Sprintf("%+v", f) != fmt.Sprintf("%+v", want) {
+		t.Errorf("ParseFilter =\n%+v\nwant\n%+v", f, want)
+	}
+	if f, err := ParseFilter(nil, now); err != nil || fmt.Sprint(f) != fmt.Sprint(Filter{}) {
+		t.Errorf("ParseFilter(nil) = %+v, %v", f, err)
+	}
+
+	for _, tt := range []struct {
+		kv   map[string][]string
+		want []string // Path | Msg
+	}{
+		{map[string][]string{"reason": {"exhausted", "tired"}}, []string{`reason[1] | unknown dead-letter reason "tired": want exhausted, permanent, invalid or expired`}},
+		{map[string][]string{"classes": {""}}, []string{`classes[0] | unknown error class "": want transient, not-ready, permanent, invalid or expired`}},
+		{map[string][]string{"codes": {"X", ","}}, []string{"codes[1] | empty code"}},
+		{map[string][]string{"origins": {"a b", "c d*", ""}}, []string{
+			`origins[0] | "a b": a topic name uses only letters, digits, '.', '_' and '-'`,
+			`origins[1] | "c d*": a topic prefix uses only letters, digits, '.', '_' and '-'`, "origins[2] | empty topic"}},
+		{map[string][]string{"--since": {"yesterday"}}, []string{`--since | time "yesterday": a number must come before "yesterday"; want RFC 3339 (2024-05-01T10:00:00Z) or how long ago (2h, 30m, 7d)`}},
+		{map[string][]string{"since": {"1h", "2h"}}, []string{"since | given 2 times: want one value"}},
+		{map[string][]string{"since": {"1h"}, "until": {"2h"}}, []string{"until | since 2024-05-02T09:00:00Z is not before until 2024-05-02T08:00:00Z"}},
+		{map[string][]string{"key": {"base64:!!"}}, []string{`key | key "base64:!!": bad base64`}},
+		{map[string][]string{"header": {"tenant"}}, []string{`header[0] | header "tenant": want name=value`}},
+		{map[string][]string{"header": {"Tenant=a"}, "headers.tenant": {"b"}}, []string{`headers | header "Tenant" given twice (header names ignore case)`}},
+		{map[string][]string{"headers.": {"x"}}, []string{"headers | empty header name"}},
+		{map[string][]string{"colour": {"red"}}, []string{"colour | unknown filter key (known: code, reason, class, origin, since, until, key, header)"}},
+	} {
+		_, err := ParseFilter(tt.kv, now)
+		var got []string
+		for _, fe := range FieldErrors(err) {
+			got = append(got, fe.Path()+" | "+fe.Msg)
+		}
+		if !slices.Equal(got, tt.want) || !errors.Is(err, ErrBadFilter) {
+			t.Errorf("ParseFilter(%v):\n%q\nwant\n%q", tt.kv, got, tt.want)
+		}
+	}
+	// The error reads as the flag, the parameter or the field it came from.
+	_, err = ParseFilter(map[string][]string{"--header": {"tenant"}}, now)
+	if err == nil || err.Error() != `--header: bad dead-letter filter: header "tenant": want name=value` {
+		t.Errorf("error text %q", err)
+	}
+}
+
+// FuzzParseFilter: whatever a query string or a flag holds, ParseFilter
+// returns a filter that Validate accepts, or FieldErrors wrapping
+// ErrBadFilter, and never panics.
+func FuzzParseFilter(f *testing.F) {
+	for _, s := range [][3]string{
+		{"code", "http_5*,timeout", ""}, {"reason", "exhausted", "tired"}, {"class", "not-ready", ""}, {"origins", "solve.*", "a b"},
+		{"since", "2h", ""}, {"until", "2024-05-01T10:00:00Z", ""}, {"key", "base64:AAH/", ""}, {"header", "a=b", "A=c"},
+		{"header.x", "", ""}, {"--code", ",", ""}, {"headers.", "x", ""}, {"colour", "red", ""},
+	} {
+		f.Add(s[0], s[1], s[2], "since", "1d")
+	}
+	now := t0
+	f.Fuzz(func(t *testing.T, k1, v1, v2, k2, v3 string) {
+		kv := map[string][]string{k1: {v1, v2}}
+		kv[k2] = append(kv[k2], v3)
+		flt, err := ParseFilter(kv, now)
+		if err != nil {
+			fes := FieldErrors(err)
+			if len(fes) == 0 || !errors.Is(err, ErrBadFilter) {
+				t.Fatalf("error %v: %d FieldErrors, ErrBadFilter %v", err, len(fes), errors.Is(err, ErrBadFilter))
+			}
+			for _, fe := range fes {
+				if fe.Msg == "" || !strings.HasPrefix(fe.Error(), fe.Key+": ") {
+					t.Fatalf("FieldError %+v", fe)
+				}
+			}
+			return
+		}
+		if verr := flt.Validate(); verr != nil {
+			t.Fatalf("ParseFilter(%q) accepted %+v, which Validate refuses: %v", kv, flt, verr)
+		}
+		_ = flt.Match(&DeadLetter{Code: v1, OriginTopic: v2})
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -43,20 +44,6 @@ func ParseAction(s string) (Action, error) {
 
 // DefaultMaxRedrives is a republish rule's MaxRedrives when it has none.
 const DefaultMaxRedrives = 3
-
-// RuleConfig is a rule as configured (internal/config's AnalyzerRule, or a
-// Go program's), before CompileRules checks it. This package does not
-// import internal/config: that package imports processor, which imports
-// this one.
-type RuleConfig struct {
-	Name        string
-	Pipeline    string
-	Match       Filter
-	Action      string
-	To          string
-	After       time.Duration
-	MaxRedrives int
-}
 
 // Rule is one rule for automatic republish. Decide takes rules in order;
 // the first whose Match matches decides.
@@ -155,53 +142,109 @@ func RulesFor(rules []Rule, pipeline string) []Rule {
 	return out
 }
 
-// CompileRules turns the configuration's analyzer rules into Rules. It
-// checks what Decide relies on, also for a configuration built in Go that
-// config.Validate never saw: a known action, unique names (an empty name
-// becomes "rule-<n>", n counting from 1, as config.SetDefaults does),
-// known reasons and classes, no empty codes, origins or header names, and
-// To, After and MaxRedrives (not negative) only with republish. Every
-// problem is reported, joined; each wraps ErrBadRule and names the rule by
-// its index and name. A zero MaxRedrives becomes DefaultMaxRedrives.
-func CompileRules(cfg []RuleConfig) ([]Rule, error) {
-	var errs []error
-	out := make([]Rule, 0, len(cfg))
-	seen := map[string]int{}
-	for i, c := range cfg {
-		name := c.Name
-		if name == "" {
-			name = "rule-" + strconv.Itoa(i+1)
+// RuleSpec is a rule as written (the configuration's analyzer.rules[]
+// entry, or a Go program's), before CompileRule checks it: plain Go types,
+// the match as ParseFilter's key → values.
+type RuleSpec struct {
+	// Name; empty becomes "rule-<n>" in CompileRules, n its place from 1.
+	Name     string
+	Pipeline string
+	// Match is the filter as key → values (ParseFilter; the
+	// configuration's keys: codes, reasons, classes, origins, and
+	// headers.NAME for each header). Empty matches every dead letter.
+	// since and until are refused: a rule runs for ever, and a time
+	// relative to when it was loaded would quietly change meaning.
+	Match       map[string][]string
+	Action      string
+	To          string
+	After       time.Duration
+	MaxRedrives int
+}
+
+// CompileRule checks one rule and makes it a Rule: a known action (empty:
+// "required"), a valid match, To, After and MaxRedrives only with
+// republish, After and MaxRedrives not negative. A zero MaxRedrives of a
+// republish rule becomes DefaultMaxRedrives; Name is taken as it is. Every
+// problem is a *FieldError wrapping ErrBadRule (and, for the match,
+// ErrBadFilter), keyed by the field: "action", "to", "after",
+// "max_redrives", "match.<key>" with the index of the value; the
+// configuration loader turns those into file paths and lines.
+func CompileRule(s RuleSpec) (Rule, []*FieldError) {
+	var errs []*FieldError
+	bad := func(key string, format string, args ...any) {
+		errs = append(errs, &FieldError{Key: key, Index: -1, Msg: fmt.Sprintf(format, args...), Err: ErrBadRule})
+	}
+	r := Rule{Name: s.Name, Pipeline: s.Pipeline, To: s.To, After: s.After, MaxRedrives: s.MaxRedrives}
+	m := make(map[string][]string, len(s.Match))
+	for k, v := range s.Match {
+		if t := strings.TrimPrefix(k, "--"); t == "since" || t == "until" {
+			bad("match."+k, "a rule's match takes no time bounds (a rule applies to every dead letter as it comes)")
+			continue
 		}
-		bad := func(format string, args ...any) {
-			errs = append(errs, fmt.Errorf("%w: analyzer.rules[%d] (%q): %s", ErrBadRule, i, name, fmt.Sprintf(format, args...)))
-		}
-		if j, dup := seen[name]; dup {
-			bad("the name is also that of analyzer.rules[%d]; names must be unique", j)
-		} else {
-			seen[name] = i
-		}
-		r := Rule{
-			Name: name, Pipeline: c.Pipeline, To: c.To, After: c.After, MaxRedrives: c.MaxRedrives, Match: c.Match,
-		}
-		a, err := ParseAction(c.Action)
+		m[k] = v
+	}
+	f, err := ParseFilter(m, time.Time{})
+	for _, fe := range FieldErrors(err) {
+		errs = append(errs, &FieldError{Key: "match." + fe.Key, Index: fe.Index, Msg: fe.Msg, Err: fmt.Errorf("%w: %w", ErrBadRule, fe.Err)})
+	}
+	r.Match = f
+	switch s.Action {
+	case "":
+		bad("action", "required: republish, keep or drop")
+	default:
+		a, err := ParseAction(s.Action)
 		if err != nil {
-			bad("%v", err)
+			bad("action", "%q: want republish, keep or drop", s.Action)
 		}
 		r.Action = a
-		for _, p := range r.Match.problems() {
-			bad("match: %s", p)
-		}
-		if a != ActionRepublish && (c.To != "" || c.After != 0 || c.MaxRedrives != 0) {
-			bad("to, after and max_redrives are only for action republish")
-		}
-		if c.After < 0 {
-			bad("after %s: must not be negative", c.After)
+	}
+	switch r.Action {
+	case ActionRepublish:
+		if s.After < 0 {
+			bad("after", "%s: must not be negative", s.After)
 		}
 		switch {
-		case c.MaxRedrives < 0:
-			bad("max_redrives %d: must not be negative", c.MaxRedrives)
-		case c.MaxRedrives == 0 && a == ActionRepublish:
+		case s.MaxRedrives < 0:
+			bad("max_redrives", "%d: must not be negative (0: the default, %d)", s.MaxRedrives, DefaultMaxRedrives)
+		case s.MaxRedrives == 0:
 			r.MaxRedrives = DefaultMaxRedrives
+		}
+	case ActionKeep, ActionDrop:
+		for _, f := range []struct {
+			key string
+			set bool
+		}{{"to", s.To != ""}, {"after", s.After != 0}, {"max_redrives", s.MaxRedrives != 0}} {
+			if f.set {
+				bad(f.key, "only with action: republish (this rule's action is %s)", s.Action)
+			}
+		}
+	}
+	return r, errs
+}
+
+// CompileRules checks rules (CompileRule) and makes them Rules, also for
+// rules a Go program built that no configuration loader saw: names are
+// unique (an empty name becomes "rule-<n>", n counting from 1, as the
+// configuration's defaults do). Every problem is reported, joined; each
+// wraps ErrBadRule and names the rule by its index and name:
+// `bad analyzer rule: rules[0] ("x"): action: required: ...`.
+func CompileRules(specs []RuleSpec) ([]Rule, error) {
+	var errs []error
+	out := make([]Rule, 0, len(specs))
+	seen := map[string]int{}
+	for i, s := range specs {
+		if s.Name == "" {
+			s.Name = "rule-" + strconv.Itoa(i+1)
+		}
+		at := fmt.Sprintf("rules[%d] (%q)", i, s.Name)
+		if j, dup := seen[s.Name]; dup {
+			errs = append(errs, fmt.Errorf("%w: %s: name: also that of rules[%d]; names must be unique", ErrBadRule, at, j))
+		} else {
+			seen[s.Name] = i
+		}
+		r, problems := CompileRule(s)
+		for _, p := range problems {
+			errs = append(errs, fmt.Errorf("%w: %s: %s: %s", ErrBadRule, at, p.Path(), p.Msg))
 		}
 		out = append(out, r)
 	}

@@ -103,9 +103,9 @@ func TestRulesFor(t *testing.T) {
 }
 
 func TestCompileRules(t *testing.T) {
-	rules, err := CompileRules([]RuleConfig{
-		{Name: "no-slot", Pipeline: "solve", Match: Filter{Codes: []string{"ERROR_NO_SLOT_AVAILABLE"}, Reasons: []string{"exhausted"},
-			Classes: []string{"transient"}, Origins: []string{"solve.*"}, Headers: map[string]string{"plan": "free"}},
+	rules, err := CompileRules([]RuleSpec{
+		{Name: "no-slot", Pipeline: "solve", Match: map[string][]string{"codes": {"ERROR_NO_SLOT_AVAILABLE"}, "reasons": {"exhausted"},
+			"classes": {"transient"}, "origins": {"solve.*"}, "headers.plan": {"free"}},
 			Action: "republish", To: "solve.failover", After: 10 * time.Minute, MaxRedrives: 2},
 		{Action: "republish"},
 		{Action: "drop"},
@@ -129,16 +129,18 @@ func TestCompileRules(t *testing.T) {
 
 	bad := []struct {
 		name  string
-		rules []RuleConfig
+		rules []RuleSpec
 		want  []string
 	}{
-		{"no action", []RuleConfig{{Name: "x"}}, []string{`analyzer.rules[0] ("x"): action "": want republish, keep or drop`}},
-		{"park is not an action", []RuleConfig{{Action: "park"}}, []string{`analyzer.rules[0] ("rule-1"): action "park"`}},
-		{"duplicate", []RuleConfig{{Name: "rule-2", Action: "keep"}, {Action: "keep"}}, []string{`analyzer.rules[1] ("rule-2"): the name is also that of analyzer.rules[0]`}},
-		{"bad match", []RuleConfig{{Action: "keep", Match: Filter{Reasons: []string{"tired"}, Classes: []string{"fatal"}, Codes: []string{""}}}}, []string{
-			`analyzer.rules[0] ("rule-1"): match: unknown dead-letter reason "tired"`, `match: unknown error class "fatal"`, "match: empty code"}},
-		{"to with drop", []RuleConfig{{Action: "drop", To: "x"}}, []string{"to, after and max_redrives are only for action republish"}},
-		{"negative", []RuleConfig{{Action: "republish", MaxRedrives: -1, After: -1}}, []string{"max_redrives -1: must not be negative", "after -1ns: must not be negative"}},
+		{"no action", []RuleSpec{{Name: "x"}}, []string{`rules[0] ("x"): action: required: republish, keep or drop`}},
+		{"park is not an action", []RuleSpec{{Action: "park"}}, []string{`rules[0] ("rule-1"): action: "park": want republish, keep or drop`}},
+		{"duplicate", []RuleSpec{{Name: "rule-2", Action: "keep"}, {Action: "keep"}}, []string{`rules[1] ("rule-2"): name: also that of rules[0]`}},
+		{"bad match", []RuleSpec{{Action: "keep", Match: map[string][]string{"reasons": {"tired"}, "classes": {"fatal"}, "codes": {""}}}}, []string{
+			`rules[0] ("rule-1"): match.reasons[0]: unknown dead-letter reason "tired"`, `match.classes[0]: unknown error class "fatal"`, "match.codes[0]: empty code"}},
+		{"time bounds", []RuleSpec{{Action: "keep", Match: map[string][]string{"since": {"1h"}}}}, []string{"match.since: a rule's match takes no time bounds"}},
+		{"unknown match key", []RuleSpec{{Action: "keep", Match: map[string][]string{"colour": {"red"}}}}, []string{"match.colour: unknown filter key"}},
+		{"to with drop", []RuleSpec{{Action: "drop", To: "x"}}, []string{"to: only with action: republish (this rule's action is drop)"}},
+		{"negative", []RuleSpec{{Action: "republish", MaxRedrives: -1, After: -1}}, []string{"max_redrives: -1: must not be negative", "after: -1ns: must not be negative"}},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,6 +154,27 @@ func TestCompileRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CompileRule's problems name the field and the value's index, so that a
+// configuration loader can point at the line.
+func TestCompileRuleFieldErrors(t *testing.T) {
+	_, errs := CompileRule(RuleSpec{Action: "keep", To: "x", Match: map[string][]string{"reasons": {"exhausted", "tired"}, "headers.": {"x"}}})
+	var got []string
+	for _, e := range errs {
+		got = append(got, e.Path()+" | "+e.Msg)
+		if !errors.Is(e, ErrBadRule) {
+			t.Errorf("%v is not ErrBadRule", e)
+		}
+	}
+	want := []string{
+		`match.reasons[1] | unknown dead-letter reason "tired": want exhausted, permanent, invalid or expired`,
+		"match.headers | empty header name",
+		"to | only with action: republish (this rule's action is keep)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("problems\n%q\nwant\n%q", got, want)
 	}
 }
 
@@ -173,7 +196,10 @@ func TestRepublishRoundTrip(t *testing.T) {
 		if dec.Action != ActionRepublish || dec.Topic != "solve.requests" || !dec.NotBefore.Equal(d.Timestamp.Add(10*time.Minute)) {
 			t.Fatalf("round %d: %+v", round, dec)
 		}
-		rec := Republish(d, dec.Topic)
+		rec, err := Republish(d, dec.Topic)
+		if err != nil {
+			t.Fatal(err)
+		}
 		back, err := Decode(rec)
 		if !errors.Is(err, ErrNotDeadLetter) {
 			t.Fatalf("round %d: the republished record reads as a dead letter: %v", round, err)

@@ -45,7 +45,7 @@ func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	rules, err := dlq.CompileRules(c.Analyzer.RuleConfigs())
+	rules, err := dlq.CompileRules(c.Analyzer.RuleSpecs())
 	if err != nil {
 		return nil, err
 	}
@@ -58,11 +58,14 @@ func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
 		if name == "" {
 			name = fmt.Sprintf("alert-%d", i+1)
 		}
-		m := al.Match
+		match, err := al.Match.Filter()
+		if err != nil {
+			return nil, fmt.Errorf("analyzer.alerts[%d].match: %w", i, err)
+		}
 		ao.Alerts = append(ao.Alerts, analyzer.Alert{
 			Name: name, Pipeline: al.Pipeline, Kind: al.Kind, Threshold: al.Threshold,
 			Window: al.Window.D(), Age: al.Age.D(), Webhook: al.Webhook, Repeat: al.Repeat.D(),
-			Match: dlq.Filter{Codes: m.Codes, Reasons: m.Reasons, Classes: m.Classes, Origins: m.Origins, Headers: m.Headers},
+			Match: match,
 		})
 	}
 	return analyzer.New(ao)

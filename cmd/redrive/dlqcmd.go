@@ -50,32 +50,17 @@ func (f *filterFlags) register(fl *pflag.FlagSet) {
 	fl.StringArrayVar(&f.headers, "header", nil, "header name=value, exactly (repeatable; all must match; redrive-* headers too, e.g. redrive-instance=pod-1)")
 }
 
-// filter builds the dlq.Filter; every error is a usage error.
+// filter builds the dlq.Filter with dlq.ParseFilter, the parser the
+// analyzer's API and rules use too; every error is a usage error, naming
+// the flag.
 func (f *filterFlags) filter(now time.Time) (dlq.Filter, error) {
-	flt := dlq.Filter{Codes: f.codes, Reasons: f.reasons, Classes: f.classes, Origins: f.origins}
-	var err error
-	if f.since != "" {
-		if flt.Since, err = dlq.ParseTime(f.since, now); err != nil {
-			return flt, fmt.Errorf("--since: %w", err)
+	kv := map[string][]string{"--code": f.codes, "--reason": f.reasons, "--class": f.classes, "--origin": f.origins, "--header": f.headers}
+	for flag, v := range map[string]string{"--since": f.since, "--until": f.until, "--key": f.key} {
+		if v != "" {
+			kv[flag] = []string{v}
 		}
 	}
-	if f.until != "" {
-		if flt.Until, err = dlq.ParseTime(f.until, now); err != nil {
-			return flt, fmt.Errorf("--until: %w", err)
-		}
-	}
-	if f.key != "" {
-		if flt.Key, err = dlq.ParseKeyFilter(f.key); err != nil {
-			return flt, fmt.Errorf("--key: %w", err)
-		}
-	}
-	if flt.Headers, err = dlq.ParseHeaderFilters(f.headers); err != nil {
-		return flt, fmt.Errorf("--header: %w", err)
-	}
-	if err := flt.Validate(); err != nil {
-		return flt, err
-	}
-	return flt, nil
+	return dlq.ParseFilter(kv, now)
 }
 
 // pickPipeline is the pipeline named, or the only one.

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/dlq"
-	"github.com/redrive/redrive/dlq/dlqread"
+	"github.com/redrive/redrive/dlq/replay"
 )
 
 // replayDeliveryTimeout bounds how long one republished record may take to
@@ -52,8 +51,9 @@ never republished; records that are not redrive dead letters are skipped.
 The DLQ is left as it is: running replay twice republishes twice (the
 handler dedupes by Idempotency-Key = redrive-id).
 
---limit N takes the first N matches in the order read (offset order within
-a partition, partitions interleaved) and stops reading.
+--limit N takes the first N to republish (truncated ones do not count) in
+the order read (offset order within a partition, partitions interleaved)
+and stops reading.
 
 Exit codes: 0 done, 1 a write failed or replay was interrupted (the count
 says how many were written), 2 bad flags or config.`,
@@ -116,18 +116,22 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 		return &exitError{1, err}
 	}
 	r := &replayer{
-		cl: s.cl, dlqTopic: s.pipe.DLQTopic(), to: to, filter: s.filter, limit: f.limit,
-		dryRun: f.dryRun, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr(),
+		to: to, limit: f.limit, dryRun: f.dryRun, out: cmd.OutOrStdout(), errw: cmd.ErrOrStderr(),
 		skipped: skips{w: cmd.ErrOrStderr()},
-	}
-	if rate > 0 {
-		r.gap = time.Duration(float64(time.Second) / rate)
 	}
 	if f.json {
 		r.enc = json.NewEncoder(r.out)
 		r.enc.SetEscapeHTML(false)
 	}
-	return r.run(ctx)
+	rp, err := replay.New(replay.Options{
+		Client: s.cl, DLQ: s.pipe.DLQTopic(), To: to, Filter: s.filter, Limit: f.limit,
+		DryRun: f.dryRun, Rate: rate, Report: r.report,
+	})
+	if err != nil {
+		return &exitError{2, err}
+	}
+	r.rp = rp
+	return r.run(ctx, s.pipe.DLQTopic())
 }
 
 // topicExists checks the topic to write to, so that a typo in --to fails
@@ -147,126 +151,53 @@ func topicExists(ctx context.Context, cl *kgo.Client, topic string) error {
 	return nil
 }
 
-// replayer is one replay: it reads the DLQ on Scan's goroutine, writes
-// asynchronously, and counts.
+// replayer shows one replay.Replay: the table or JSON lines of what it
+// selects, its refusals and skips on stderr, progress and the final count.
 type replayer struct {
-	cl       *kgo.Client
-	dlqTopic string
-	to       string
-	filter   dlq.Filter
-	limit    int
-	gap      time.Duration // between writes; 0: no rate limit
-	dryRun   bool
-	out      io.Writer
-	errw     io.Writer
-	enc      *json.Encoder // --json
-	headed   bool          // the table's header is out
-
-	scanned, matched, selected, truncated atomic.Int64
-	sent, acked, failed                   atomic.Int64
-	skipped                               skips // Scan's goroutine only
-
-	mu       sync.Mutex
-	firstErr error // the first failed write
+	rp      *replay.Replay
+	to      string
+	limit   int
+	dryRun  bool
+	out     io.Writer
+	errw    io.Writer
+	enc     *json.Encoder // --json
+	headed  bool          // the table's header is out
+	skipped skips         // Run's goroutine only
 }
 
-var (
-	errReplayLimit  = errors.New("limit reached")
-	errReplayFailed = errors.New("a write failed")
-)
-
-func (r *replayer) run(ctx context.Context) error {
+func (r *replayer) run(ctx context.Context, dlqTopic string) error {
 	stopProgress := r.progress()
-	start := time.Now()
-	err := dlqread.Scan(ctx, r.cl, r.dlqTopic, func(rec *kgo.Record) error {
-		return r.one(ctx, rec, start)
-	})
-	// Every write is waited for: a record counts once acknowledged. After
-	// an interrupt, writes already sent still get their answer.
-	ferr := r.cl.Flush(context.WithoutCancel(ctx))
+	c, err := r.rp.Run(ctx)
 	stopProgress()
-
-	limited := errors.Is(err, errReplayLimit)
-	if limited {
-		err = nil
-	}
-	sum := r.summary(limited)
+	sum := r.summary(c)
 	switch {
 	case ctx.Err() != nil:
 		return &exitError{1, fmt.Errorf("interrupted: %s so far: %w", sum, ctx.Err())}
-	case errors.Is(err, errReplayFailed) || r.failed.Load() > 0 || ferr != nil:
-		r.mu.Lock()
-		first := r.firstErr
-		r.mu.Unlock()
-		if first == nil {
-			first = ferr
-		}
-		return &exitError{1, fmt.Errorf("%s; %d writes failed, stopped at the first failure: %w", sum, r.failed.Load(), first)}
+	case errors.Is(err, replay.ErrWrite) || c.Failed > 0:
+		return &exitError{1, fmt.Errorf("%s; %d writes failed, stopped at the first failure: %w", sum, c.Failed, err)}
 	case err != nil:
-		if r.scanned.Load() > 0 {
+		if c.Scanned > 0 {
 			fmt.Fprintln(r.errw, sum)
 		}
-		return readErr(r.dlqTopic, err)
+		return readErr(dlqTopic, err)
 	}
 	fmt.Fprintln(r.errw, sum)
 	return nil
 }
 
-// one handles a DLQ record.
-func (r *replayer) one(ctx context.Context, rec *kgo.Record, start time.Time) error {
-	r.scanned.Add(1)
-	d, err := dlq.Decode(rec)
-	if err != nil {
-		r.skipped.add(err)
-		return nil
-	}
-	if !r.filter.Match(d) {
-		return nil
-	}
-	r.matched.Add(1)
-	if d.Truncated > 0 {
-		r.truncated.Add(1)
+// report shows one record replay decided about.
+func (r *replayer) report(res replay.Result) error {
+	d := res.DeadLetter
+	switch {
+	case errors.Is(res.Err, dlq.ErrTruncated):
 		fmt.Fprintf(r.errw, "not republishing %s/%d/%d: its value was cut to fit the DLQ (%d of %d bytes kept)\n",
 			d.Topic, d.Partition, d.Offset, len(d.Value), d.Truncated)
 		return nil
+	case res.Err != nil:
+		r.skipped.add(res.Err)
+		return nil
 	}
-	n := r.selected.Add(1)
-	if err := r.show(d); err != nil {
-		return err
-	}
-	if !r.dryRun {
-		if r.failed.Load() > 0 {
-			return errReplayFailed
-		}
-		if r.gap > 0 {
-			if wait := time.Until(start.Add(time.Duration(n-1) * r.gap)); wait > 0 {
-				t := time.NewTimer(wait)
-				select {
-				case <-t.C:
-				case <-ctx.Done():
-					t.Stop()
-					return ctx.Err()
-				}
-			}
-		}
-		r.sent.Add(1)
-		r.cl.Produce(ctx, dlq.Republish(d, r.to), func(_ *kgo.Record, err error) {
-			if err == nil {
-				r.acked.Add(1)
-				return
-			}
-			r.failed.Add(1)
-			r.mu.Lock()
-			if r.firstErr == nil {
-				r.firstErr = fmt.Errorf("republish %s/%d/%d to %s: %w", d.Topic, d.Partition, d.Offset, r.to, err)
-			}
-			r.mu.Unlock()
-		})
-	}
-	if r.limit > 0 && n >= int64(r.limit) {
-		return errReplayLimit
-	}
-	return nil
+	return r.show(d)
 }
 
 var replayHeader = fmt.Sprintf("%9s  %10s  %-24s  %-9s  %-28s  %8s  %8s  %s",
@@ -300,9 +231,10 @@ func (r *replayer) progress() (stop func()) {
 			case <-done:
 				return
 			case <-t.C:
-				line := fmt.Sprintf("replay: %d scanned, %d matching", r.scanned.Load(), r.matched.Load())
+				c := r.rp.Counts()
+				line := fmt.Sprintf("replay: %d scanned, %d matching", c.Scanned, c.Matched)
 				if !r.dryRun {
-					line += fmt.Sprintf(", %d republished, %d in flight", r.acked.Load(), r.sent.Load()-r.acked.Load()-r.failed.Load())
+					line += fmt.Sprintf(", %d republished, %d in flight", c.Republished, c.InFlight())
 				}
 				fmt.Fprintln(r.errw, line)
 			}
@@ -312,18 +244,18 @@ func (r *replayer) progress() (stop func()) {
 }
 
 // summary is the final count.
-func (r *replayer) summary(limited bool) string {
+func (r *replayer) summary(c replay.Counts) string {
 	var b strings.Builder
 	if r.dryRun {
-		fmt.Fprintf(&b, "dry run: would republish %d of %d matching to %s (%d scanned", r.selected.Load(), r.matched.Load(), r.to, r.scanned.Load())
+		fmt.Fprintf(&b, "dry run: would republish %d of %d matching to %s (%d scanned", c.Selected, c.Matched, r.to, c.Scanned)
 	} else {
-		fmt.Fprintf(&b, "republished %d of %d matching to %s (%d scanned", r.acked.Load(), r.matched.Load(), r.to, r.scanned.Load())
+		fmt.Fprintf(&b, "republished %d of %d matching to %s (%d scanned", c.Republished, c.Matched, r.to, c.Scanned)
 	}
-	if limited {
+	if c.Limited {
 		fmt.Fprintf(&b, "; stopped at --limit %d", r.limit)
 	}
-	if n := r.truncated.Load(); n > 0 {
-		fmt.Fprintf(&b, "; %d truncated, not republished", n)
+	if c.Truncated > 0 {
+		fmt.Fprintf(&b, "; %d truncated, not republished", c.Truncated)
 	}
 	b.WriteString(r.skipped.String())
 	b.WriteString(")")

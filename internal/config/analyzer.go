@@ -6,8 +6,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
-	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/dlq"
 )
 
 // The actions of an AnalyzerRule.
@@ -23,10 +24,6 @@ const (
 	AlertDepth  = "depth"  // more than Threshold dead letters not yet handled by the analyzer
 	AlertOldest = "oldest" // the oldest dead letter not yet handled is older than Age
 )
-
-// deadLetterReasons are dlq.Reasons (this package cannot import dlq, which
-// imports it; a test in dlq checks the two agree).
-var deadLetterReasons = []string{"exhausted", "permanent", "invalid", "expired"}
 
 // AnalyzerRule is one rule for automatic republish. The analyzer takes the
 // rules in order for each dead letter; the first that matches decides. A
@@ -74,6 +71,41 @@ type RuleMatch struct {
 	// Headers match header values exactly, header names in any case.
 	// Names starting with redrive- match redrive's own headers too.
 	Headers map[string]string `yaml:"headers"`
+}
+
+// Values is m as dlq.ParseFilter's key → values: the lists under their
+// own keys, each header as "headers.<name>" (a name may hold "=").
+func (m RuleMatch) Values() map[string][]string {
+	kv := map[string][]string{}
+	for k, l := range map[string][]string{"codes": m.Codes, "reasons": m.Reasons, "classes": m.Classes, "origins": m.Origins} {
+		if l != nil {
+			kv[k] = l
+		}
+	}
+	for name, v := range m.Headers {
+		kv["headers."+name] = []string{v}
+	}
+	return kv
+}
+
+// Filter is m parsed by dlq.ParseFilter, as the loader validated it.
+func (m RuleMatch) Filter() (dlq.Filter, error) {
+	return dlq.ParseFilter(m.Values(), time.Time{})
+}
+
+// Spec is r as dlq.RuleSpec, for dlq.CompileRules (which also checks it;
+// the loader reports the same problems with their lines).
+func (r AnalyzerRule) Spec() dlq.RuleSpec {
+	return dlq.RuleSpec{Name: r.Name, Pipeline: r.Pipeline, Match: r.Match.Values(), Action: r.Action, To: r.To, After: r.After.D(), MaxRedrives: r.MaxRedrives}
+}
+
+// RuleSpecs are the rules as dlq.RuleSpecs, in order.
+func (a Analyzer) RuleSpecs() []dlq.RuleSpec {
+	out := make([]dlq.RuleSpec, len(a.Rules))
+	for i, r := range a.Rules {
+		out[i] = r.Spec()
+	}
+	return out
 }
 
 // IsZero reports whether m matches everything.
@@ -151,38 +183,22 @@ func (v *validator) analyzer(c *Config) {
 		r := &c.Analyzer.Rules[i]
 		v.ruleName(at, "analyzer.rules", r.Name, names, i)
 		v.pipelineRef(at+".pipeline", r.Pipeline, pipes)
-		v.match(at+".match", &r.Match)
-		switch r.Action {
-		case ActionRepublish:
-			if r.To != "" {
-				if msg := checkTopic(r.To); msg != "" {
-					v.add(at+".to", "%s", msg)
-				}
-				for j, p := range c.Pipelines {
-					if (r.Pipeline == "" || r.Pipeline == p.Name) && r.To == p.DLQTopic() {
-						v.add(at+".to", "%q is the DLQ of %s: a republished dead letter would come straight back", r.To, index("pipelines", j))
-					}
-				}
+		// What dlq checks (action, match, after, max_redrives, the fields
+		// only republish takes), dlq says, each problem at its path.
+		_, problems := dlq.CompileRule(r.Spec())
+		for _, p := range problems {
+			v.add(at+"."+p.Path(), "%s", p.Msg)
+		}
+		// What needs the configuration: the topic written to.
+		if r.Action == ActionRepublish && r.To != "" {
+			if msg := checkTopic(r.To); msg != "" {
+				v.add(at+".to", "%s", msg)
 			}
-			if r.After < 0 {
-				v.add(at+".after", "%s: must not be negative", r.After)
-			}
-			if r.MaxRedrives < 0 {
-				v.add(at+".max_redrives", "%d: must not be negative (0: the default, %d)", r.MaxRedrives, DefaultMaxRedrives)
-			}
-		case ActionKeep, ActionDrop:
-			for _, f := range []struct {
-				key string
-				set bool
-			}{{"to", r.To != ""}, {"after", r.After != 0}, {"max_redrives", r.MaxRedrives != 0}} {
-				if f.set {
-					v.add(at+"."+f.key, "only with action: republish (this rule's action is %s)", r.Action)
+			for j, p := range c.Pipelines {
+				if (r.Pipeline == "" || r.Pipeline == p.Name) && r.To == p.DLQTopic() {
+					v.add(at+".to", "%q is the DLQ of %s: a republished dead letter would come straight back", r.To, index("pipelines", j))
 				}
 			}
-		case "":
-			v.add(at+".action", "required: republish, keep or drop")
-		default:
-			v.add(at+".action", "%q: want republish, keep or drop", r.Action)
 		}
 	}
 
@@ -261,41 +277,11 @@ func (v *validator) pipelineRef(at, name string, pipes map[string]int) {
 	}
 }
 
+// match checks m with dlq.ParseFilter, each problem at its path.
 func (v *validator) match(at string, m *RuleMatch) {
-	for j, code := range m.Codes {
-		if code == "" {
-			v.add(index(at+".codes", j), "empty code")
-		}
-	}
-	for j, r := range m.Reasons {
-		if !slices.Contains(deadLetterReasons, r) {
-			v.add(index(at+".reasons", j), "%q: want exhausted, permanent, invalid or expired", r)
-		}
-	}
-	for j, c := range m.Classes {
-		if c == "" || !retry.Class(c).Valid() {
-			v.add(index(at+".classes", j), "%q: want transient, not-ready, permanent, invalid or expired", c)
-		}
-	}
-	for j, o := range m.Origins {
-		if o == "" {
-			v.add(index(at+".origins", j), "empty topic")
-			continue
-		}
-		if prefix, ok := strings.CutSuffix(o, "*"); ok {
-			if prefix != "" && !legalName(prefix) {
-				v.add(index(at+".origins", j), "%q: a topic prefix uses only letters, digits, '.', '_' and '-'", o)
-			}
-			continue
-		}
-		if msg := checkTopic(o); msg != "" {
-			v.add(index(at+".origins", j), "%s", msg)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(m.Headers)) {
-		if k == "" {
-			v.add(at+".headers", "empty header name")
-		}
+	_, err := m.Filter()
+	for _, p := range dlq.FieldErrors(err) {
+		v.add(at+"."+p.Path(), "%s", p.Msg)
 	}
 }
 

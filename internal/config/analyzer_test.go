@@ -2,11 +2,17 @@ package config
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/dlq"
 )
 
 // analyzerDoc is a valid file with two pipelines and the analyzer lines given.
@@ -90,9 +96,9 @@ func TestAnalyzerValidationErrors(t *testing.T) {
 		{"to is the dlq", []string{"rules: [{action: republish, to: solve.requests.dlq}]"}, []string{`analyzer.rules[0].to: "solve.requests.dlq" is the DLQ of pipelines[0]`}},
 		{"to is another pipeline's dlq", []string{"rules: [{pipeline: hooks, action: republish, to: hooks.out.dlq}]"}, []string{`"hooks.out.dlq" is the DLQ of pipelines[1]`}},
 		{"max_redrives negative", []string{"rules: [{action: republish, max_redrives: -1}]"}, []string{"analyzer.rules[0].max_redrives: -1: must not be negative (0: the default, 3)"}},
-		{"bad reason", []string{"rules:", "  - action: keep", "    match:", "      reasons: [exhausted, tired]"}, []string{`line 9: analyzer.rules[0].match.reasons[1]: "tired": want exhausted, permanent, invalid or expired`}},
-		{"bad class", []string{"rules: [{action: keep, match: {classes: [retryable]}}]"}, []string{`analyzer.rules[0].match.classes[0]: "retryable": want transient`}},
-		{"empty class", []string{"rules: [{action: keep, match: {classes: ['']}}]"}, []string{`analyzer.rules[0].match.classes[0]: "": want`}},
+		{"bad reason", []string{"rules:", "  - action: keep", "    match:", "      reasons: [exhausted, tired]"}, []string{`line 9: analyzer.rules[0].match.reasons[1]: unknown dead-letter reason "tired": want exhausted, permanent, invalid or expired`}},
+		{"bad class", []string{"rules: [{action: keep, match: {classes: [retryable]}}]"}, []string{`analyzer.rules[0].match.classes[0]: unknown error class "retryable": want transient`}},
+		{"empty class", []string{"rules: [{action: keep, match: {classes: ['']}}]"}, []string{`analyzer.rules[0].match.classes[0]: unknown error class "": want`}},
 		{"empty code", []string{"rules: [{action: keep, match: {codes: [X, '']}}]"}, []string{"analyzer.rules[0].match.codes[1]: empty code"}},
 		{"bad origin", []string{"rules: [{action: keep, match: {origins: ['a b', 'c d*', '']}}]"}, []string{
 			"analyzer.rules[0].match.origins[0]: \"a b\": a topic name", "match.origins[1]: \"c d*\": a topic prefix", "match.origins[2]: empty topic"}},
@@ -103,7 +109,7 @@ func TestAnalyzerValidationErrors(t *testing.T) {
 		{"rate needs threshold and window", []string{"alerts:", "  - kind: rate", "    webhook: 'http://h/'"}, []string{
 			"line 7: analyzer.alerts[0].threshold: required with kind: rate", "line 7: analyzer.alerts[0].window: required with kind: rate"}},
 		{"rate with age", []string{"alerts: [{kind: rate, threshold: 1, window: 1m, age: 1h, webhook: 'http://h/'}]"}, []string{"analyzer.alerts[0].age: only with kind: oldest (this alert's kind is rate)"}},
-		{"rate bad match", []string{"alerts: [{kind: rate, threshold: 1, window: 1m, webhook: 'http://h/', match: {reasons: [x]}}]"}, []string{`analyzer.alerts[0].match.reasons[0]: "x"`}},
+		{"rate bad match", []string{"alerts: [{kind: rate, threshold: 1, window: 1m, webhook: 'http://h/', match: {reasons: [x]}}]"}, []string{`analyzer.alerts[0].match.reasons[0]: unknown dead-letter reason "x"`}},
 		{"negative threshold", []string{"alerts: [{kind: depth, threshold: -1, webhook: 'http://h/'}]"}, []string{"analyzer.alerts[0].threshold: -1: must not be negative"}},
 		{"depth needs threshold", []string{"alerts: [{kind: depth, webhook: 'http://h/'}]"}, []string{"analyzer.alerts[0].threshold: required with kind: depth"}},
 		{"depth with window and match", []string{"alerts: [{kind: depth, threshold: 1, window: 1m, match: {codes: [X]}, webhook: 'http://h/'}]"}, []string{
@@ -269,5 +275,50 @@ func TestExampleFileAnalyzer(t *testing.T) {
 	}
 	if r := c.Redacted(); strings.Contains(dump(&r), "s3cr3t") {
 		t.Errorf("the example's webhook shows in Redacted")
+	}
+}
+
+// The configuration accepts what dlq knows, and dlq.CompileRules takes
+// what the configuration accepts (moved from dlq, which no longer imports
+// this package).
+func TestAnalyzerRulesCompile(t *testing.T) {
+	var reasons []string
+	for _, r := range dlq.Reasons {
+		reasons = append(reasons, string(r))
+	}
+	doc := fmt.Sprintf(`brokers: [h:1]
+pipelines: [{name: solve, topic: solve.requests}]
+analyzer:
+  rules:
+    - {name: every-reason, action: keep, match: {reasons: [%s], classes: [transient, not-ready, permanent, invalid, expired]}}
+    - {pipeline: solve, action: republish, after: 10m, match: {codes: ['http_5*'], headers: {plan: free, "a=b": c}}}
+    - {action: drop}
+  alerts:
+    - {kind: rate, threshold: 1, window: 1m, webhook: 'http://h/', match: {origins: ['solve.*'], headers: {plan: free}}}
+`, strings.Join(reasons, ", "))
+	c, err := Parse([]byte(doc), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := dlq.CompileRules(c.Analyzer.RuleSpecs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rules) != 3 || rules[1].Name != "rule-2" || rules[1].MaxRedrives != dlq.DefaultMaxRedrives || rules[1].After != 10*time.Minute || rules[2].Action != dlq.ActionDrop {
+		t.Errorf("rules = %+v", rules)
+	}
+	if h := rules[1].Match.Headers; len(h) != 2 || h["plan"] != "free" || h["a=b"] != "c" {
+		t.Errorf("headers = %v (a name may hold \"=\")", h)
+	}
+	d := &dlq.DeadLetter{Code: "http_503", UserHeaders: []kgo.RecordHeader{{Key: "plan", Value: []byte("free")}, {Key: "a=b", Value: []byte("c")}}}
+	if got := dlq.Decide(dlq.RulesFor(rules, "solve")[1:], d, "solve.requests"); got.Action != dlq.ActionRepublish {
+		t.Errorf("Decide = %+v", got)
+	}
+	f, err := c.Analyzer.Alerts[0].Match.Filter()
+	if err != nil || len(f.Origins) != 1 || f.Headers["plan"] != "free" {
+		t.Errorf("alert match = %+v, %v", f, err)
+	}
+	if DefaultMaxRedrives != dlq.DefaultMaxRedrives {
+		t.Errorf("DefaultMaxRedrives %d, dlq's %d", DefaultMaxRedrives, dlq.DefaultMaxRedrives)
 	}
 }

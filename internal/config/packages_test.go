@@ -139,7 +139,7 @@ analyzer:
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules, err := dlq.CompileRules(c.Analyzer.RuleConfigs())
+	rules, err := dlq.CompileRules(c.Analyzer.RuleSpecs())
 	if err != nil {
 		t.Fatal(err)
 	}

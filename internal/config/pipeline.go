@@ -1,10 +1,8 @@
 package config
 
 import (
-	"maps"
 	"time"
 
-	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
@@ -122,17 +120,4 @@ func (p Pipeline) TopicSpec() topics.PipelineSpec {
 		Partitions:   p.Partitions,
 		Replication:  p.Replication,
 	}
-}
-
-// RuleConfigs are the analyzer's rules as dlq.CompileRules takes them.
-func (a Analyzer) RuleConfigs() []dlq.RuleConfig {
-	out := make([]dlq.RuleConfig, len(a.Rules))
-	for i, r := range a.Rules {
-		m := r.Match
-		out[i] = dlq.RuleConfig{
-			Name: r.Name, Pipeline: r.Pipeline, Action: r.Action, To: r.To, After: r.After.D(), MaxRedrives: r.MaxRedrives,
-			Match: dlq.Filter{Codes: m.Codes, Reasons: m.Reasons, Classes: m.Classes, Origins: m.Origins, Headers: maps.Clone(m.Headers)},
-		}
-	}
-	return out
 }
