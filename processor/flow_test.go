@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -64,7 +65,7 @@ func (s *script) Handle(_ context.Context, req *processor.Request) processor.Out
 func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second, 2 * time.Second}, 3)
 	s := newScript()
-	e.start(s)
+	e.Start(s)
 
 	type want struct {
 		script   string
@@ -75,12 +76,12 @@ func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 		calls    int
 	}
 	cases := []want{
-		{"ok", e.p.Results, "", 1, 0, 1},
-		{"transient:1", e.p.Results, "", 2, 0, 2},
-		{"transient:2", e.p.Results, "", 3, 0, 3},
-		{"notready:2", e.p.Results, "", 1, 2, 3},
-		{"permanent", e.p.DLQ, "permanent", 1, 0, 1},
-		{"always", e.p.DLQ, "exhausted", 3, 0, 3},
+		{"ok", e.P.Results, "", 1, 0, 1},
+		{"transient:1", e.P.Results, "", 2, 0, 2},
+		{"transient:2", e.P.Results, "", 3, 0, 3},
+		{"notready:2", e.P.Results, "", 1, 2, 3},
+		{"permanent", e.P.DLQ, "permanent", 1, 0, 1},
+		{"always", e.P.DLQ, "exhausted", 3, 0, 3},
 	}
 	const per = 10
 	var recs []*kgo.Record
@@ -89,28 +90,28 @@ func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 		for j, c := range cases {
 			id := fmt.Sprintf("req-%d-%d", i, j)
 			wants[id] = c
-			recs = append(recs, &kgo.Record{Topic: e.p.Topic, Key: []byte(id), Value: []byte(c.script), Headers: []kgo.RecordHeader{
+			recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(id), Value: []byte(c.script), Headers: []kgo.RecordHeader{
 				{Key: "idempotency-key", Value: []byte(id)},
 				{Key: "trace", Value: []byte("t1")},
 				{Key: "trace", Value: []byte("t2")},
 			}})
 		}
 	}
-	e.produce(recs...)
+	e.Produce(recs...)
 	nRes, nDLQ := 0, 0
 	for _, c := range wants {
-		if c.topic == e.p.Results {
+		if c.topic == e.P.Results {
 			nRes++
 		} else {
 			nDLQ++
 		}
 	}
-	results := e.collect(e.p.Results, nRes, 60*time.Second, 2*time.Second)
-	dead := e.collect(e.p.DLQ, nDLQ, 30*time.Second, time.Second)
+	results := e.CollectN(e.P.Results, nRes, 60*time.Second, 2*time.Second)
+	dead := e.CollectN(e.P.DLQ, nDLQ, 30*time.Second, time.Second)
 
 	seen := map[string]int{}
 	check := func(r *kgo.Record, topic string) {
-		id, _ := header(r, retry.HeaderID)
+		id, _ := kafkatest.Header(r, retry.HeaderID)
 		seen[id]++
 		w, ok := wants[id]
 		if !ok {
@@ -124,23 +125,23 @@ func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 		if string(r.Key) != id {
 			t.Errorf("%s: key %q changed", id, r.Key)
 		}
-		if a, _ := header(r, retry.HeaderAttempt); a != strconv.Itoa(w.attempts) {
+		if a, _ := kafkatest.Header(r, retry.HeaderAttempt); a != strconv.Itoa(w.attempts) {
 			t.Errorf("%s (%s): redrive-attempt %s, want %d", id, w.script, a, w.attempts)
 		}
-		if topic == e.p.DLQ {
+		if topic == e.P.DLQ {
 			if string(r.Value) != w.script {
 				t.Errorf("%s: dead letter value %q, want %q", id, r.Value, w.script)
 			}
-			if reason, _ := header(r, retry.HeaderReason); reason != w.reason {
+			if reason, _ := kafkatest.Header(r, retry.HeaderReason); reason != w.reason {
 				t.Errorf("%s: reason %q, want %q", id, reason, w.reason)
 			}
 			for _, h := range []string{retry.HeaderError, retry.HeaderErrorCode, retry.HeaderErrorClass, retry.HeaderGroup, retry.HeaderInstance, retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt} {
-				if _, ok := header(r, h); !ok {
+				if _, ok := kafkatest.Header(r, h); !ok {
 					t.Errorf("%s: dead letter lacks %s", id, h)
 				}
 			}
 		}
-		if ot, _ := header(r, retry.HeaderOriginTopic); ot != e.p.Topic {
+		if ot, _ := kafkatest.Header(r, retry.HeaderOriginTopic); ot != e.P.Topic {
 			t.Errorf("%s: origin topic %q", id, ot)
 		}
 		var traces []string
@@ -148,8 +149,8 @@ func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 			if h.Key == "trace" {
 				traces = append(traces, string(h.Value))
 			}
-			if strings.HasPrefix(h.Key, retry.HeaderPrefix) && countHeader(r, h.Key) != 1 {
-				t.Errorf("%s: header %s appears %d times", id, h.Key, countHeader(r, h.Key))
+			if strings.HasPrefix(h.Key, retry.HeaderPrefix) && kafkatest.CountHeader(r, h.Key) != 1 {
+				t.Errorf("%s: header %s appears %d times", id, h.Key, kafkatest.CountHeader(r, h.Key))
 			}
 		}
 		if strings.Join(traces, ",") != "t1,t2" {
@@ -157,10 +158,10 @@ func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 		}
 	}
 	for _, r := range results {
-		check(r, e.p.Results)
+		check(r, e.P.Results)
 	}
 	for _, r := range dead {
-		check(r, e.p.DLQ)
+		check(r, e.P.DLQ)
 	}
 	for id := range wants {
 		if seen[id] != 1 {

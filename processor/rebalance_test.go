@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -118,10 +120,10 @@ type terminal struct {
 	at    time.Time
 }
 
-func (e *env) watchTerminals() *terminals {
-	e.t.Helper()
+func watchTerminals(e *pipetest.Env) *terminals {
+	e.T.Helper()
 	w := &terminals{seen: map[string][]terminal{}}
-	cl := e.c.Client(e.t, kgo.ConsumeTopics(e.p.Results, e.p.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	cl := e.Cluster.Client(e.T, kgo.ConsumeTopics(e.P.Results, e.P.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -131,13 +133,13 @@ func (e *env) watchTerminals() *terminals {
 			now := time.Now()
 			w.mu.Lock()
 			fs.EachRecord(func(r *kgo.Record) {
-				id, _ := header(r, retry.HeaderID)
+				id, _ := kafkatest.Header(r, retry.HeaderID)
 				w.seen[id] = append(w.seen[id], terminal{topic: r.Topic, at: now})
 			})
 			w.mu.Unlock()
 		}
 	}()
-	e.t.Cleanup(func() { cancel(); <-done })
+	e.T.Cleanup(func() { cancel(); <-done })
 	return w
 }
 
@@ -173,20 +175,6 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) (v float64,
 	return 0, false
 }
 
-// eventually polls cond every 50ms until it holds or timeout passes.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // requests are the test's solve requests: what each is and where it must end.
 type requests struct {
 	mu     sync.Mutex
@@ -196,7 +184,7 @@ type requests struct {
 }
 
 // make registers n requests of phase and returns their records.
-func (rq *requests) make(e *env, phase string, n int, value func(i int) string) ([]*kgo.Record, []string) {
+func (rq *requests) make(e *pipetest.Env, phase string, n int, value func(i int) string) ([]*kgo.Record, []string) {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	var recs []*kgo.Record
@@ -205,13 +193,13 @@ func (rq *requests) make(e *env, phase string, n int, value func(i int) string) 
 		id := fmt.Sprintf("rb-%s-%d", phase, i)
 		v := value(i)
 		rq.value[id] = v
-		rq.expect[id] = e.p.Results
+		rq.expect[id] = e.P.Results
 		if v == "permanent" {
-			rq.expect[id] = e.p.DLQ
+			rq.expect[id] = e.P.DLQ
 		}
 		rq.ids = append(rq.ids, id)
 		ids = append(ids, id)
-		recs = append(recs, &kgo.Record{Topic: e.p.Topic, Key: []byte(id), Value: []byte(v),
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(id), Value: []byte(v),
 			Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
 	}
 	return recs, ids
@@ -343,10 +331,10 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	var over atomic.Bool
 	t.Cleanup(func() { over.Store(true) }) // runs last
 	e := newEnv(t, []time.Duration{tierWait}, parts)
-	e.p.MaxWaiting = 5
-	tier := e.p.TierTopics()[0]
+	e.P.MaxWaiting = 5
+	tier := e.P.TierTopics()[0]
 	h := newRBHandler()
-	term := e.watchTerminals()
+	term := watchTerminals(e)
 	rq := &requests{value: map[string]string{}, expect: map[string]string{}}
 	began := time.Now()
 	elapsed := func() time.Duration { return time.Since(began).Round(time.Millisecond) }
@@ -358,7 +346,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	}
 	start := func(name string, delay, grace time.Duration) proc {
 		reg := prometheus.NewRegistry()
-		stop := e.start(h.as(name, tier, delay), func(c *processor.Config) {
+		stop := e.Start(h.as(name, tier, delay), func(c *processor.Config) {
 			c.Registerer = reg
 			c.Instance = name
 			c.Logger = slog.New(slog.NewTextHandler(testLog{t, name, &over}, nil))
@@ -378,7 +366,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 		for k := 0; ; k++ {
 			recs, _ := rq.make(e, fmt.Sprintf("t%d", k), 30, mixed)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := e.cl.ProduceSync(ctx, recs...).FirstErr()
+			err := e.Client.ProduceSync(ctx, recs...).FirstErr()
 			cancel()
 			if err != nil {
 				t.Errorf("produce: %v", err)
@@ -403,7 +391,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 
 	// Phase 1: A alone until its tier partitions are paused.
 	a := start("A", 0, 0)
-	if !eventually(20*time.Second, func() bool { return gauge(a, "redrive_paused_partitions") >= 1 }) {
+	if !kafkatest.Eventually(20*time.Second, func() bool { return gauge(a, "redrive_paused_partitions") >= 1 }) {
 		t.Fatalf("no tier partition of A paused within 20s (MaxWaiting 5)")
 	}
 	t.Logf("%v: A has %v tier partitions paused, %v records waiting; B joins", elapsed(),
@@ -414,7 +402,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	// gracefully.
 	joined := time.Now()
 	b := start("B", 0, 0)
-	if !eventually(30*time.Second, func() bool {
+	if !kafkatest.Eventually(30*time.Second, func() bool {
 		all, tierN := h.counts("B")
 		return all-tierN >= 10 && tierN >= 10 && b.pauses.maxPaused() >= 1 && time.Since(joined) > 4*time.Second &&
 			len(assignment(e)["redrive-B"][tier]) > 0
@@ -434,7 +422,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 		t.Errorf("B's redrive_paused_partitions = %v after it left, want 0", v)
 	}
 	// A takes B's partitions back (paused ones among them) before C joins.
-	if !eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.p.Topic, tier}, parts) }) {
+	if !kafkatest.Eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.P.Topic, tier}, parts) }) {
 		t.Fatalf("A does not own every partition 20s after B left: %v", assignment(e))
 	}
 	t.Logf("%v: A owns every partition again; A: %v paused, %v waiting", elapsed(), gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
@@ -444,7 +432,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	// and redelivered to A.
 	joined = time.Now()
 	c := start("C", 300*time.Millisecond, time.Millisecond)
-	if !eventually(30*time.Second, func() bool {
+	if !kafkatest.Eventually(30*time.Second, func() bool {
 		all, _ := h.counts("C")
 		return all >= 20 && h.inflightOf("C") > 0 && time.Since(joined) > 3*time.Second
 	}) {
@@ -466,13 +454,13 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	// the tier delay plus a few seconds.
 	left := time.Now()
 	recs, final := rq.make(e, "final", 60, func(int) string { return "transient-once" })
-	e.produce(recs...)
-	if !eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.p.Topic, tier}, parts) }) {
+	e.Produce(recs...)
+	if !kafkatest.Eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.P.Topic, tier}, parts) }) {
 		t.Fatalf("A does not own every partition 20s after C left: %v", assignment(e))
 	}
 	tookOver := time.Now()
 	limit := tierWait + 6*time.Second
-	if !eventually(limit, func() bool { return len(term.missing(final)) == 0 }) {
+	if !kafkatest.Eventually(limit, func() bool { return len(term.missing(final)) == 0 }) {
 		miss := term.missing(final)
 		t.Errorf("%d of %d requests produced after the last leave have no outcome %v after A took every partition back (tier %v); A: %v paused, %v waiting: %v",
 			len(miss), len(final), limit, tierWait, gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"), head(miss))
@@ -529,7 +517,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 
 	// Everything else arrives too.
 	ids := rq.all()
-	if !eventually(20*time.Second, func() bool { return len(term.missing(ids)) == 0 }) {
+	if !kafkatest.Eventually(20*time.Second, func() bool { return len(term.missing(ids)) == 0 }) {
 		miss := term.missing(ids)
 		t.Errorf("%d of %d requests never reached a terminal topic: %v", len(miss), len(ids), head(miss))
 	}
@@ -551,7 +539,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 			dups += len(got) - 1
 			dupIDs = append(dupIDs, id)
 		}
-		if rq.expect[id] == e.p.DLQ {
+		if rq.expect[id] == e.P.DLQ {
 			nDLQ++
 		} else {
 			nRes++
@@ -605,7 +593,7 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 
 	// Nothing stuck: A's pause and wait gauges drain, and the group's lag
 	// on the main topic and the tier reaches 0.
-	if !eventually(5*time.Second, func() bool {
+	if !kafkatest.Eventually(5*time.Second, func() bool {
 		return gauge(a, "redrive_paused_partitions") == 0 && gauge(a, "redrive_waiting_records") == 0
 	}) {
 		t.Errorf("A still has %v tier partitions paused and %v records waiting", gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
@@ -616,11 +604,11 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 		}
 	}
 	var lagErr string
-	if !eventually(15*time.Second, func() bool {
-		lagErr = groupLagProblem(e, []string{e.p.Topic, tier}, parts)
+	if !kafkatest.Eventually(15*time.Second, func() bool {
+		lagErr = e.LagProblem([]string{e.P.Topic, tier}, parts)
 		return lagErr == ""
 	}) {
-		t.Errorf("group %s: %s", e.p.GroupID(), lagErr)
+		t.Errorf("group %s: %s", e.P.GroupID(), lagErr)
 	}
 	if err := a.stop(); err != nil {
 		t.Errorf("A's Run: %v", err)
@@ -630,10 +618,10 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 
 // assignment is who in the pipeline's group owns what, by client id
 // ("redrive-<instance>"), as the broker describes it.
-func assignment(e *env) map[string]map[string][]int32 {
+func assignment(e *pipetest.Env) map[string]map[string][]int32 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	gs, err := e.adm.DescribeGroups(ctx, e.p.GroupID())
+	gs, err := e.Admin.DescribeGroups(ctx, e.P.GroupID())
 	if err != nil {
 		return nil
 	}
@@ -666,40 +654,6 @@ func ownsAll(asg map[string]map[string][]int32, member string, topics []string, 
 		}
 	}
 	return true
-}
-
-// groupLagProblem describes why the pipeline's group has not consumed
-// every partition of topics to the end; "" when it has.
-func groupLagProblem(e *env, topics []string, parts int32) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	lags, err := e.adm.Lag(ctx, e.p.GroupID())
-	if err != nil {
-		return "lag: " + err.Error()
-	}
-	gl, ok := lags[e.p.GroupID()]
-	if !ok {
-		return "lag: group not described"
-	}
-	if err := gl.Error(); err != nil {
-		return "lag: " + err.Error()
-	}
-	var problems []string
-	for _, topic := range topics {
-		for p := int32(0); p < parts; p++ {
-			l, ok := gl.Lag.Lookup(topic, p)
-			switch {
-			case !ok:
-				problems = append(problems, fmt.Sprintf("%s/%d: no lag", topic, p))
-			case l.Err != nil:
-				problems = append(problems, fmt.Sprintf("%s/%d: %v", topic, p, l.Err))
-			case l.Lag != 0:
-				problems = append(problems, fmt.Sprintf("%s/%d: lag %d (committed %d, end %d)", topic, p, l.Lag, l.Commit.At, l.End.Offset))
-			}
-		}
-	}
-	slices.Sort(problems)
-	return strings.Join(problems, "; ")
 }
 
 // head is the first few of ids, for messages.
