@@ -483,7 +483,7 @@ func TestFlowHTTP(t *testing.T) {
 		}
 	})
 
-	t.Run("terminal records keep key and user headers, with redrive headers once", func(t *testing.T) {
+	t.Run("terminal records keep key and user headers and write each redrive header once", func(t *testing.T) {
 		e := &errs{t: t}
 		defer e.done()
 		fr.eachTerminal(func(id string, w *flowWant, r *kgo.Record, _ bool) {
@@ -527,7 +527,7 @@ func TestFlowHTTP(t *testing.T) {
 		})
 	})
 
-	t.Run("results carry the solver's body and no error headers", func(t *testing.T) {
+	t.Run("results carry the solver body and no error headers", func(t *testing.T) {
 		e := &errs{t: t}
 		defer e.done()
 		fr.eachTerminal(func(id string, _ *flowWant, r *kgo.Record, inDLQ bool) {
@@ -545,7 +545,7 @@ func TestFlowHTTP(t *testing.T) {
 		})
 	})
 
-	t.Run("dead letters keep the value and carry reason, code, class, group and instance", func(t *testing.T) {
+	t.Run("dead letters keep the value and name reason code class group and instance", func(t *testing.T) {
 		e := &errs{t: t}
 		defer e.done()
 		fr.eachTerminal(func(id string, w *flowWant, r *kgo.Record, inDLQ bool) {
@@ -570,7 +570,7 @@ func TestFlowHTTP(t *testing.T) {
 		})
 	})
 
-	t.Run("dead letters name the URL without its query, and the error times", func(t *testing.T) {
+	t.Run("dead letters name the URL without its query and the error times", func(t *testing.T) {
 		e := &errs{t: t}
 		defer e.done()
 		fr.eachTerminal(func(id string, w *flowWant, r *kgo.Record, inDLQ bool) {
@@ -615,7 +615,7 @@ func TestFlowHTTP(t *testing.T) {
 		}
 	})
 
-	t.Run("each call sends method, URL, attempt, body, content type and key as the protocol says", func(t *testing.T) {
+	t.Run("each call sends method URL attempt body content type and key as the protocol says", func(t *testing.T) {
 		e := &errs{t: t}
 		defer e.done()
 		fr.eachCalled(func(id string, w *flowWant, calls []solverCall) {
@@ -658,7 +658,7 @@ func TestFlowHTTP(t *testing.T) {
 		})
 	})
 
-	t.Run("a not-ready poll sends the previous answer's Redrive-State", func(t *testing.T) {
+	t.Run("a not-ready poll sends the state of the previous answer", func(t *testing.T) {
 		e := &errs{t: t}
 		defer e.done()
 		fr.eachCalled(func(id string, w *flowWant, calls []solverCall) {
