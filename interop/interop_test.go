@@ -26,6 +26,7 @@ import (
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
@@ -513,26 +514,14 @@ func TestClientsAgainstProcessor(t *testing.T) {
 		pcs = append(pcs, pp)
 	}
 	var logs syncBuf
-	pr, err := processor.New(processor.Config{
+	stop := pipetest.Run(t, processor.Config{
 		Brokers: c.Brokers, Pipelines: pcs, Instance: instance,
 		SessionTimeout: 6 * time.Second, ShutdownGrace: 10 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- pr.Run(ctx) }()
 	defer func() {
-		cancel()
-		select {
-		case err := <-stopped:
-			if err != nil {
-				t.Errorf("processor: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("processor did not stop within 30s")
+		if err := stop(); err != nil {
+			t.Errorf("processor: %v", err)
 		}
 		if t.Failed() {
 			t.Logf("processor log:\n%s", tail(logs.String(), 6000))
