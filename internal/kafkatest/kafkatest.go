@@ -271,6 +271,23 @@ func (c *Cluster) LagProblem(t testing.TB, group string, topics []string, parts 
 	return strings.Join(problems, "; ")
 }
 
+// Lag is group's total lag on topic; it fails t when the lag cannot be
+// described.
+func (c *Cluster) Lag(t testing.TB, group, topic string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	lags, err := c.Admin(t).Lag(ctx, group)
+	if err != nil {
+		t.Fatalf("kafkatest: lag: %v", err)
+	}
+	gl, ok := lags[group]
+	if !ok || gl.Error() != nil {
+		t.Fatalf("kafkatest: lag of %s: %v", group, gl.Error())
+	}
+	return gl.Lag.TotalByTopic()[topic].Lag
+}
+
 // Eventually polls cond every 50ms until it holds (true) or timeout passes
 // (false).
 func Eventually(timeout time.Duration, cond func() bool) bool {
