@@ -336,7 +336,7 @@ func TestReplayRepublishes(t *testing.T) {
 	if !strings.Contains(errs, "republished 2 of 2 matching to "+to+" (7 scanned") {
 		t.Errorf("stderr: %s", errs)
 	}
-	got := collect(t, f.c, to, 2, 30*time.Second)
+	got := f.c.Collect(t, to, 2, 30*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	if len(got) != 2 || endOffsets(t, f.c, to) != 2 {
 		t.Fatalf("%d records in %s, want 2", len(got), to)
@@ -373,7 +373,7 @@ func TestReplayRepublishes(t *testing.T) {
 	if code != 0 || !strings.Contains(errs, "republished 1 of 1 matching to "+f.topic) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	if main := collect(t, f.c, f.topic, 1, 30*time.Second); len(main) != 1 || string(main[0].Key) != "k5" || hdr(main[0], retry.HeaderRedrives) != "1" {
+	if main := f.c.Collect(t, f.topic, 1, 30*time.Second); len(main) != 1 || string(main[0].Key) != "k5" || hdr(main[0], retry.HeaderRedrives) != "1" {
 		t.Errorf("main topic after --key k5: %v", main)
 	}
 }
