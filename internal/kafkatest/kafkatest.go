@@ -3,6 +3,12 @@
 // is healthy, else an embedded kfake cluster — which is refused under CI=true,
 // so that a missing broker fails a CI run instead of hiding behind a fake.
 //
+// It also holds the one copy of the broker-side helpers behaviour tests
+// share: CreateTopics, CollectUntil (read outputs until a condition, then a
+// settle time for extras), Lag and LagProblem (wait for lag 0), Eventually
+// and Header. What needs the processor is in internal/pipetest, so that
+// this package stays importable by every test, internal ones included.
+//
 // It is imported only by tests.
 package kafkatest
 
