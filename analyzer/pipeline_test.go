@@ -14,6 +14,7 @@ import (
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -45,15 +46,9 @@ func TestAggregationAndRepublishThroughTheProcessor(t *testing.T) {
 		}
 		return processor.Outcome{Kind: processor.Success, Result: []byte("ok")}
 	})
-	pr, err := processor.New(processor.Config{Brokers: c.Brokers, Pipelines: []processor.Pipeline{p}, Registerer: prometheus.NewRegistry(),
+	stopProcessor := pipetest.Run(t, processor.Config{Brokers: c.Brokers, Pipelines: []processor.Pipeline{p}, Registerer: prometheus.NewRegistry(),
 		SessionTimeout: 6 * time.Second, ShutdownGrace: 5 * time.Second}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pctx, pcancel := context.WithCancel(context.Background())
-	pdone := make(chan error, 1)
-	go func() { pdone <- pr.Run(pctx) }()
-	defer func() { pcancel(); <-pdone }()
+	defer func() { _ = stopProcessor() }()
 
 	mix := map[string]int{"wrong-key": 7, "no-slot": 5, "broken": 3, "fine": 10}
 	cl := c.Client(t)

@@ -21,6 +21,7 @@ import (
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/obs"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -210,20 +211,15 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		}
 		return processor.Outcome{Kind: processor.Success}
 	})
-	pr, err := processor.New(processor.Config{
-		Brokers: c.Brokers, Pipelines: []processor.Pipeline{p}, SessionTimeout: 6 * time.Second,
-		ShutdownGrace: 5 * time.Second, CommitInterval: 200 * time.Millisecond, Instance: "deploy-test",
-		Registerer: prec, Logger: log, Ready: po.Ready, Beat: po.Beat,
-	}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
 	paddr, err := po.Serve(ctx, "127.0.0.1:0", log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pdone := make(chan error, 1)
-	go func() { pdone <- pr.Run(ctx) }()
+	stopProcessor := pipetest.Run(t, processor.Config{
+		Brokers: c.Brokers, Pipelines: []processor.Pipeline{p}, SessionTimeout: 6 * time.Second,
+		ShutdownGrace: 5 * time.Second, CommitInterval: 200 * time.Millisecond, Instance: "deploy-test",
+		Registerer: prec, Logger: log, Ready: po.Ready, Beat: po.Beat,
+	}, h)
 
 	// The analyzer on the pipeline's DLQ.
 	ao := obs.New()
@@ -244,16 +240,17 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	adone := make(chan error, 1)
 	go func() { adone <- an.Run(ctx) }()
 	defer func() {
+		if err := stopProcessor(); err != nil {
+			t.Errorf("processor Run: %v", err)
+		}
 		cancel()
-		for name, ch := range map[string]chan error{"processor": pdone, "analyzer": adone} {
-			select {
-			case err := <-ch:
-				if err != nil {
-					t.Errorf("%s Run: %v", name, err)
-				}
-			case <-time.After(60 * time.Second):
-				t.Errorf("%s did not stop within 60s", name)
+		select {
+		case err := <-adone:
+			if err != nil {
+				t.Errorf("analyzer Run: %v", err)
 			}
+		case <-time.After(60 * time.Second):
+			t.Errorf("analyzer did not stop within 60s")
 		}
 	}()
 

@@ -2,7 +2,6 @@ package interop_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
@@ -513,26 +513,14 @@ func TestClientsAgainstProcessor(t *testing.T) {
 		pcs = append(pcs, pp)
 	}
 	var logs syncBuf
-	pr, err := processor.New(processor.Config{
+	stop := pipetest.Run(t, processor.Config{
 		Brokers: c.Brokers, Pipelines: pcs, Instance: instance,
 		SessionTimeout: 6 * time.Second, ShutdownGrace: 10 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stopped := make(chan error, 1)
-	go func() { stopped <- pr.Run(ctx) }()
 	defer func() {
-		cancel()
-		select {
-		case err := <-stopped:
-			if err != nil {
-				t.Errorf("processor: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("processor did not stop within 30s")
+		if err := stop(); err != nil {
+			t.Errorf("processor: %v", err)
 		}
 		if t.Failed() {
 			t.Logf("processor log:\n%s", tail(logs.String(), 6000))
@@ -654,23 +642,17 @@ func checkOrigins(t *testing.T, kcat, brokers string, c *kafkatest.Cluster, p *p
 		t.Logf("%s: compression codecs not checked on kfake", p.topic)
 		return
 	}
-	cl := c.Client(t, kgo.ConsumeTopics(p.topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	seen := 0
-	for seen < len(p.reqs) && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(rec *kgo.Record) {
-			seen++
-			r := p.byIdent[identOf(rec.Value, rec.Headers)]
-			if r == nil || (r.client != "java" && len(r.value) == 0) {
-				// librdkafka sends a batch uncompressed when compressing
-				// does not make it smaller, as with a lone empty record.
-				return
-			}
-			if got := rec.Attrs.CompressionType(); got != codecs[r.compression] {
-				ck.errorf("%s's %s record %s came in a batch with codec %d, want %d (%s)", r.client, r.compression, showBytes([]byte(r.ident())), got, codecs[r.compression], r.compression)
-			}
-		})
+	got := c.CollectUntil(t, []string{p.topic}, func(got kafkatest.Got) bool { return len(got[p.topic]) >= len(p.reqs) }, 30*time.Second, 0)
+	for _, rec := range got[p.topic] {
+		r := p.byIdent[identOf(rec.Value, rec.Headers)]
+		if r == nil || (r.client != "java" && len(r.value) == 0) {
+			// librdkafka sends a batch uncompressed when compressing
+			// does not make it smaller, as with a lone empty record.
+			continue
+		}
+		if got := rec.Attrs.CompressionType(); got != codecs[r.compression] {
+			ck.errorf("%s's %s record %s came in a batch with codec %d, want %d (%s)", r.client, r.compression, showBytes([]byte(r.ident())), got, codecs[r.compression], r.compression)
+		}
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -20,7 +22,7 @@ import (
 func TestMalformedRedriveHeadersAreDeadLetteredInvalid(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
 	s := newScript()
-	e.start(s)
+	e.Start(s)
 	bad := []struct{ key, value string }{
 		{retry.HeaderAttempt, "two"},
 		{retry.HeaderDue, "-5"},
@@ -29,29 +31,29 @@ func TestMalformedRedriveHeadersAreDeadLetteredInvalid(t *testing.T) {
 		{retry.HeaderPolls, "1e3"},
 	}
 	for i, b := range bad {
-		e.produce(&kgo.Record{Topic: e.p.Topic, Key: []byte{0xff, byte(i)}, Value: []byte("ok"), Headers: []kgo.RecordHeader{
+		e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte{0xff, byte(i)}, Value: []byte("ok"), Headers: []kgo.RecordHeader{
 			{Key: "idempotency-key", Value: []byte("bad-" + strconv.Itoa(i))},
 			{Key: b.key, Value: []byte(b.value)},
 			{Key: "user", Value: []byte("kept")},
 		}})
 	}
-	dead := e.collect(e.p.DLQ, len(bad), 30*time.Second, time.Second)
+	dead := e.CollectN(e.P.DLQ, len(bad), 30*time.Second, time.Second)
 	if len(dead) != len(bad) {
 		t.Fatalf("%d dead letters, want %d", len(dead), len(bad))
 	}
 	for _, r := range dead {
-		id, _ := header(r, retry.HeaderID)
+		id, _ := kafkatest.Header(r, retry.HeaderID)
 		i, _ := strconv.Atoi(strings.TrimPrefix(id, "bad-"))
-		if reason, _ := header(r, retry.HeaderReason); reason != "invalid" {
+		if reason, _ := kafkatest.Header(r, retry.HeaderReason); reason != "invalid" {
 			t.Errorf("%s: reason %q, want invalid", id, reason)
 		}
-		if code, _ := header(r, retry.HeaderErrorCode); code != processor.CodeBadHeader {
+		if code, _ := kafkatest.Header(r, retry.HeaderErrorCode); code != processor.CodeBadHeader {
 			t.Errorf("%s: code %q, want %s", id, code, processor.CodeBadHeader)
 		}
-		if msg, _ := header(r, retry.HeaderError); !strings.Contains(msg, bad[i].key) {
+		if msg, _ := kafkatest.Header(r, retry.HeaderError); !strings.Contains(msg, bad[i].key) {
 			t.Errorf("%s: redrive-error %q does not name header %s", id, msg, bad[i].key)
 		}
-		if u, _ := header(r, "user"); u != "kept" {
+		if u, _ := kafkatest.Header(r, "user"); u != "kept" {
 			t.Errorf("%s: user header lost", id)
 		}
 		if !bytes.Equal(r.Key, []byte{0xff, byte(i)}) || string(r.Value) != "ok" {
@@ -68,15 +70,11 @@ func TestMalformedRedriveHeadersAreDeadLetteredInvalid(t *testing.T) {
 func TestOversizeDeadLetterIsTruncatedNotLost(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
 	// A DLQ that takes less than the main topic does.
-	dlq := e.p.DLQ + ".small"
+	dlq := e.P.DLQ + ".small"
 	limit := "20000"
-	ctx := context.Background()
-	resp, err := e.adm.CreateTopics(ctx, 1, 1, map[string]*string{"max.message.bytes": &limit}, dlq)
-	if err != nil || resp[dlq].Err != nil {
-		t.Fatalf("create %s: %v %v", dlq, err, resp[dlq].Err)
-	}
-	e.p.DLQ = dlq
-	e.start(newScript())
+	e.Cluster.CreateTopic(t, dlq, 1, map[string]*string{"max.message.bytes": &limit})
+	e.P.DLQ = dlq
+	e.Start(newScript())
 	// Incompressible, so that the broker's limit (on the compressed batch)
 	// really bites.
 	big := make([]byte, 100_000)
@@ -84,10 +82,10 @@ func TestOversizeDeadLetterIsTruncatedNotLost(t *testing.T) {
 		big[i] = byte(rand.Uint32())
 	}
 	copy(big, "permanent")
-	e.produce(&kgo.Record{Topic: e.p.Topic, Value: big, Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("big")}}})
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Value: big, Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("big")}}})
 	// The handler sees the whole value; "permanent..." is not a script
 	// word, so it answers invalid.
-	dead := e.collect(dlq, 1, 30*time.Second, time.Second)
+	dead := e.CollectN(dlq, 1, 30*time.Second, time.Second)
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
@@ -95,10 +93,10 @@ func TestOversizeDeadLetterIsTruncatedNotLost(t *testing.T) {
 	if len(r.Value) >= 20000 || len(r.Value) == 0 || !bytes.HasPrefix(big, r.Value) {
 		t.Errorf("dead letter value is %d bytes, want a non-empty prefix under the 20000-byte limit", len(r.Value))
 	}
-	if v, _ := header(r, retry.HeaderTruncated); v != "100000" {
+	if v, _ := kafkatest.Header(r, retry.HeaderTruncated); v != "100000" {
 		t.Errorf("redrive-truncated = %q, want 100000", v)
 	}
-	if id, _ := header(r, retry.HeaderID); id != "big" {
+	if id, _ := kafkatest.Header(r, retry.HeaderID); id != "big" {
 		t.Errorf("redrive-id = %q", id)
 	}
 }
@@ -125,17 +123,17 @@ func (l *readyLog) get() error {
 
 func TestMissingDLQTopicBlocksCommitUntilItExists(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	e.p.DLQ = e.p.Topic + ".dlq.missing"
+	e.P.DLQ = e.P.Topic + ".dlq.missing"
 	rl := &readyLog{}
-	e.start(newScript(), func(c *processor.Config) { c.Ready = rl.set })
-	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("permanent"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("p1")}}})
-	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("ok1")}}})
+	e.Start(newScript(), func(c *processor.Config) { c.Ready = rl.set })
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Value: []byte("permanent"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("p1")}}})
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("ok1")}}})
 
 	// Not ready, with a message naming the topic.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		err := rl.get()
-		if err != nil && strings.Contains(err.Error(), e.p.DLQ) {
+		if err != nil && strings.Contains(err.Error(), e.P.DLQ) {
 			t.Logf("readiness while the DLQ is missing: %v", err)
 			break
 		}
@@ -147,18 +145,18 @@ func TestMissingDLQTopicBlocksCommitUntilItExists(t *testing.T) {
 	// Nothing committed past the failed record (offset 0), even though the
 	// record after it succeeded.
 	time.Sleep(time.Second)
-	if off := e.committed(e.p.Topic, 0); off > 0 {
+	if off := committed(e, e.P.Topic, 0); off > 0 {
 		t.Fatalf("committed offset %d on the main topic past the record whose dead letter could not be written", off)
 	}
-	e.create(1, e.p.DLQ)
-	dead := e.collect(e.p.DLQ, 1, 60*time.Second, 0)
+	e.CreateTopics(1, e.P.DLQ)
+	dead := e.CollectN(e.P.DLQ, 1, 60*time.Second, 0)
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters after the DLQ was created, want 1", len(dead))
 	}
 	deadline = time.Now().Add(30 * time.Second)
-	for e.committed(e.p.Topic, 0) != 2 {
+	for committed(e, e.P.Topic, 0) != 2 {
 		if time.Now().After(deadline) {
-			t.Fatalf("main topic offset not committed to 2 after the DLQ appeared (at %d)", e.committed(e.p.Topic, 0))
+			t.Fatalf("main topic offset not committed to 2 after the DLQ appeared (at %d)", committed(e, e.P.Topic, 0))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -172,14 +170,14 @@ func TestMissingDLQTopicBlocksCommitUntilItExists(t *testing.T) {
 }
 
 // committed is the group's committed offset for topic/partition, -1 if none.
-func (e *env) committed(topic string, part int32) int64 {
-	e.t.Helper()
+func committed(e *pipetest.Env, topic string, part int32) int64 {
+	e.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	offs, err := e.adm.FetchOffsets(ctx, e.p.GroupID())
+	offs, err := e.Admin.FetchOffsets(ctx, e.P.GroupID())
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
-			e.t.Fatalf("fetch offsets: %v", err)
+			e.T.Fatalf("fetch offsets: %v", err)
 		}
 		return -1
 	}
@@ -192,64 +190,64 @@ func (e *env) committed(topic string, part int32) int64 {
 
 func TestDeadLetterRedactsConfiguredHeadersAndAddsSpringHeaders(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	e.p.RedactHeaders = []string{"Authorization"}
-	e.p.DLQHeaderStyle = "spring"
-	e.start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+	e.P.RedactHeaders = []string{"Authorization"}
+	e.P.DLQHeaderStyle = "spring"
+	e.Start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
 		return processor.Outcome{Kind: processor.Permanent, Code: "ERROR_WRONG_USER_KEY", Err: errors.New("400 wrong key")}
 	}))
-	e.produce(&kgo.Record{Topic: e.p.Topic, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte("k"), Value: []byte("v"), Headers: []kgo.RecordHeader{
 		{Key: "authorization", Value: []byte("Bearer secret")},
 		{Key: "trace", Value: []byte("t-1")},
 	}})
-	dead := e.collect(e.p.DLQ, 1, 30*time.Second, 500*time.Millisecond)
+	dead := e.CollectN(e.P.DLQ, 1, 30*time.Second, 500*time.Millisecond)
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
 	r := dead[0]
-	if v, _ := header(r, "authorization"); v != "[redacted]" {
+	if v, _ := kafkatest.Header(r, "authorization"); v != "[redacted]" {
 		t.Errorf("authorization = %q, want [redacted]", v)
 	}
-	if v, _ := header(r, "trace"); v != "t-1" {
+	if v, _ := kafkatest.Header(r, "trace"); v != "t-1" {
 		t.Errorf("trace = %q, want t-1 (unredacted headers kept)", v)
 	}
-	if v, _ := header(r, "kafka_dlt-original-topic"); v != e.p.Topic {
-		t.Errorf("kafka_dlt-original-topic = %q, want %q", v, e.p.Topic)
+	if v, _ := kafkatest.Header(r, "kafka_dlt-original-topic"); v != e.P.Topic {
+		t.Errorf("kafka_dlt-original-topic = %q, want %q", v, e.P.Topic)
 	}
-	if v, _ := header(r, "kafka_dlt-exception-message"); v != "400 wrong key" {
+	if v, _ := kafkatest.Header(r, "kafka_dlt-exception-message"); v != "400 wrong key" {
 		t.Errorf("kafka_dlt-exception-message = %q", v)
 	}
-	if v, _ := header(r, retry.HeaderGroup); v != "redrive."+e.p.Name {
+	if v, _ := kafkatest.Header(r, retry.HeaderGroup); v != "redrive."+e.P.Name {
 		t.Errorf("redrive-group = %q", v)
 	}
 }
 
 func TestBadHandlerStateIsDeadLetteredAtOnce(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	e.start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+	e.Start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
 		state := []byte{0xff, 0xfe}
 		if string(req.Record.Value) == "big" {
 			state = bytes.Repeat([]byte("s"), retry.MaxStateBytes+1)
 		}
 		return processor.Outcome{Kind: processor.NotReady, Code: "CAPCHA_NOT_READY", State: state}
 	}))
-	e.produce(
-		&kgo.Record{Topic: e.p.Topic, Value: []byte("binary"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("binary")}}},
-		&kgo.Record{Topic: e.p.Topic, Value: []byte("big"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("big")}}},
+	e.Produce(
+		&kgo.Record{Topic: e.P.Topic, Value: []byte("binary"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("binary")}}},
+		&kgo.Record{Topic: e.P.Topic, Value: []byte("big"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("big")}}},
 	)
-	dead := e.collect(e.p.DLQ, 2, 30*time.Second, 500*time.Millisecond)
+	dead := e.CollectN(e.P.DLQ, 2, 30*time.Second, 500*time.Millisecond)
 	want := map[string]string{"binary": processor.CodeBadState, "big": processor.CodeStateTooLarge}
 	if len(dead) != 2 {
 		t.Fatalf("%d dead letters, want 2", len(dead))
 	}
 	for _, r := range dead {
-		id, _ := header(r, retry.HeaderID)
-		code, _ := header(r, retry.HeaderErrorCode)
-		reason, _ := header(r, retry.HeaderReason)
+		id, _ := kafkatest.Header(r, retry.HeaderID)
+		code, _ := kafkatest.Header(r, retry.HeaderErrorCode)
+		reason, _ := kafkatest.Header(r, retry.HeaderReason)
 		if code != want[id] || reason != "permanent" {
 			t.Errorf("%s: code %q reason %q, want %q permanent", id, code, reason, want[id])
 		}
 	}
-	if tier := e.collect(e.p.TierTopics()[0], 1, time.Second, 0); len(tier) != 0 {
+	if tier := e.CollectN(e.P.TierTopics()[0], 1, time.Second, 0); len(tier) != 0 {
 		t.Errorf("%d records written to the tier with bad state", len(tier))
 	}
 }
@@ -259,8 +257,8 @@ func TestBadHandlerStateIsDeadLetteredAtOnce(t *testing.T) {
 func TestAbortedTransactionIsNotHandled(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
 	s := newScript()
-	e.start(s)
-	tx := e.c.Client(t, kgo.TransactionalID("redrive-test-"+e.p.Topic), kgo.DefaultProduceTopic(e.p.Topic))
+	e.Start(s)
+	tx := e.Cluster.Client(t, kgo.TransactionalID("redrive-test-"+e.P.Topic), kgo.DefaultProduceTopic(e.P.Topic))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, c := range []struct {
@@ -278,11 +276,11 @@ func TestAbortedTransactionIsNotHandled(t *testing.T) {
 			t.Fatalf("end transaction (%s): %v", c.id, err)
 		}
 	}
-	results := e.collect(e.p.Results, 1, 30*time.Second, 2*time.Second)
+	results := e.CollectN(e.P.Results, 1, 30*time.Second, 2*time.Second)
 	if len(results) != 1 {
 		t.Fatalf("%d results, want only the committed request's", len(results))
 	}
-	if id, _ := header(results[0], retry.HeaderID); id != "committed" {
+	if id, _ := kafkatest.Header(results[0], retry.HeaderID); id != "committed" {
 		t.Errorf("result for %q, want committed", id)
 	}
 	s.mu.Lock()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
@@ -59,14 +60,14 @@ var (
 
 const benchValueBytes = 200
 
-func preload(b *testing.B, e *env, topic string, n int, value string) {
+func preload(b *testing.B, e *pipetest.Env, topic string, n int, value string) {
 	b.Helper()
 	val := make([]byte, benchValueBytes)
 	copy(val, value)
 	for i := range val[len(value):] {
 		val[len(value)+i] = ' '
 	}
-	cl := e.c.Client(b, kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100000))
+	cl := e.Cluster.Client(b, kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchMaxBytes(1<<20), kgo.MaxBufferedRecords(100000))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var failed atomic.Value
@@ -207,11 +208,11 @@ func withMeter(m *meter) func(*processor.Config) {
 func BenchmarkCeiling(b *testing.B) {
 	n := *benchRecords
 	e := newEnv(b, []time.Duration{time.Second}, 6)
-	preload(b, e, e.p.Topic, n, "ok")
-	m := newMeter(e.p.Results, n)
+	preload(b, e, e.P.Topic, n, "ok")
+	m := newMeter(e.P.Results, n)
 	b.ResetTimer()
 	m.begin()
-	cl := e.c.Client(b, kgo.ConsumerGroup(e.p.GroupID()+".ceiling"), kgo.ConsumeTopics(e.p.Topic),
+	cl := e.Cluster.Client(b, kgo.ConsumerGroup(e.P.GroupID()+".ceiling"), kgo.ConsumeTopics(e.P.Topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(), kgo.ProducerLinger(2*time.Millisecond),
 		kgo.WithHooks(m))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -222,7 +223,7 @@ func BenchmarkCeiling(b *testing.B) {
 			var wg sync.WaitGroup
 			fs.EachRecord(func(r *kgo.Record) {
 				wg.Add(1)
-				cl.Produce(ctx, &kgo.Record{Topic: e.p.Results, Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
+				cl.Produce(ctx, &kgo.Record{Topic: e.P.Results, Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
 					if err != nil && ctx.Err() == nil {
 						b.Errorf("produce: %v", err)
 					}
@@ -247,20 +248,20 @@ func (noop) Handle(context.Context, *processor.Request) processor.Outcome {
 	return processor.Outcome{Kind: processor.Success}
 }
 
-func tune(e *env) {
-	e.p.Concurrency = *benchConc
-	e.p.MaxInflight = *benchInflight
+func tune(e *pipetest.Env) {
+	e.P.Concurrency = *benchConc
+	e.P.MaxInflight = *benchInflight
 }
 
 func BenchmarkHappyPath(b *testing.B) {
 	n := *benchRecords
 	e := newEnv(b, []time.Duration{time.Second}, 6)
 	tune(e)
-	preload(b, e, e.p.Topic, n, "ok")
-	m := newMeter(e.p.Results, n)
+	preload(b, e, e.P.Topic, n, "ok")
+	m := newMeter(e.P.Results, n)
 	b.ResetTimer()
 	m.begin()
-	e.start(noop{}, withMeter(m))
+	e.Start(noop{}, withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
 	m.report(b)
@@ -305,16 +306,16 @@ func BenchmarkFailurePath(b *testing.B) {
 	n := *benchRecords
 	e := newEnv(b, []time.Duration{time.Second}, 6)
 	tune(e)
-	e.p.Schedule.Jitter = 0
+	e.P.Schedule.Jitter = 0
 	if *benchMaxWaiting > 0 {
-		e.p.MaxWaiting = *benchMaxWaiting
+		e.P.MaxWaiting = *benchMaxWaiting
 	}
-	preload(b, e, e.p.Topic, n, "fail-once")
+	preload(b, e, e.P.Topic, n, "fail-once")
 	h := &failOnce{}
-	m := newMeter(e.p.Results, n)
+	m := newMeter(e.P.Results, n)
 	b.ResetTimer()
 	m.begin()
-	e.start(h, withMeter(m))
+	e.Start(h, withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
 	m.report(b)
@@ -328,12 +329,12 @@ func BenchmarkFailurePaced(b *testing.B) {
 	n, rate := *benchPacedRecs, *benchPacedRate
 	e := newEnv(b, []time.Duration{time.Second}, 6)
 	tune(e)
-	e.p.Schedule.Jitter = 0
+	e.P.Schedule.Jitter = 0
 	h := &failOnce{}
-	m := newMeter(e.p.Results, n)
-	e.start(h, withMeter(m))
+	m := newMeter(e.P.Results, n)
+	e.Start(h, withMeter(m))
 	time.Sleep(3 * time.Second) // joined
-	cl := e.c.Client(b, kgo.ProducerLinger(time.Millisecond))
+	cl := e.Cluster.Client(b, kgo.ProducerLinger(time.Millisecond))
 	val := make([]byte, 200)
 	copy(val, "fail-once")
 	b.ResetTimer()
@@ -343,7 +344,7 @@ func BenchmarkFailurePaced(b *testing.B) {
 	start := time.Now()
 	for sent := 0; sent < n; {
 		for i := 0; i < per && sent < n; i++ {
-			cl.Produce(context.Background(), &kgo.Record{Topic: e.p.Topic, Key: []byte(fmt.Sprintf("k%d", sent)), Value: val}, nil)
+			cl.Produce(context.Background(), &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("k%d", sent)), Value: val}, nil)
 			sent++
 		}
 		time.Sleep(time.Until(start.Add(time.Duration(sent/per) * tick)))
@@ -372,13 +373,13 @@ func BenchmarkSlowHandler(b *testing.B) {
 		b.Fatal(err)
 	}
 	e := newEnv(b, []time.Duration{time.Second}, 6)
-	e.p.Concurrency = conc
-	e.p.MaxInflight = 4 * conc
-	preload(b, e, e.p.Topic, n, "slow")
-	m := newMeter(e.p.Results, n)
+	e.P.Concurrency = conc
+	e.P.MaxInflight = 4 * conc
+	preload(b, e, e.P.Topic, n, "slow")
+	m := newMeter(e.P.Results, n)
 	b.ResetTimer()
 	m.begin()
-	e.start(h, withMeter(m))
+	e.Start(h, withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
 	m.report(b)
@@ -395,19 +396,19 @@ func BenchmarkScaling(b *testing.B) {
 				n := *benchRecords
 				e := newEnv(b, []time.Duration{time.Second}, 12)
 				tune(e)
-				e.p.Schedule.Jitter = 0
+				e.P.Schedule.Jitter = 0
 				var h processor.Handler = noop{}
 				fo := &failOnce{}
 				value := "ok"
 				if path == "failure" {
 					h, value = fo, "fail-once"
 				}
-				preload(b, e, e.p.Topic, n, value)
-				m := newMeter(e.p.Results, n)
+				preload(b, e, e.P.Topic, n, value)
+				m := newMeter(e.P.Results, n)
 				b.ResetTimer()
 				m.begin()
 				for i := range k {
-					e.start(h, withMeter(m), func(c *processor.Config) { c.Instance = fmt.Sprintf("bench-%d", i) })
+					e.Start(h, withMeter(m), func(c *processor.Config) { c.Instance = fmt.Sprintf("bench-%d", i) })
 				}
 				m.wait(b, 10*time.Minute)
 				b.StopTimer()

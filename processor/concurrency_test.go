@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -43,18 +44,18 @@ func (k *keyWatch) Handle(ctx context.Context, req *processor.Request) processor
 
 func runKeyed(t *testing.T, ordered bool) *keyWatch {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	e.p.OrderByKey = ordered
-	e.p.Concurrency = 16
+	e.P.OrderByKey = ordered
+	e.P.Concurrency = 16
 	k := &keyWatch{inflight: map[string]int{}, order: map[string][]string{}}
-	e.start(k)
+	e.Start(k)
 	const keys, per = 4, 50
 	var rs []*kgo.Record
 	for i := range per {
 		for j := range keys {
-			rs = append(rs, &kgo.Record{Topic: e.p.Topic, Key: []byte(fmt.Sprintf("key-%d", j)), Value: []byte(fmt.Sprintf("%03d", i))})
+			rs = append(rs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("key-%d", j)), Value: []byte(fmt.Sprintf("%03d", i))})
 		}
 	}
-	e.produce(rs...)
+	e.Produce(rs...)
 	deadline := time.Now().Add(30 * time.Second)
 	for k.total.Load() < keys*per && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -93,11 +94,11 @@ func TestNoOrderingHandlesOnePartitionConcurrently(t *testing.T) {
 // concurrency calls run.
 func TestInflightBoundStopsFetching(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 2)
-	e.p.Concurrency, e.p.MaxInflight = 4, 10
+	e.P.Concurrency, e.P.MaxInflight = 4, 10
 	reg := prometheus.NewRegistry()
 	release := make(chan struct{})
 	var running, peak, calls atomic.Int64
-	e.start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+	e.Start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
 		calls.Add(1)
 		n := running.Add(1)
 		for {
@@ -115,9 +116,9 @@ func TestInflightBoundStopsFetching(t *testing.T) {
 	}), func(c *processor.Config) { c.Registerer = reg })
 	var rs []*kgo.Record
 	for i := range 200 {
-		rs = append(rs, &kgo.Record{Topic: e.p.Topic, Key: []byte(fmt.Sprint(i)), Value: []byte("x")})
+		rs = append(rs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprint(i)), Value: []byte("x")})
 	}
-	e.produce(rs...)
+	e.Produce(rs...)
 	deadline := time.Now().Add(20 * time.Second)
 	for running.Load() < 4 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
@@ -133,7 +134,7 @@ func TestInflightBoundStopsFetching(t *testing.T) {
 		t.Errorf("%v records polled while blocked, want at most max_inflight 10", c)
 	}
 	close(release)
-	results := e.collect(e.p.Results, 200, 30*time.Second, 0)
+	results := e.CollectN(e.P.Results, 200, 30*time.Second, 0)
 	if len(results) < 200 {
 		t.Fatalf("%d results after release, want 200", len(results))
 	}
@@ -143,23 +144,23 @@ func TestInflightBoundStopsFetching(t *testing.T) {
 // results, in its own group.
 func TestTwoPipelinesInOneProcess(t *testing.T) {
 	a := newEnv(t, []time.Duration{time.Second}, 1)
-	bp := a.p
-	bp.Name, bp.Topic = a.p.Name+"-b", a.p.Topic+"-b"
+	bp := a.P
+	bp.Name, bp.Topic = a.P.Name+"-b", a.P.Topic+"-b"
 	bp.Results, bp.DLQ = bp.Topic+".results", bp.Topic+".dlq"
-	a.create(1, append([]string{bp.Topic, bp.Results, bp.DLQ}, bp.TierTopics()...)...)
+	a.CreateTopics(1, append([]string{bp.Topic, bp.Results, bp.DLQ}, bp.TierTopics()...)...)
 	s := newScript()
-	a.start(s, func(c *processor.Config) { c.Pipelines = append(c.Pipelines, bp) })
-	a.produce(&kgo.Record{Topic: a.p.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("in-a")}}})
-	a.produce(&kgo.Record{Topic: bp.Topic, Value: []byte("transient:1"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("in-b")}}})
-	ra := a.collect(a.p.Results, 1, 30*time.Second, 200*time.Millisecond)
-	rb := a.collect(bp.Results, 1, 30*time.Second, 200*time.Millisecond)
+	a.Start(s, func(c *processor.Config) { c.Pipelines = append(c.Pipelines, bp) })
+	a.Produce(&kgo.Record{Topic: a.P.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("in-a")}}})
+	a.Produce(&kgo.Record{Topic: bp.Topic, Value: []byte("transient:1"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("in-b")}}})
+	ra := a.CollectN(a.P.Results, 1, 30*time.Second, 200*time.Millisecond)
+	rb := a.CollectN(bp.Results, 1, 30*time.Second, 200*time.Millisecond)
 	if len(ra) != 1 || len(rb) != 1 {
 		t.Fatalf("results: %d in a, %d in b; want 1 each", len(ra), len(rb))
 	}
-	if id, _ := header(ra[0], retry.HeaderID); id != "in-a" {
+	if id, _ := kafkatest.Header(ra[0], retry.HeaderID); id != "in-a" {
 		t.Errorf("a's result is %q", id)
 	}
-	if att, _ := header(rb[0], retry.HeaderAttempt); att != "2" {
+	if att, _ := kafkatest.Header(rb[0], retry.HeaderAttempt); att != "2" {
 		t.Errorf("b's result after one 503 has attempt %q, want 2", att)
 	}
 }

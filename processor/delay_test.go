@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 )
 
@@ -15,34 +16,34 @@ import (
 // (its partitions paused at MaxWaiting), main-topic records flow.
 func TestDelayDoesNotBlockMainTopic(t *testing.T) {
 	e := newEnv(t, []time.Duration{5 * time.Minute}, 2)
-	e.p.MaxWaiting = 5
+	e.P.MaxWaiting = 5
 	reg := prometheus.NewRegistry()
 	s := newScript()
-	e.start(s, func(c *processor.Config) { c.Registerer = reg })
+	e.Start(s, func(c *processor.Config) { c.Registerer = reg })
 
 	var waiting []*kgo.Record
 	for i := 0; i < 40; i++ {
-		waiting = append(waiting, &kgo.Record{Topic: e.p.Topic, Value: []byte("transient:1"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(fmt.Sprintf("slow-%d", i))}}})
+		waiting = append(waiting, &kgo.Record{Topic: e.P.Topic, Value: []byte("transient:1"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(fmt.Sprintf("slow-%d", i))}}})
 	}
-	e.produce(waiting...)
+	e.Produce(waiting...)
 	// Wait until they are all in the 5m tier and held.
-	tier := e.p.TierTopics()[0]
-	inTier := e.collect(tier, 40, 30*time.Second, 0)
+	tier := e.P.TierTopics()[0]
+	inTier := e.CollectN(tier, 40, 30*time.Second, 0)
 	if len(inTier) != 40 {
 		t.Fatalf("%d records reached %s, want 40", len(inTier), tier)
 	}
 	// The test reader saw them; now wait until the processor holds them
 	// and has paused the tier partitions (MaxWaiting=5).
-	if !eventually(30*time.Second, func() bool { v, ok := gaugeValue(t, reg, "redrive_paused_partitions"); return ok && v >= 1 }) {
+	if !kafkatest.Eventually(30*time.Second, func() bool { v, ok := gaugeValue(t, reg, "redrive_paused_partitions"); return ok && v >= 1 }) {
 		t.Fatalf("redrive_paused_partitions never reached 1 with 40 retries waiting on 2 partitions and MaxWaiting=5")
 	}
 	start := time.Now()
 	var fast []*kgo.Record
 	for i := 0; i < 2000; i++ {
-		fast = append(fast, &kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(fmt.Sprintf("fast-%d", i))}}})
+		fast = append(fast, &kgo.Record{Topic: e.P.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(fmt.Sprintf("fast-%d", i))}}})
 	}
-	e.produce(fast...)
-	res := e.collect(e.p.Results, 2000, 90*time.Second, 0)
+	e.Produce(fast...)
+	res := e.CollectN(e.P.Results, 2000, 90*time.Second, 0)
 	took := time.Since(start)
 	if len(res) != 2000 {
 		t.Fatalf("%d of 2000 main-topic records handled while the 5m tier waits", len(res))

@@ -10,31 +10,32 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
 
 func TestTTLExpiredWithoutCallingHandler(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	e.p.TTL = 2 * time.Second
+	e.P.TTL = 2 * time.Second
 	s := newScript()
-	e.start(s)
-	e.produce(
-		&kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Timestamp: time.Now().Add(-time.Minute), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("old")}}},
-		&kgo.Record{Topic: e.p.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("fresh")}}},
+	e.Start(s)
+	e.Produce(
+		&kgo.Record{Topic: e.P.Topic, Value: []byte("ok"), Timestamp: time.Now().Add(-time.Minute), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("old")}}},
+		&kgo.Record{Topic: e.P.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("fresh")}}},
 	)
-	dead := e.collect(e.p.DLQ, 1, 30*time.Second, time.Second)
-	res := e.collect(e.p.Results, 1, 30*time.Second, 0)
+	dead := e.CollectN(e.P.DLQ, 1, 30*time.Second, time.Second)
+	res := e.CollectN(e.P.Results, 1, 30*time.Second, 0)
 	if len(dead) != 1 || len(res) != 1 {
 		t.Fatalf("%d dead letters and %d results, want 1 and 1", len(dead), len(res))
 	}
-	if id, _ := header(dead[0], retry.HeaderID); id != "old" {
+	if id, _ := kafkatest.Header(dead[0], retry.HeaderID); id != "old" {
 		t.Errorf("dead letter for %q, want old", id)
 	}
-	if r, _ := header(dead[0], retry.HeaderReason); r != "expired" {
+	if r, _ := kafkatest.Header(dead[0], retry.HeaderReason); r != "expired" {
 		t.Errorf("reason %q, want expired", r)
 	}
-	if c, _ := header(dead[0], retry.HeaderErrorCode); c != processor.CodeTTL {
+	if c, _ := kafkatest.Header(dead[0], retry.HeaderErrorCode); c != processor.CodeTTL {
 		t.Errorf("code %q, want %s", c, processor.CodeTTL)
 	}
 	s.mu.Lock()
@@ -54,32 +55,32 @@ func (a *alwaysNotReady) Handle(_ context.Context, r *processor.Request) process
 
 func TestNotReadyDeadlineExpires(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	e.p.NotReadyDeadline = 3 * time.Second
+	e.P.NotReadyDeadline = 3 * time.Second
 	h := &alwaysNotReady{}
-	e.start(h)
-	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("x")})
-	dead := e.collect(e.p.DLQ, 1, 30*time.Second, time.Second)
+	e.Start(h)
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Value: []byte("x")})
+	dead := e.CollectN(e.P.DLQ, 1, 30*time.Second, time.Second)
 	if len(dead) != 1 {
 		t.Fatalf("%d dead letters, want 1", len(dead))
 	}
 	d := dead[0]
-	if r, _ := header(d, retry.HeaderReason); r != "expired" {
+	if r, _ := kafkatest.Header(d, retry.HeaderReason); r != "expired" {
 		t.Errorf("reason %q, want expired", r)
 	}
-	if c, _ := header(d, retry.HeaderErrorCode); c != processor.CodeNotReadyDeadline {
+	if c, _ := kafkatest.Header(d, retry.HeaderErrorCode); c != processor.CodeNotReadyDeadline {
 		t.Errorf("code %q, want %s", c, processor.CodeNotReadyDeadline)
 	}
-	if a, _ := header(d, retry.HeaderAttempt); a != "1" {
+	if a, _ := kafkatest.Header(d, retry.HeaderAttempt); a != "1" {
 		t.Errorf("attempt %q, want 1 (polls are not attempts)", a)
 	}
-	polls, _ := header(d, retry.HeaderPolls)
+	polls, _ := kafkatest.Header(d, retry.HeaderPolls)
 	n, _ := strconv.Atoi(polls)
 	calls := int(h.calls.Load())
 	// One attempt, then a poll every ~1s until 3s have passed.
 	if n < 2 || n+1 != calls {
 		t.Errorf("redrive-polls %q with %d handler calls; want polls = calls-1 and at least 2", polls, calls)
 	}
-	if _, ok := header(d, retry.HeaderState); ok {
+	if _, ok := kafkatest.Header(d, retry.HeaderState); ok {
 		t.Errorf("dead letter carries redrive-state")
 	}
 }
@@ -105,13 +106,13 @@ func (h *retryAfter) Handle(_ context.Context, r *processor.Request) processor.O
 func TestRetryAfterLongerThanTiersHopsWithoutSpendingAttempts(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second, 2 * time.Second}, 1)
 	h := &retryAfter{min: 5 * time.Second}
-	e.start(h)
-	e.produce(&kgo.Record{Topic: e.p.Topic, Value: []byte("x")})
-	res := e.collect(e.p.Results, 1, 60*time.Second, time.Second)
+	e.Start(h)
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Value: []byte("x")})
+	res := e.CollectN(e.P.Results, 1, 60*time.Second, time.Second)
 	if len(res) != 1 {
 		t.Fatalf("%d results, want 1", len(res))
 	}
-	if a, _ := header(res[0], retry.HeaderAttempt); a != "2" {
+	if a, _ := kafkatest.Header(res[0], retry.HeaderAttempt); a != "2" {
 		t.Errorf("attempt %q, want 2: hops must not spend attempts", a)
 	}
 	h.mu.Lock()
@@ -123,7 +124,7 @@ func TestRetryAfterLongerThanTiersHopsWithoutSpendingAttempts(t *testing.T) {
 		t.Errorf("second call %v after the first, want at least the Retry-After %v", gap, h.min)
 	}
 	// It went through the 2s tier more than once (the hop).
-	hops := e.collect(e.p.TierTopics()[1], 2, 10*time.Second, 0)
+	hops := e.CollectN(e.P.TierTopics()[1], 2, 10*time.Second, 0)
 	if len(hops) < 2 {
 		t.Errorf("%d records in the 2s tier, want at least 2 (first write and a hop)", len(hops))
 	}
@@ -148,14 +149,14 @@ func (s *slow) Handle(ctx context.Context, _ *processor.Request) processor.Outco
 
 func TestShutdownFinishesInFlightAndCommits(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	e.p.Concurrency = 4
+	e.P.Concurrency = 4
 	h := &slow{d: 700 * time.Millisecond}
-	stop := e.start(h)
+	stop := e.Start(h)
 	var rs []*kgo.Record
 	for i := 0; i < 8; i++ {
-		rs = append(rs, &kgo.Record{Topic: e.p.Topic, Value: []byte("x")})
+		rs = append(rs, &kgo.Record{Topic: e.P.Topic, Value: []byte("x")})
 	}
-	e.produce(rs...)
+	e.Produce(rs...)
 	// Stop while the first four are in the handler.
 	deadline := time.Now().Add(30 * time.Second)
 	for h.started.Load() == 0 && time.Now().Before(deadline) {
@@ -171,11 +172,11 @@ func TestShutdownFinishesInFlightAndCommits(t *testing.T) {
 		t.Errorf("shutdown took %v, past the 10s grace", took)
 	}
 	handled := h.done.Load()
-	res := e.collect(e.p.Results, int(handled), 10*time.Second, time.Second)
+	res := e.CollectN(e.P.Results, int(handled), 10*time.Second, time.Second)
 	if int64(len(res)) != handled {
 		t.Errorf("%d records handled but %d results written", handled, len(res))
 	}
-	committed := e.committed(e.p.Topic, 0)
+	committed := committed(e, e.P.Topic, 0)
 	if committed < handled {
 		t.Errorf("committed offset %d after shutdown, want at least %d (every finished record)", committed, handled)
 	}
@@ -187,28 +188,28 @@ func TestShutdownFinishesInFlightAndCommits(t *testing.T) {
 // handles it.
 func TestShutdownWhileTierRecordsComeDue(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 2)
-	e.p.Concurrency = 8
+	e.P.Concurrency = 8
 	s := newScript()
-	stop := e.start(s)
+	stop := e.Start(s)
 	const n = 400
 	// Spread the first attempts over about two seconds, so that retries come
 	// due all through the shutdown below.
 	for b := 0; b < 8; b++ {
 		var rs []*kgo.Record
 		for i := 0; i < n/8; i++ {
-			rs = append(rs, &kgo.Record{Topic: e.p.Topic, Key: []byte(strconv.Itoa(i)), Value: []byte("transient:1")})
+			rs = append(rs, &kgo.Record{Topic: e.P.Topic, Key: []byte(strconv.Itoa(i)), Value: []byte("transient:1")})
 		}
-		e.produce(rs...)
+		e.Produce(rs...)
 		time.Sleep(250 * time.Millisecond)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run returned %v after a clean shutdown, want nil", err)
 	}
-	e.start(s)
-	res := e.collect(e.p.Results, n, 90*time.Second, time.Second)
+	e.Start(s)
+	res := e.CollectN(e.P.Results, n, 90*time.Second, time.Second)
 	ids := map[string]bool{}
 	for _, r := range res {
-		id, _ := header(r, retry.HeaderID)
+		id, _ := kafkatest.Header(r, retry.HeaderID)
 		ids[id] = true
 	}
 	if len(ids) != n {

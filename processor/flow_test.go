@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -61,133 +62,185 @@ func (s *script) Handle(_ context.Context, req *processor.Request) processor.Out
 	return processor.Outcome{Kind: processor.Invalid, Code: "unknown_script"}
 }
 
+// flowCase is one kind of request of the flow test and where it must end.
+type flowCase struct {
+	script   string
+	topic    string // results or dlq
+	reason   string
+	attempts int
+	polls    int
+	calls    int
+}
+
+// TestFlowOutcomesHeadersAndSchedule runs ten requests of each outcome
+// through one processor, then checks each promise about them in its own
+// case.
 func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second, 2 * time.Second}, 3)
 	s := newScript()
-	e.start(s)
+	e.Start(s)
 
-	type want struct {
-		script   string
-		topic    string // results or dlq
-		reason   string
-		attempts int
-		polls    int
-		calls    int
-	}
-	cases := []want{
-		{"ok", e.p.Results, "", 1, 0, 1},
-		{"transient:1", e.p.Results, "", 2, 0, 2},
-		{"transient:2", e.p.Results, "", 3, 0, 3},
-		{"notready:2", e.p.Results, "", 1, 2, 3},
-		{"permanent", e.p.DLQ, "permanent", 1, 0, 1},
-		{"always", e.p.DLQ, "exhausted", 3, 0, 3},
+	cases := []flowCase{
+		{"ok", e.P.Results, "", 1, 0, 1},
+		{"transient:1", e.P.Results, "", 2, 0, 2},
+		{"transient:2", e.P.Results, "", 3, 0, 3},
+		{"notready:2", e.P.Results, "", 1, 2, 3},
+		{"permanent", e.P.DLQ, "permanent", 1, 0, 1},
+		{"always", e.P.DLQ, "exhausted", 3, 0, 3},
 	}
 	const per = 10
 	var recs []*kgo.Record
-	wants := map[string]want{}
+	wants := map[string]flowCase{}
 	for i := 0; i < per; i++ {
 		for j, c := range cases {
 			id := fmt.Sprintf("req-%d-%d", i, j)
 			wants[id] = c
-			recs = append(recs, &kgo.Record{Topic: e.p.Topic, Key: []byte(id), Value: []byte(c.script), Headers: []kgo.RecordHeader{
+			recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(id), Value: []byte(c.script), Headers: []kgo.RecordHeader{
 				{Key: "idempotency-key", Value: []byte(id)},
 				{Key: "trace", Value: []byte("t1")},
 				{Key: "trace", Value: []byte("t2")},
 			}})
 		}
 	}
-	e.produce(recs...)
+	e.Produce(recs...)
 	nRes, nDLQ := 0, 0
 	for _, c := range wants {
-		if c.topic == e.p.Results {
+		if c.topic == e.P.Results {
 			nRes++
 		} else {
 			nDLQ++
 		}
 	}
-	results := e.collect(e.p.Results, nRes, 60*time.Second, 2*time.Second)
-	dead := e.collect(e.p.DLQ, nDLQ, 30*time.Second, time.Second)
+	terminal := kafkatest.Got{
+		e.P.Results: e.CollectN(e.P.Results, nRes, 60*time.Second, 2*time.Second),
+		e.P.DLQ:     e.CollectN(e.P.DLQ, nDLQ, 30*time.Second, time.Second),
+	}
+	// each calls f for every terminal record of a known request in the
+	// topic it must end in (the first case reports the others).
+	each := func(f func(id string, w flowCase, r *kgo.Record)) {
+		for _, topic := range []string{e.P.Results, e.P.DLQ} {
+			for _, r := range terminal[topic] {
+				id, _ := kafkatest.Header(r, retry.HeaderID)
+				if w, ok := wants[id]; ok && w.topic == topic {
+					f(id, w, r)
+				}
+			}
+		}
+	}
 
-	seen := map[string]int{}
-	check := func(r *kgo.Record, topic string) {
-		id, _ := header(r, retry.HeaderID)
-		seen[id]++
-		w, ok := wants[id]
-		if !ok {
-			t.Errorf("%s: record with unknown id %q", topic, id)
-			return
+	t.Run("every request reaches its terminal topic exactly once", func(t *testing.T) {
+		seen := map[string]int{}
+		for _, topic := range []string{e.P.Results, e.P.DLQ} {
+			for _, r := range terminal[topic] {
+				id, _ := kafkatest.Header(r, retry.HeaderID)
+				seen[id]++
+				w, ok := wants[id]
+				if !ok {
+					t.Errorf("%s: record with unknown id %q", topic, id)
+				} else if w.topic != topic {
+					t.Errorf("%s (%s) ended in %s, want %s", id, w.script, topic, w.topic)
+				}
+			}
 		}
-		if w.topic != topic {
-			t.Errorf("%s (%s) ended in %s, want %s", id, w.script, topic, w.topic)
-			return
+		for id := range wants {
+			if seen[id] != 1 {
+				t.Errorf("%s (%s): reached a terminal topic %d times, want 1", id, wants[id].script, seen[id])
+			}
 		}
-		if string(r.Key) != id {
-			t.Errorf("%s: key %q changed", id, r.Key)
-		}
-		if a, _ := header(r, retry.HeaderAttempt); a != strconv.Itoa(w.attempts) {
-			t.Errorf("%s (%s): redrive-attempt %s, want %d", id, w.script, a, w.attempts)
-		}
-		if topic == e.p.DLQ {
+	})
+
+	t.Run("terminal records keep the key and count the attempts", func(t *testing.T) {
+		each(func(id string, w flowCase, r *kgo.Record) {
+			if string(r.Key) != id {
+				t.Errorf("%s: key %q changed", id, r.Key)
+			}
+			if a, _ := kafkatest.Header(r, retry.HeaderAttempt); a != strconv.Itoa(w.attempts) {
+				t.Errorf("%s (%s): redrive-attempt %s, want %d", id, w.script, a, w.attempts)
+			}
+		})
+	})
+
+	t.Run("dead letters keep the value and carry reason and error headers", func(t *testing.T) {
+		each(func(id string, w flowCase, r *kgo.Record) {
+			if w.topic != e.P.DLQ {
+				return
+			}
 			if string(r.Value) != w.script {
 				t.Errorf("%s: dead letter value %q, want %q", id, r.Value, w.script)
 			}
-			if reason, _ := header(r, retry.HeaderReason); reason != w.reason {
+			if reason, _ := kafkatest.Header(r, retry.HeaderReason); reason != w.reason {
 				t.Errorf("%s: reason %q, want %q", id, reason, w.reason)
 			}
 			for _, h := range []string{retry.HeaderError, retry.HeaderErrorCode, retry.HeaderErrorClass, retry.HeaderGroup, retry.HeaderInstance, retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt} {
-				if _, ok := header(r, h); !ok {
+				if _, ok := kafkatest.Header(r, h); !ok {
 					t.Errorf("%s: dead letter lacks %s", id, h)
 				}
 			}
-		}
-		if ot, _ := header(r, retry.HeaderOriginTopic); ot != e.p.Topic {
-			t.Errorf("%s: origin topic %q", id, ot)
-		}
-		var traces []string
-		for _, h := range r.Headers {
-			if h.Key == "trace" {
-				traces = append(traces, string(h.Value))
+		})
+	})
+
+	t.Run("terminal records name the origin topic", func(t *testing.T) {
+		each(func(id string, _ flowCase, r *kgo.Record) {
+			if ot, _ := kafkatest.Header(r, retry.HeaderOriginTopic); ot != e.P.Topic {
+				t.Errorf("%s: origin topic %q", id, ot)
 			}
-			if strings.HasPrefix(h.Key, retry.HeaderPrefix) && countHeader(r, h.Key) != 1 {
-				t.Errorf("%s: header %s appears %d times", id, h.Key, countHeader(r, h.Key))
-			}
-		}
-		if strings.Join(traces, ",") != "t1,t2" {
-			t.Errorf("%s: user headers %v, want t1,t2 in order", id, traces)
-		}
-	}
-	for _, r := range results {
-		check(r, e.p.Results)
-	}
-	for _, r := range dead {
-		check(r, e.p.DLQ)
-	}
-	for id := range wants {
-		if seen[id] != 1 {
-			t.Errorf("%s (%s): reached a terminal topic %d times, want 1", id, wants[id].script, seen[id])
-		}
-	}
-	// Handler calls follow the schedule, never before due.
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for id, w := range wants {
-		calls := s.calls[id]
-		if len(calls) != w.calls {
-			t.Errorf("%s (%s): %d handler calls, want %d", id, w.script, len(calls), w.calls)
-		}
-		for i, c := range calls {
-			if !c.due.IsZero() && c.at.Before(c.due) {
-				t.Errorf("%s: call %d at %v, before its due time %v", id, i+1, c.at, c.due)
-			}
-			if i > 0 {
-				gap := c.at.Sub(calls[i-1].at)
-				if gap < 900*time.Millisecond {
-					t.Errorf("%s: call %d only %v after the previous one (tier is 1s)", id, i+1, gap)
+		})
+	})
+
+	t.Run("user headers arrive in order and redrive headers once", func(t *testing.T) {
+		each(func(id string, _ flowCase, r *kgo.Record) {
+			var traces []string
+			for _, h := range r.Headers {
+				if h.Key == "trace" {
+					traces = append(traces, string(h.Value))
+				}
+				if strings.HasPrefix(h.Key, retry.HeaderPrefix) && kafkatest.CountHeader(r, h.Key) != 1 {
+					t.Errorf("%s: header %s appears %d times", id, h.Key, kafkatest.CountHeader(r, h.Key))
 				}
 			}
-			if strings.HasPrefix(w.script, "notready") && i > 0 && c.state != "task-"+id {
-				t.Errorf("%s: poll %d got state %q", id, i, c.state)
+			if strings.Join(traces, ",") != "t1,t2" {
+				t.Errorf("%s: user headers %v, want t1,t2 in order", id, traces)
+			}
+		})
+	})
+
+	// Handler calls follow the schedule, never before due.
+	s.mu.Lock()
+	calls := s.calls
+	s.mu.Unlock()
+
+	t.Run("the handler is called as often as the schedule says", func(t *testing.T) {
+		for id, w := range wants {
+			if len(calls[id]) != w.calls {
+				t.Errorf("%s (%s): %d handler calls, want %d", id, w.script, len(calls[id]), w.calls)
 			}
 		}
-	}
+	})
+
+	t.Run("no retry is handled before its due time or its tier delay", func(t *testing.T) {
+		for id := range wants {
+			cs := calls[id]
+			for i, c := range cs {
+				if !c.due.IsZero() && c.at.Before(c.due) {
+					t.Errorf("%s: call %d at %v, before its due time %v", id, i+1, c.at, c.due)
+				}
+				if i > 0 {
+					gap := c.at.Sub(cs[i-1].at)
+					if gap < 900*time.Millisecond {
+						t.Errorf("%s: call %d only %v after the previous one (tier is 1s)", id, i+1, gap)
+					}
+				}
+			}
+		}
+	})
+
+	t.Run("a not-ready poll gets the state of the previous answer", func(t *testing.T) {
+		for id, w := range wants {
+			for i, c := range calls[id] {
+				if strings.HasPrefix(w.script, "notready") && i > 0 && c.state != "task-"+id {
+					t.Errorf("%s: poll %d got state %q", id, i, c.state)
+				}
+			}
+		}
+	})
 }

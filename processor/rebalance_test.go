@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -118,10 +120,10 @@ type terminal struct {
 	at    time.Time
 }
 
-func (e *env) watchTerminals() *terminals {
-	e.t.Helper()
+func watchTerminals(e *pipetest.Env) *terminals {
+	e.T.Helper()
 	w := &terminals{seen: map[string][]terminal{}}
-	cl := e.c.Client(e.t, kgo.ConsumeTopics(e.p.Results, e.p.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	cl := e.Cluster.Client(e.T, kgo.ConsumeTopics(e.P.Results, e.P.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -131,13 +133,13 @@ func (e *env) watchTerminals() *terminals {
 			now := time.Now()
 			w.mu.Lock()
 			fs.EachRecord(func(r *kgo.Record) {
-				id, _ := header(r, retry.HeaderID)
+				id, _ := kafkatest.Header(r, retry.HeaderID)
 				w.seen[id] = append(w.seen[id], terminal{topic: r.Topic, at: now})
 			})
 			w.mu.Unlock()
 		}
 	}()
-	e.t.Cleanup(func() { cancel(); <-done })
+	e.T.Cleanup(func() { cancel(); <-done })
 	return w
 }
 
@@ -173,20 +175,6 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) (v float64,
 	return 0, false
 }
 
-// eventually polls cond every 50ms until it holds or timeout passes.
-func eventually(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // requests are the test's solve requests: what each is and where it must end.
 type requests struct {
 	mu     sync.Mutex
@@ -196,7 +184,7 @@ type requests struct {
 }
 
 // make registers n requests of phase and returns their records.
-func (rq *requests) make(e *env, phase string, n int, value func(i int) string) ([]*kgo.Record, []string) {
+func (rq *requests) make(e *pipetest.Env, phase string, n int, value func(i int) string) ([]*kgo.Record, []string) {
 	rq.mu.Lock()
 	defer rq.mu.Unlock()
 	var recs []*kgo.Record
@@ -205,13 +193,13 @@ func (rq *requests) make(e *env, phase string, n int, value func(i int) string) 
 		id := fmt.Sprintf("rb-%s-%d", phase, i)
 		v := value(i)
 		rq.value[id] = v
-		rq.expect[id] = e.p.Results
+		rq.expect[id] = e.P.Results
 		if v == "permanent" {
-			rq.expect[id] = e.p.DLQ
+			rq.expect[id] = e.P.DLQ
 		}
 		rq.ids = append(rq.ids, id)
 		ids = append(ids, id)
-		recs = append(recs, &kgo.Record{Topic: e.p.Topic, Key: []byte(id), Value: []byte(v),
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(id), Value: []byte(v),
 			Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
 	}
 	return recs, ids
@@ -323,6 +311,13 @@ func (w *pauseWatch) stuck() time.Duration {
 	return w.longestStuck
 }
 
+// rbProc is one processor of the rebalance test.
+type rbProc struct {
+	reg    *prometheus.Registry
+	pauses *pauseWatch
+	stop   func() error
+}
+
 // Rebalance: a second processor joins and leaves mid-run while tier
 // partitions are paused; nothing is lost and nothing stays paused.
 //
@@ -335,6 +330,10 @@ func (w *pauseWatch) stuck() time.Duration {
 // last batch of transient-once requests must go through A's main topic and
 // every tier partition within the tier delay plus a few seconds: nothing
 // was left paused by the rebalances.
+//
+// The phases run in order as named cases; a phase that fails stops the
+// test, since the next one needs its state. The cases after the last batch
+// check the whole run, each one promise.
 func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	const (
 		parts    = 4
@@ -343,32 +342,35 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	var over atomic.Bool
 	t.Cleanup(func() { over.Store(true) }) // runs last
 	e := newEnv(t, []time.Duration{tierWait}, parts)
-	e.p.MaxWaiting = 5
-	tier := e.p.TierTopics()[0]
+	e.P.MaxWaiting = 5
+	tier := e.P.TierTopics()[0]
 	h := newRBHandler()
-	term := e.watchTerminals()
+	term := watchTerminals(e)
 	rq := &requests{value: map[string]string{}, expect: map[string]string{}}
 	began := time.Now()
 	elapsed := func() time.Duration { return time.Since(began).Round(time.Millisecond) }
 
-	type proc struct {
-		reg    *prometheus.Registry
-		pauses *pauseWatch
-		stop   func() error
-	}
-	start := func(name string, delay, grace time.Duration) proc {
+	// Processors, their pause watches and logs live for the whole test
+	// (the outer t), not for the phase that starts them.
+	outer := t
+	start := func(name string, delay, grace time.Duration) rbProc {
 		reg := prometheus.NewRegistry()
-		stop := e.start(h.as(name, tier, delay), func(c *processor.Config) {
+		stop := e.Start(h.as(name, tier, delay), func(c *processor.Config) {
 			c.Registerer = reg
 			c.Instance = name
-			c.Logger = slog.New(slog.NewTextHandler(testLog{t, name, &over}, nil))
+			c.Logger = slog.New(slog.NewTextHandler(testLog{outer, name, &over}, nil))
 			if grace > 0 {
 				c.ShutdownGrace = grace
 			}
 		})
-		return proc{reg: reg, pauses: watchPauses(t, reg), stop: stop}
+		return rbProc{reg: reg, pauses: watchPauses(outer, reg), stop: stop}
 	}
-	gauge := func(p proc, name string) float64 { v, _ := gaugeValue(t, p.reg, name); return v }
+	gauge := func(p rbProc, name string) float64 { v, _ := gaugeValue(outer, p.reg, name); return v }
+	phase := func(name string, f func(t *testing.T)) {
+		if !t.Run(name, f) {
+			t.FailNow()
+		}
+	}
 
 	// Traffic: 30 requests every 250ms until the last phase.
 	trafficStop := make(chan struct{})
@@ -378,10 +380,10 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 		for k := 0; ; k++ {
 			recs, _ := rq.make(e, fmt.Sprintf("t%d", k), 30, mixed)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			err := e.cl.ProduceSync(ctx, recs...).FirstErr()
+			err := e.Client.ProduceSync(ctx, recs...).FirstErr()
 			cancel()
 			if err != nil {
-				t.Errorf("produce: %v", err)
+				outer.Errorf("produce: %v", err)
 				return
 			}
 			select {
@@ -401,239 +403,258 @@ func TestRebalanceJoinLeaveWhileTierPaused(t *testing.T) {
 	}
 	t.Cleanup(stopTraffic)
 
-	// Phase 1: A alone until its tier partitions are paused.
-	a := start("A", 0, 0)
-	if !eventually(20*time.Second, func() bool { return gauge(a, "redrive_paused_partitions") >= 1 }) {
-		t.Fatalf("no tier partition of A paused within 20s (MaxWaiting 5)")
-	}
-	t.Logf("%v: A has %v tier partitions paused, %v records waiting; B joins", elapsed(),
-		gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
+	var a, b, c rbProc
+	phase("A alone pauses its tier partitions at MaxWaiting", func(t *testing.T) {
+		a = start("A", 0, 0)
+		if !kafkatest.Eventually(20*time.Second, func() bool { return gauge(a, "redrive_paused_partitions") >= 1 }) {
+			t.Fatalf("no tier partition of A paused within 20s (MaxWaiting 5)")
+		}
+		t.Logf("%v: A has %v tier partitions paused, %v records waiting; B joins", elapsed(),
+			gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
+	})
 
-	// Phase 2: B joins while A's tier partitions are paused, handles main
-	// and tier records, pauses tier partitions itself, and leaves
-	// gracefully.
-	joined := time.Now()
-	b := start("B", 0, 0)
-	if !eventually(30*time.Second, func() bool {
+	phase("B joins while A is paused then works pauses and leaves with nothing paused", func(t *testing.T) {
+		joined := time.Now()
+		b = start("B", 0, 0)
+		if !kafkatest.Eventually(30*time.Second, func() bool {
+			all, tierN := h.counts("B")
+			return all-tierN >= 10 && tierN >= 10 && b.pauses.maxPaused() >= 1 && time.Since(joined) > 4*time.Second &&
+				len(assignment(e)["redrive-B"][tier]) > 0
+		}) {
+			all, tierN := h.counts("B")
+			t.Fatalf("B, 30s after joining: %d main and %d tier records handled, up to %v tier partitions paused; want 10, 10, 1", all-tierN, tierN, b.pauses.maxPaused())
+		}
 		all, tierN := h.counts("B")
-		return all-tierN >= 10 && tierN >= 10 && b.pauses.maxPaused() >= 1 && time.Since(joined) > 4*time.Second &&
-			len(assignment(e)["redrive-B"][tier]) > 0
-	}) {
-		all, tierN := h.counts("B")
-		t.Fatalf("B, 30s after joining: %d main and %d tier records handled, up to %v tier partitions paused; want 10, 10, 1", all-tierN, tierN, b.pauses.maxPaused())
-	}
-	all, tierN := h.counts("B")
-	t.Logf("%v: group members and partitions: %v", elapsed(), assignment(e))
-	t.Logf("%v: B leaves after %d main and %d tier records, %v tier partitions paused now (up to %v); A: %v paused, %v waiting",
-		elapsed(), all-tierN, tierN, gauge(b, "redrive_paused_partitions"), b.pauses.maxPaused(),
-		gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
-	if err := b.stop(); err != nil {
-		t.Fatalf("B's Run: %v", err)
-	}
-	if v := gauge(b, "redrive_paused_partitions"); v != 0 {
-		t.Errorf("B's redrive_paused_partitions = %v after it left, want 0", v)
-	}
-	// A takes B's partitions back (paused ones among them) before C joins.
-	if !eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.p.Topic, tier}, parts) }) {
-		t.Fatalf("A does not own every partition 20s after B left: %v", assignment(e))
-	}
-	t.Logf("%v: A owns every partition again; A: %v paused, %v waiting", elapsed(), gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
+		t.Logf("%v: group members and partitions: %v", elapsed(), assignment(e))
+		t.Logf("%v: B leaves after %d main and %d tier records, %v tier partitions paused now (up to %v); A: %v paused, %v waiting",
+			elapsed(), all-tierN, tierN, gauge(b, "redrive_paused_partitions"), b.pauses.maxPaused(),
+			gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
+		if err := b.stop(); err != nil {
+			t.Fatalf("B's Run: %v", err)
+		}
+		if v := gauge(b, "redrive_paused_partitions"); v != 0 {
+			t.Errorf("B's redrive_paused_partitions = %v after it left, want 0", v)
+		}
+	})
 
-	// Phase 3: C joins with a slow handler and leaves past a 1ms grace
-	// while calls are in flight: that work is abandoned, not committed,
-	// and redelivered to A.
-	joined = time.Now()
-	c := start("C", 300*time.Millisecond, time.Millisecond)
-	if !eventually(30*time.Second, func() bool {
-		all, _ := h.counts("C")
-		return all >= 20 && h.inflightOf("C") > 0 && time.Since(joined) > 3*time.Second
-	}) {
-		all, _ := h.counts("C")
-		t.Fatalf("C, 30s after joining: %d records handled, %d in flight; want 20 and some in flight", all, h.inflightOf("C"))
-	}
-	t.Logf("%v: C leaves with %d calls in flight; A: %v paused, %v waiting", elapsed(), h.inflightOf("C"),
-		gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
-	leftC := time.Now()
-	if err := c.stop(); err != nil {
-		t.Fatalf("C's Run: %v", err)
-	}
-	stopTraffic()
+	phase("A takes back every partition B had", func(t *testing.T) {
+		// A takes B's partitions back (paused ones among them) before C joins.
+		if !kafkatest.Eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.P.Topic, tier}, parts) }) {
+			t.Fatalf("A does not own every partition 20s after B left: %v", assignment(e))
+		}
+		t.Logf("%v: A owns every partition again; A: %v paused, %v waiting", elapsed(), gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
+	})
 
-	// Phase 4: A alone again. The last batch needs A's main partitions and
-	// all its tier partitions: none may be left paused.
-	// They are produced at once; A takes C's partitions back when the
-	// group rebalances, and from then on the batch must be through within
-	// the tier delay plus a few seconds.
+	// C joins with a slow handler and leaves past a 1ms grace while calls
+	// are in flight: that work is abandoned, not committed, and redelivered
+	// to A.
+	var leftC time.Time
+	phase("C leaves past a 1ms grace with calls in flight", func(t *testing.T) {
+		joined := time.Now()
+		c = start("C", 300*time.Millisecond, time.Millisecond)
+		if !kafkatest.Eventually(30*time.Second, func() bool {
+			all, _ := h.counts("C")
+			return all >= 20 && h.inflightOf("C") > 0 && time.Since(joined) > 3*time.Second
+		}) {
+			all, _ := h.counts("C")
+			t.Fatalf("C, 30s after joining: %d records handled, %d in flight; want 20 and some in flight", all, h.inflightOf("C"))
+		}
+		t.Logf("%v: C leaves with %d calls in flight; A: %v paused, %v waiting", elapsed(), h.inflightOf("C"),
+			gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
+		leftC = time.Now()
+		if err := c.stop(); err != nil {
+			t.Fatalf("C's Run: %v", err)
+		}
+		stopTraffic()
+	})
+
+	// A alone again. The last batch needs A's main partitions and all its
+	// tier partitions: none may be left paused. They are produced at once;
+	// A takes C's partitions back when the group rebalances, and from then
+	// on the batch must be through within the tier delay plus a few
+	// seconds.
 	left := time.Now()
 	recs, final := rq.make(e, "final", 60, func(int) string { return "transient-once" })
-	e.produce(recs...)
-	if !eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.p.Topic, tier}, parts) }) {
-		t.Fatalf("A does not own every partition 20s after C left: %v", assignment(e))
-	}
-	tookOver := time.Now()
-	limit := tierWait + 6*time.Second
-	if !eventually(limit, func() bool { return len(term.missing(final)) == 0 }) {
-		miss := term.missing(final)
-		t.Errorf("%d of %d requests produced after the last leave have no outcome %v after A took every partition back (tier %v); A: %v paused, %v waiting: %v",
-			len(miss), len(final), limit, tierWait, gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"), head(miss))
-	} else {
-		t.Logf("%v: the %d requests produced after C left all reached results %v after it left, %v after A owned every partition again (tier %v)",
-			elapsed(), len(final), time.Since(left).Round(time.Millisecond), time.Since(tookOver).Round(time.Millisecond), tierWait)
-	}
-	// Where the time went: first call after the takeover, tier call after
-	// its due time, terminal record after the tier call.
-	finalTierParts := map[int32]bool{}
-	var firstLate, tierLate, writeLate time.Duration
-	h.mu.Lock()
-	term.mu.Lock()
-	for _, id := range final {
-		calls := h.calls[id]
-		for _, cl := range calls {
-			if cl.by != "A" {
-				t.Errorf("%s handled by %s after B and C left", id, cl.by)
-			}
-			if cl.topic == tier {
-				finalTierParts[cl.partition] = true
-				tierLate = max(tierLate, cl.at.Sub(cl.due))
-				if got := term.seen[id]; len(got) > 0 {
-					writeLate = max(writeLate, got[0].at.Sub(cl.at))
+	e.Produce(recs...)
+	var tookOver time.Time
+	phase("A takes back every partition C had", func(t *testing.T) {
+		if !kafkatest.Eventually(20*time.Second, func() bool { return ownsAll(assignment(e), "redrive-A", []string{e.P.Topic, tier}, parts) }) {
+			t.Fatalf("A does not own every partition 20s after C left: %v", assignment(e))
+		}
+		tookOver = time.Now()
+	})
+
+	t.Run("a batch after the last leave ends within the tier delay through every tier partition", func(t *testing.T) {
+		limit := tierWait + 6*time.Second
+		if !kafkatest.Eventually(limit, func() bool { return len(term.missing(final)) == 0 }) {
+			miss := term.missing(final)
+			t.Errorf("%d of %d requests produced after the last leave have no outcome %v after A took every partition back (tier %v); A: %v paused, %v waiting: %v",
+				len(miss), len(final), limit, tierWait, gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"), head(miss))
+		} else {
+			t.Logf("%v: the %d requests produced after C left all reached results %v after it left, %v after A owned every partition again (tier %v)",
+				elapsed(), len(final), time.Since(left).Round(time.Millisecond), time.Since(tookOver).Round(time.Millisecond), tierWait)
+		}
+		// Where the time went: first call after the takeover, tier call after
+		// its due time, terminal record after the tier call.
+		finalTierParts := map[int32]bool{}
+		var firstLate, tierLate, writeLate time.Duration
+		h.mu.Lock()
+		term.mu.Lock()
+		for _, id := range final {
+			calls := h.calls[id]
+			for _, cl := range calls {
+				if cl.by != "A" {
+					t.Errorf("%s handled by %s after B and C left", id, cl.by)
+				}
+				if cl.topic == tier {
+					finalTierParts[cl.partition] = true
+					tierLate = max(tierLate, cl.at.Sub(cl.due))
+					if got := term.seen[id]; len(got) > 0 {
+						writeLate = max(writeLate, got[0].at.Sub(cl.at))
+					}
 				}
 			}
+			if len(calls) > 0 {
+				firstLate = max(firstLate, calls[0].at.Sub(tookOver))
+			}
 		}
-		if len(calls) > 0 {
-			firstLate = max(firstLate, calls[0].at.Sub(tookOver))
+		slowest, slowAt := "", time.Time{}
+		for _, id := range final {
+			if got := term.seen[id]; len(got) > 0 && got[0].at.After(slowAt) {
+				slowest, slowAt = id, got[0].at
+			}
 		}
-	}
-	slowest, slowAt := "", time.Time{}
-	for _, id := range final {
-		if got := term.seen[id]; len(got) > 0 && got[0].at.After(slowAt) {
-			slowest, slowAt = id, got[0].at
+		var story []string
+		for _, cl := range h.calls[slowest] {
+			st := fmt.Sprintf("%s/%d by %s at %+v", cl.topic, cl.partition, cl.by, cl.at.Sub(tookOver).Round(time.Millisecond))
+			if !cl.due.IsZero() {
+				st += fmt.Sprintf(" (due %+v)", cl.due.Sub(tookOver).Round(time.Millisecond))
+			}
+			story = append(story, st)
 		}
-	}
-	var story []string
-	for _, cl := range h.calls[slowest] {
-		st := fmt.Sprintf("%s/%d by %s at %+v", cl.topic, cl.partition, cl.by, cl.at.Sub(tookOver).Round(time.Millisecond))
-		if !cl.due.IsZero() {
-			st += fmt.Sprintf(" (due %+v)", cl.due.Sub(tookOver).Round(time.Millisecond))
+		t.Logf("slowest of the last batch, relative to the takeover: %s: calls %s; result seen at %+v", slowest, strings.Join(story, ", "), slowAt.Sub(tookOver).Round(time.Millisecond))
+		term.mu.Unlock()
+		h.mu.Unlock()
+		t.Logf("last batch: first calls up to %v after the takeover, tier calls up to %v after due, results up to %v after the tier call",
+			firstLate.Round(time.Millisecond), tierLate.Round(time.Millisecond), writeLate.Round(time.Millisecond))
+		if len(finalTierParts) != parts {
+			t.Errorf("the last batch went through tier partitions %v, want all %d", finalTierParts, parts)
 		}
-		story = append(story, st)
-	}
-	t.Logf("slowest of the last batch, relative to the takeover: %s: calls %s; result seen at %+v", slowest, strings.Join(story, ", "), slowAt.Sub(tookOver).Round(time.Millisecond))
-	term.mu.Unlock()
-	h.mu.Unlock()
-	t.Logf("last batch: first calls up to %v after the takeover, tier calls up to %v after due, results up to %v after the tier call",
-		firstLate.Round(time.Millisecond), tierLate.Round(time.Millisecond), writeLate.Round(time.Millisecond))
-	if len(finalTierParts) != parts {
-		t.Errorf("the last batch went through tier partitions %v, want all %d", finalTierParts, parts)
-	}
+	})
 
-	// Everything else arrives too.
 	ids := rq.all()
-	if !eventually(20*time.Second, func() bool { return len(term.missing(ids)) == 0 }) {
-		miss := term.missing(ids)
-		t.Errorf("%d of %d requests never reached a terminal topic: %v", len(miss), len(ids), head(miss))
-	}
-	time.Sleep(time.Second) // late duplicates
+	t.Run("every request reaches the terminal topic it must at least once", func(t *testing.T) {
+		if !kafkatest.Eventually(20*time.Second, func() bool { return len(term.missing(ids)) == 0 }) {
+			miss := term.missing(ids)
+			t.Errorf("%d of %d requests never reached a terminal topic: %v", len(miss), len(ids), head(miss))
+		}
+		time.Sleep(time.Second) // late duplicates
 
-	// Each request ended where it should, at least once; duplicates are
-	// allowed (at least once) and reported.
-	term.mu.Lock()
-	dups, nRes, nDLQ := 0, 0, 0
-	var dupIDs []string
-	for _, id := range ids {
-		got := term.seen[id]
-		for _, g := range got {
-			if g.topic != rq.expect[id] {
-				t.Errorf("%s (%s) ended in %s, want %s", id, rq.value[id], g.topic, rq.expect[id])
+		// Duplicates are allowed (at least once) and reported.
+		term.mu.Lock()
+		dups, nRes, nDLQ := 0, 0, 0
+		var dupIDs []string
+		for _, id := range ids {
+			got := term.seen[id]
+			for _, g := range got {
+				if g.topic != rq.expect[id] {
+					t.Errorf("%s (%s) ended in %s, want %s", id, rq.value[id], g.topic, rq.expect[id])
+				}
+			}
+			if len(got) > 1 {
+				dups += len(got) - 1
+				dupIDs = append(dupIDs, id)
+			}
+			if rq.expect[id] == e.P.DLQ {
+				nDLQ++
+			} else {
+				nRes++
 			}
 		}
-		if len(got) > 1 {
-			dups += len(got) - 1
-			dupIDs = append(dupIDs, id)
-		}
-		if rq.expect[id] == e.p.DLQ {
-			nDLQ++
-		} else {
-			nRes++
-		}
-	}
-	for id := range term.seen {
-		if _, ok := rq.expect[id]; !ok {
-			t.Errorf("terminal record for unknown id %q", id)
-		}
-	}
-	term.mu.Unlock()
-	sort.Strings(dupIDs)
-	t.Logf("%d requests (%d for results, %d for the DLQ); %d duplicate terminal records, for %d requests %v",
-		len(ids), nRes, nDLQ, dups, len(dupIDs), head(dupIDs))
-
-	// No tier record was handled before its due time, and every
-	// transient-once request whose first call failed went through the tier.
-	h.mu.Lock()
-	tierCalls, early := 0, 0
-	for _, id := range ids {
-		calls := h.calls[id]
-		viaTier := false
-		for _, cl := range calls {
-			if cl.topic != tier {
-				continue
-			}
-			tierCalls++
-			viaTier = true
-			if cl.due.IsZero() {
-				t.Errorf("%s: tier call by %s without a due time", id, cl.by)
-			} else if cl.at.Before(cl.due) {
-				early++
-				t.Errorf("%s: tier call by %s at %v, %v before its due time", id, cl.by, cl.at.Format(time.StampMilli), cl.due.Sub(cl.at))
+		for id := range term.seen {
+			if _, ok := rq.expect[id]; !ok {
+				t.Errorf("terminal record for unknown id %q", id)
 			}
 		}
-		// A first call made by C shortly before its leave may have been
-		// abandoned (its context cancelled before or after it answered,
-		// its outcome not yet written); A redoes it and succeeds on the
-		// main topic.
-		abandonable := len(calls) > 0 && calls[0].by == "C" && calls[0].at.After(leftC.Add(-2*time.Second))
-		if rq.value[id] == "transient-once" && len(calls) > 0 && !abandonable && !viaTier {
-			t.Errorf("%s: transient-once request never handled from the tier (%d calls)", id, len(calls))
-		}
-	}
-	h.mu.Unlock()
-	allA, tierA := h.counts("A")
-	allB, tierB := h.counts("B")
-	allC, tierC := h.counts("C")
-	t.Logf("handler calls: A %d (%d from the tier), B %d (%d), C %d (%d, %d cut short at its leave); %d tier calls, %d early",
-		allA, tierA, allB, tierB, allC, tierC, h.abandonedOf("C"), tierCalls, early)
+		term.mu.Unlock()
+		sort.Strings(dupIDs)
+		t.Logf("%d requests (%d for results, %d for the DLQ); %d duplicate terminal records, for %d requests %v",
+			len(ids), nRes, nDLQ, dups, len(dupIDs), head(dupIDs))
+	})
 
-	// Nothing stuck: A's pause and wait gauges drain, and the group's lag
-	// on the main topic and the tier reaches 0.
-	if !eventually(5*time.Second, func() bool {
-		return gauge(a, "redrive_paused_partitions") == 0 && gauge(a, "redrive_waiting_records") == 0
-	}) {
-		t.Errorf("A still has %v tier partitions paused and %v records waiting", gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
-	}
-	for name, p := range map[string]proc{"A": a, "B": b, "C": c} {
-		if d := p.pauses.stuck(); d > time.Second {
-			t.Errorf("%s had tier partitions paused with no record waiting for %v", name, d)
+	t.Run("tier records are handled at or after their due time and every failed first call goes through the tier", func(t *testing.T) {
+		h.mu.Lock()
+		tierCalls, early := 0, 0
+		for _, id := range ids {
+			calls := h.calls[id]
+			viaTier := false
+			for _, cl := range calls {
+				if cl.topic != tier {
+					continue
+				}
+				tierCalls++
+				viaTier = true
+				if cl.due.IsZero() {
+					t.Errorf("%s: tier call by %s without a due time", id, cl.by)
+				} else if cl.at.Before(cl.due) {
+					early++
+					t.Errorf("%s: tier call by %s at %v, %v before its due time", id, cl.by, cl.at.Format(time.StampMilli), cl.due.Sub(cl.at))
+				}
+			}
+			// A first call made by C shortly before its leave may have been
+			// abandoned (its context cancelled before or after it answered,
+			// its outcome not yet written); A redoes it and succeeds on the
+			// main topic.
+			abandonable := len(calls) > 0 && calls[0].by == "C" && calls[0].at.After(leftC.Add(-2*time.Second))
+			if rq.value[id] == "transient-once" && len(calls) > 0 && !abandonable && !viaTier {
+				t.Errorf("%s: transient-once request never handled from the tier (%d calls)", id, len(calls))
+			}
 		}
-	}
-	var lagErr string
-	if !eventually(15*time.Second, func() bool {
-		lagErr = groupLagProblem(e, []string{e.p.Topic, tier}, parts)
-		return lagErr == ""
-	}) {
-		t.Errorf("group %s: %s", e.p.GroupID(), lagErr)
-	}
-	if err := a.stop(); err != nil {
-		t.Errorf("A's Run: %v", err)
-	}
+		h.mu.Unlock()
+		allA, tierA := h.counts("A")
+		allB, tierB := h.counts("B")
+		allC, tierC := h.counts("C")
+		t.Logf("handler calls: A %d (%d from the tier), B %d (%d), C %d (%d, %d cut short at its leave); %d tier calls, %d early",
+			allA, tierA, allB, tierB, allC, tierC, h.abandonedOf("C"), tierCalls, early)
+	})
+
+	t.Run("nothing stays paused", func(t *testing.T) {
+		if !kafkatest.Eventually(5*time.Second, func() bool {
+			return gauge(a, "redrive_paused_partitions") == 0 && gauge(a, "redrive_waiting_records") == 0
+		}) {
+			t.Errorf("A still has %v tier partitions paused and %v records waiting", gauge(a, "redrive_paused_partitions"), gauge(a, "redrive_waiting_records"))
+		}
+		for name, p := range map[string]rbProc{"A": a, "B": b, "C": c} {
+			if d := p.pauses.stuck(); d > time.Second {
+				t.Errorf("%s had tier partitions paused with no record waiting for %v", name, d)
+			}
+		}
+	})
+
+	t.Run("the group lag on the main topic and the tier reaches 0", func(t *testing.T) {
+		var lagErr string
+		if !kafkatest.Eventually(15*time.Second, func() bool {
+			lagErr = e.LagProblem([]string{e.P.Topic, tier}, parts)
+			return lagErr == ""
+		}) {
+			t.Errorf("group %s: %s", e.P.GroupID(), lagErr)
+		}
+	})
+
+	t.Run("A stops cleanly", func(t *testing.T) {
+		if err := a.stop(); err != nil {
+			t.Errorf("A's Run: %v", err)
+		}
+	})
 	t.Logf("took %v", elapsed())
 }
 
 // assignment is who in the pipeline's group owns what, by client id
 // ("redrive-<instance>"), as the broker describes it.
-func assignment(e *env) map[string]map[string][]int32 {
+func assignment(e *pipetest.Env) map[string]map[string][]int32 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	gs, err := e.adm.DescribeGroups(ctx, e.p.GroupID())
+	gs, err := e.Admin.DescribeGroups(ctx, e.P.GroupID())
 	if err != nil {
 		return nil
 	}
@@ -666,40 +687,6 @@ func ownsAll(asg map[string]map[string][]int32, member string, topics []string, 
 		}
 	}
 	return true
-}
-
-// groupLagProblem describes why the pipeline's group has not consumed
-// every partition of topics to the end; "" when it has.
-func groupLagProblem(e *env, topics []string, parts int32) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	lags, err := e.adm.Lag(ctx, e.p.GroupID())
-	if err != nil {
-		return "lag: " + err.Error()
-	}
-	gl, ok := lags[e.p.GroupID()]
-	if !ok {
-		return "lag: group not described"
-	}
-	if err := gl.Error(); err != nil {
-		return "lag: " + err.Error()
-	}
-	var problems []string
-	for _, topic := range topics {
-		for p := int32(0); p < parts; p++ {
-			l, ok := gl.Lag.Lookup(topic, p)
-			switch {
-			case !ok:
-				problems = append(problems, fmt.Sprintf("%s/%d: no lag", topic, p))
-			case l.Err != nil:
-				problems = append(problems, fmt.Sprintf("%s/%d: %v", topic, p, l.Err))
-			case l.Lag != 0:
-				problems = append(problems, fmt.Sprintf("%s/%d: lag %d (committed %d, end %d)", topic, p, l.Lag, l.Commit.At, l.End.Offset))
-			}
-		}
-	}
-	slices.Sort(problems)
-	return strings.Join(problems, "; ")
 }
 
 // head is the first few of ids, for messages.

@@ -135,19 +135,10 @@ func (s *solver) count(id string) int {
 	return s.calls[id]
 }
 
-// collect reads topic from the start until n records or timeout.
-func collect(t *testing.T, c *kafkatest.Cluster, topic string, n int, timeout time.Duration) []*kgo.Record {
-	t.Helper()
-	return c.Collect(t, topic, n, timeout)
-}
-
+// hdr is r's header k, "" without one.
 func hdr(r *kgo.Record, k string) string {
-	for _, h := range r.Headers {
-		if h.Key == k {
-			return string(h.Value)
-		}
-	}
-	return ""
+	v, _ := kafkatest.Header(r, k)
+	return v
 }
 
 func TestProcessCommandHandlesAndStopsCleanly(t *testing.T) {
@@ -172,8 +163,8 @@ func TestProcessCommandHandlesAndStopsCleanly(t *testing.T) {
 	if err := cl.ProduceSync(context.Background(), rec("a", "easy"), rec("b", "flaky"), rec("c", "wrong-key")).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	results := collect(t, c, topic+".results", 2, 30*time.Second)
-	dead := collect(t, c, topic+".dlq", 1, 30*time.Second)
+	results := c.Collect(t, topic+".results", 2, 30*time.Second)
+	dead := c.Collect(t, topic+".dlq", 1, 30*time.Second)
 	got := map[string]string{}
 	for _, r := range results {
 		got[hdr(r, retry.HeaderID)] = string(r.Value) + " attempt " + hdr(r, retry.HeaderAttempt)
@@ -233,57 +224,67 @@ func TestDevRunsEverything(t *testing.T) {
 			break
 		}
 	}
-	if snap.ByReason["permanent"] == 0 || len(snap.DeadLetters) == 0 {
-		t.Errorf("no dead letters on the dev dashboard after 60s: %+v\n%s", snap, out.String())
-	}
-	if sum(snap, "redrive_retries_scheduled_total{", "tier=1s") == 0 {
-		t.Errorf("no retries in the dev dashboard's counters: %v", snap.Counters)
-	}
-	resp, err := http.Get("http://" + addr + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(page), "Latest dead letters") || !strings.Contains(string(page), "ERROR_WRONG_USER_KEY") {
-		t.Errorf("dashboard page lacks the dead letters table")
-	}
-	if !strings.Contains(out.String(), "handled ") || !strings.Contains(out.String(), "dead-lettered ") {
-		t.Errorf("dev printed no summary line:\n%s", out.String())
-	}
-	if !strings.Contains(out.String(), "dashboard     http://"+anAddr+"/") {
-		t.Errorf("dev did not print the analyzer's dashboard URL:\n%s", out.String())
-	}
-	var st struct {
-		Pipelines []struct {
-			Ready bool `json:"ready"`
-			Stats struct {
-				Total int64 `json:"total"`
-			} `json:"stats"`
-		} `json:"pipelines"`
-	}
-	for i := 0; i < 100; i++ {
-		if r, err := http.Get("http://" + anAddr + "/api/stats"); err == nil {
-			_ = decodeJSON(r.Body, &st)
-			r.Body.Close()
-			if len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total > 0 {
-				break
+	t.Run("the dev dashboard API shows dead letters and retries", func(t *testing.T) {
+		if snap.ByReason["permanent"] == 0 || len(snap.DeadLetters) == 0 {
+			t.Errorf("no dead letters on the dev dashboard after 60s: %+v\n%s", snap, out.String())
+		}
+		if sum(snap, "redrive_retries_scheduled_total{", "tier=1s") == 0 {
+			t.Errorf("no retries in the dev dashboard's counters: %v", snap.Counters)
+		}
+	})
+	t.Run("the dev dashboard page lists the latest dead letters", func(t *testing.T) {
+		resp, err := http.Get("http://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(page), "Latest dead letters") || !strings.Contains(string(page), "ERROR_WRONG_USER_KEY") {
+			t.Errorf("dashboard page lacks the dead letters table")
+		}
+	})
+	t.Run("dev prints a summary and the analyzer dashboard URL", func(t *testing.T) {
+		if !strings.Contains(out.String(), "handled ") || !strings.Contains(out.String(), "dead-lettered ") {
+			t.Errorf("dev printed no summary line:\n%s", out.String())
+		}
+		if !strings.Contains(out.String(), "dashboard     http://"+anAddr+"/") {
+			t.Errorf("dev did not print the analyzer's dashboard URL:\n%s", out.String())
+		}
+	})
+	t.Run("the analyzer in dev counts the dead letters", func(t *testing.T) {
+		var st struct {
+			Pipelines []struct {
+				Ready bool `json:"ready"`
+				Stats struct {
+					Total int64 `json:"total"`
+				} `json:"stats"`
+			} `json:"pipelines"`
+		}
+		for i := 0; i < 100; i++ {
+			if r, err := http.Get("http://" + anAddr + "/api/stats"); err == nil {
+				_ = decodeJSON(r.Body, &st)
+				r.Body.Close()
+				if len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total > 0 {
+					break
+				}
 			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if len(st.Pipelines) != 1 || st.Pipelines[0].Stats.Total == 0 {
-		t.Errorf("the analyzer in dev reports no dead letters: %+v", st)
-	}
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Errorf("dev exit %d, want 0:\n%s", code, out.String())
+		if len(st.Pipelines) != 1 || st.Pipelines[0].Stats.Total == 0 {
+			t.Errorf("the analyzer in dev reports no dead letters: %+v", st)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("dev did not stop")
-	}
+	})
+	t.Run("dev exits 0 when stopped", func(t *testing.T) {
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Errorf("dev exit %d, want 0:\n%s", code, out.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("dev did not stop")
+		}
+	})
 }
 
 func TestDevConfigIsValid(t *testing.T) {

@@ -96,7 +96,7 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 
 	last.sigterm(t, 25*time.Second)
 	for _, tp := range []string{topic, topic + ".retry.1s", topic + ".retry.2s"} {
-		if lag := groupLag(t, c, "redrive."+topic, tp); lag != 0 {
+		if lag := c.Lag(t, "redrive."+topic, tp); lag != 0 {
 			t.Errorf("after SIGTERM the group's lag on %s is %d, want 0 (everything committed)", tp, lag)
 		}
 	}
@@ -189,34 +189,19 @@ func distinct(s *solver) int {
 	return len(s.calls)
 }
 
-// collectIDs counts records per redrive-id on topic until n distinct ids.
+// collectIDs counts records per redrive-id on topic until n distinct ids,
+// then a second more for late duplicates.
 func collectIDs(t *testing.T, c *kafkatest.Cluster, topic string, n int, timeout time.Duration) map[string]int {
 	t.Helper()
-	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	ids := map[string]int{}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for len(ids) < n && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { ids[hdr(r, retry.HeaderID)]++ })
+	seen := 0
+	count := func(got kafkatest.Got) map[string]int {
+		for _, r := range got[topic][seen:] {
+			ids[hdr(r, retry.HeaderID)]++
+		}
+		seen = len(got[topic])
+		return ids
 	}
-	// Settle briefly to count late duplicates.
-	sctx, scancel := context.WithTimeout(context.Background(), time.Second)
-	defer scancel()
-	cl.PollFetches(sctx).EachRecord(func(r *kgo.Record) { ids[hdr(r, retry.HeaderID)]++ })
-	return ids
-}
-
-func groupLag(t *testing.T, c *kafkatest.Cluster, group, topic string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	lags, err := c.Admin(t).Lag(ctx, group)
-	if err != nil {
-		t.Fatalf("lag: %v", err)
-	}
-	gl, ok := lags[group]
-	if !ok || gl.Error() != nil {
-		t.Fatalf("lag of %s: %v", group, gl.Error())
-	}
-	return gl.Lag.TotalByTopic()[topic].Lag
+	got := c.CollectUntil(t, []string{topic}, func(got kafkatest.Got) bool { return len(count(got)) >= n }, timeout, time.Second)
+	return count(got)
 }

@@ -194,72 +194,78 @@ func TestDLQStats(t *testing.T) {
 func TestDLQExport(t *testing.T) {
 	f := newReplayFixture(t)
 	ctx := context.Background()
-	code, out, errs := runSplit(ctx, "dlq", "export", "-c", f.cfg, "--format", "jsonl")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	vs := views(t, out)
-	if len(vs) != 6 {
-		t.Fatalf("%d lines, want 6:\n%s", len(vs), out)
-	}
-	byKey := map[string]dlq.View{}
-	for _, v := range vs {
-		byKey[*v.Key] = v
-	}
-	k1 := byKey["k1"]
-	want := []dlq.ViewHeader{{Key: "trace", Value: "a", Encoding: "text"}, {Key: "trace", Value: "b", Encoding: "text"}, {Key: "tenant", Value: "acme", Encoding: "text"}}
-	if !slices.Equal(k1.Headers, want) || k1.Code != "ERROR_WRONG_USER_KEY" || k1.Reason != "permanent" || *k1.Value != "v1" ||
-		k1.Origin == nil || k1.Origin.Topic != f.topic || k1.Topic != f.dlq || k1.Timestamp.IsZero() {
-		t.Errorf("k1 exported as %+v", k1)
-	}
-	if k3 := byKey["k3"]; len(k3.Headers) != 2 || k3.Headers[1] != (dlq.ViewHeader{Key: "bin", Value: "//4=", Encoding: "base64"}) || k3.Redrives != 1 {
-		t.Errorf("k3 headers %+v", k3.Headers)
-	}
-	bin, ok := byKey["AAH/"]
-	if !ok || bin.KeyEncoding != "base64" {
-		t.Fatalf("binary key not exported as base64: %v", byKey)
-	}
-	if k, _ := dlq.DecodeBytes(bin.Key, bin.KeyEncoding); !bytes.Equal(k, binKey) {
-		t.Errorf("binary key reads back as %x", k)
-	}
-	if k7 := byKey["k7"]; k7.Truncated != 5000 {
-		t.Errorf("k7 truncated = %d, want 5000", k7.Truncated)
-	}
-	if !strings.Contains(errs, "exported 6 dead letters") || !strings.Contains(errs, "1 skipped") {
-		t.Errorf("stderr: %s", errs)
-	}
-
-	path := filepath.Join(t.TempDir(), "dead.csv")
-	code, _, errs = runSplit(ctx, "dlq", "export", "-c", f.cfg, "--format", "csv", "-o", path, "--code", "http_5*")
-	if code != 0 {
-		t.Fatalf("csv: exit %d: %s", code, errs)
-	}
-	file, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer file.Close()
-	rows, err := csv.NewReader(file).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rows) != 3 || !slices.Equal(rows[0], dlq.CSVHeader()) {
-		t.Fatalf("csv: %d rows (want header + 2), header %v", len(rows), rows[0])
-	}
-	col := slices.Index(rows[0], "code")
-	for _, r := range rows[1:] {
-		if r[col] != "http_503" {
-			t.Errorf("csv row with code %q", r[col])
+	t.Run("jsonl exports every dead letter with headers and binary keys and truncation", func(t *testing.T) {
+		code, out, errs := runSplit(ctx, "dlq", "export", "-c", f.cfg, "--format", "jsonl")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
 		}
-	}
-	if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
-		t.Errorf("temporary files left beside the export: %v", entries)
-	}
+		vs := views(t, out)
+		if len(vs) != 6 {
+			t.Fatalf("%d lines, want 6:\n%s", len(vs), out)
+		}
+		byKey := map[string]dlq.View{}
+		for _, v := range vs {
+			byKey[*v.Key] = v
+		}
+		k1 := byKey["k1"]
+		want := []dlq.ViewHeader{{Key: "trace", Value: "a", Encoding: "text"}, {Key: "trace", Value: "b", Encoding: "text"}, {Key: "tenant", Value: "acme", Encoding: "text"}}
+		if !slices.Equal(k1.Headers, want) || k1.Code != "ERROR_WRONG_USER_KEY" || k1.Reason != "permanent" || *k1.Value != "v1" ||
+			k1.Origin == nil || k1.Origin.Topic != f.topic || k1.Topic != f.dlq || k1.Timestamp.IsZero() {
+			t.Errorf("k1 exported as %+v", k1)
+		}
+		if k3 := byKey["k3"]; len(k3.Headers) != 2 || k3.Headers[1] != (dlq.ViewHeader{Key: "bin", Value: "//4=", Encoding: "base64"}) || k3.Redrives != 1 {
+			t.Errorf("k3 headers %+v", k3.Headers)
+		}
+		bin, ok := byKey["AAH/"]
+		if !ok || bin.KeyEncoding != "base64" {
+			t.Fatalf("binary key not exported as base64: %v", byKey)
+		}
+		if k, _ := dlq.DecodeBytes(bin.Key, bin.KeyEncoding); !bytes.Equal(k, binKey) {
+			t.Errorf("binary key reads back as %x", k)
+		}
+		if k7 := byKey["k7"]; k7.Truncated != 5000 {
+			t.Errorf("k7 truncated = %d, want 5000", k7.Truncated)
+		}
+		if !strings.Contains(errs, "exported 6 dead letters") || !strings.Contains(errs, "1 skipped") {
+			t.Errorf("stderr: %s", errs)
+		}
+	})
 
-	code, out, _ = runSplit(ctx, "dlq", "export", "-c", f.cfg, "--limit", "2")
-	if code != 0 || len(views(t, out)) != 2 {
-		t.Errorf("--limit 2: exit %d, %d lines", code, len(views(t, out)))
-	}
+	t.Run("csv to a file with a code filter leaves no temporary file", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "dead.csv")
+		code, _, errs := runSplit(ctx, "dlq", "export", "-c", f.cfg, "--format", "csv", "-o", path, "--code", "http_5*")
+		if code != 0 {
+			t.Fatalf("csv: exit %d: %s", code, errs)
+		}
+		file, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer file.Close()
+		rows, err := csv.NewReader(file).ReadAll()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 3 || !slices.Equal(rows[0], dlq.CSVHeader()) {
+			t.Fatalf("csv: %d rows (want header + 2), header %v", len(rows), rows[0])
+		}
+		col := slices.Index(rows[0], "code")
+		for _, r := range rows[1:] {
+			if r[col] != "http_503" {
+				t.Errorf("csv row with code %q", r[col])
+			}
+		}
+		if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+			t.Errorf("temporary files left beside the export: %v", entries)
+		}
+	})
+
+	t.Run("limit stops after n dead letters", func(t *testing.T) {
+		code, out, _ := runSplit(ctx, "dlq", "export", "-c", f.cfg, "--limit", "2")
+		if code != 0 || len(views(t, out)) != 2 {
+			t.Errorf("--limit 2: exit %d, %d lines", code, len(views(t, out)))
+		}
+	})
 }
 
 func TestReplayDryRunWritesNothing(t *testing.T) {
@@ -336,7 +342,7 @@ func TestReplayRepublishes(t *testing.T) {
 	if !strings.Contains(errs, "republished 2 of 2 matching to "+to+" (7 scanned") {
 		t.Errorf("stderr: %s", errs)
 	}
-	got := collect(t, f.c, to, 2, 30*time.Second)
+	got := f.c.Collect(t, to, 2, 30*time.Second)
 	time.Sleep(300 * time.Millisecond)
 	if len(got) != 2 || endOffsets(t, f.c, to) != 2 {
 		t.Fatalf("%d records in %s, want 2", len(got), to)
@@ -373,7 +379,7 @@ func TestReplayRepublishes(t *testing.T) {
 	if code != 0 || !strings.Contains(errs, "republished 1 of 1 matching to "+f.topic) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	if main := collect(t, f.c, f.topic, 1, 30*time.Second); len(main) != 1 || string(main[0].Key) != "k5" || hdr(main[0], retry.HeaderRedrives) != "1" {
+	if main := f.c.Collect(t, f.topic, 1, 30*time.Second); len(main) != 1 || string(main[0].Key) != "k5" || hdr(main[0], retry.HeaderRedrives) != "1" {
 		t.Errorf("main topic after --key k5: %v", main)
 	}
 }

@@ -91,7 +91,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	}
 	t.Logf("broker restarted after %d of %d handled; all reached their terminal topic; %d duplicates", at, n, dups)
 	p.sigterm(t, 30*time.Second)
-	if lag := groupLag(t, c, "redrive."+topic, topic); lag != 0 {
+	if lag := c.Lag(t, "redrive."+topic, topic); lag != 0 {
 		t.Errorf("lag on %s after SIGTERM is %d, want 0", topic, lag)
 	}
 }

@@ -426,67 +426,75 @@ analyzer: {token: file}
 		"REDRIVE_SASL_PASSWORD", "p w",
 		"REDRIVE_ANALYZER_TOKEN", "tok",
 	)
-	c := mustParse(t, doc, all)
-	if !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) || c.HTTPAddr != "127.0.0.1:2" || c.Instance != "pod-1" || c.ClientID != "cid" || c.Analyzer.Token != "tok" {
-		t.Errorf("overrides not applied:\n%s", dump(c))
-	}
-	if c.SASL == nil || *c.SASL != (SASL{Mechanism: "SCRAM-SHA-256", User: "u", Password: "p w"}) {
-		t.Errorf("sasl = %+v; want it created from the environment, mechanism upper-cased", c.SASL)
-	}
 
-	// Unset or empty variables leave the file alone.
-	c = mustParse(t, doc, env("REDRIVE_BROKERS", ""))
-	if !slices.Equal(c.Brokers, []string{"file:9092"}) || c.Instance != "file" || c.SASL != nil {
-		t.Errorf("empty environment changed the file:\n%s", dump(c))
-	}
-
-	// Only a password: the sasl section is created, and its problems name
-	// where the values came from.
-	err := parseErr(t, doc, env("REDRIVE_SASL_PASSWORD", "p"))
-	for _, want := range []string{"sasl.mechanism: required", "sasl.user: required"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("error %q does not contain %q", err, want)
+	t.Run("every REDRIVE_ variable overrides the file", func(t *testing.T) {
+		c := mustParse(t, doc, all)
+		if !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) || c.HTTPAddr != "127.0.0.1:2" || c.Instance != "pod-1" || c.ClientID != "cid" || c.Analyzer.Token != "tok" {
+			t.Errorf("overrides not applied:\n%s", dump(c))
 		}
-	}
+		if c.SASL == nil || *c.SASL != (SASL{Mechanism: "SCRAM-SHA-256", User: "u", Password: "p w"}) {
+			t.Errorf("sasl = %+v; want it created from the environment, mechanism upper-cased", c.SASL)
+		}
+	})
 
-	// A bad override names the variable, not the file's line.
-	err = parseErr(t, doc, env("REDRIVE_HTTP_ADDR", "nope"))
-	if !strings.Contains(err.Error(), `http_addr (from REDRIVE_HTTP_ADDR): "nope"`) || strings.Contains(err.Error(), "line") {
-		t.Errorf("error = %q", err)
-	}
-	err = parseErr(t, doc, env("REDRIVE_BROKERS", ",,"))
-	if !strings.Contains(err.Error(), "brokers (from REDRIVE_BROKERS): at least one broker") {
-		t.Errorf("error = %q", err)
-	}
+	t.Run("unset or empty variables leave the file alone", func(t *testing.T) {
+		c := mustParse(t, doc, env("REDRIVE_BROKERS", ""))
+		if !slices.Equal(c.Brokers, []string{"file:9092"}) || c.Instance != "file" || c.SASL != nil {
+			t.Errorf("empty environment changed the file:\n%s", dump(c))
+		}
+	})
 
-	// The file's sasl section, overridden key by key.
-	c = mustParse(t, doc+"sasl: {mechanism: plain, user: fu, password: fp}\n", env("REDRIVE_SASL_USER", "eu"))
-	if *c.SASL != (SASL{Mechanism: "PLAIN", User: "eu", Password: "fp"}) {
-		t.Errorf("sasl = %+v", *c.SASL)
-	}
+	t.Run("a lone password creates the sasl section and its problems", func(t *testing.T) {
+		err := parseErr(t, doc, env("REDRIVE_SASL_PASSWORD", "p"))
+		for _, want := range []string{"sasl.mechanism: required", "sasl.user: required"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not contain %q", err, want)
+			}
+		}
+	})
 
-	// SetBrokers (--brokers) after the file and the environment.
-	c = mustParse(t, doc, all)
-	c.SetBrokers("x:1,y:2")
-	if !slices.Equal(c.Brokers, []string{"x:1", "y:2"}) {
-		t.Errorf("brokers = %q", c.Brokers)
-	}
-	c.SetBrokers(" , ")
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "brokers (from --brokers)") {
-		t.Errorf("Validate after SetBrokers(\" , \") = %v", err)
-	}
-	c.SetBrokers("bad host:1")
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "brokers[0] (from --brokers)") {
-		t.Errorf("Validate after SetBrokers(bad) = %v", err)
-	}
+	t.Run("a bad override names the variable not the file line", func(t *testing.T) {
+		err := parseErr(t, doc, env("REDRIVE_HTTP_ADDR", "nope"))
+		if !strings.Contains(err.Error(), `http_addr (from REDRIVE_HTTP_ADDR): "nope"`) || strings.Contains(err.Error(), "line") {
+			t.Errorf("error = %q", err)
+		}
+		err = parseErr(t, doc, env("REDRIVE_BROKERS", ",,"))
+		if !strings.Contains(err.Error(), "brokers (from REDRIVE_BROKERS): at least one broker") {
+			t.Errorf("error = %q", err)
+		}
+	})
 
-	// ApplyEnv on a Config built in Go.
-	var g Config
-	g.ApplyEnv(all)
-	g.ApplyEnv(nil)
-	if !slices.Equal(g.Brokers, []string{"a:1", "b:2"}) {
-		t.Errorf("ApplyEnv on a Go config: brokers = %q", g.Brokers)
-	}
+	t.Run("the file sasl section is overridden key by key", func(t *testing.T) {
+		c := mustParse(t, doc+"sasl: {mechanism: plain, user: fu, password: fp}\n", env("REDRIVE_SASL_USER", "eu"))
+		if *c.SASL != (SASL{Mechanism: "PLAIN", User: "eu", Password: "fp"}) {
+			t.Errorf("sasl = %+v", *c.SASL)
+		}
+	})
+
+	t.Run("SetBrokers wins over file and environment and is validated", func(t *testing.T) {
+		c := mustParse(t, doc, all)
+		c.SetBrokers("x:1,y:2")
+		if !slices.Equal(c.Brokers, []string{"x:1", "y:2"}) {
+			t.Errorf("brokers = %q", c.Brokers)
+		}
+		c.SetBrokers(" , ")
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "brokers (from --brokers)") {
+			t.Errorf("Validate after SetBrokers(\" , \") = %v", err)
+		}
+		c.SetBrokers("bad host:1")
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "brokers[0] (from --brokers)") {
+			t.Errorf("Validate after SetBrokers(bad) = %v", err)
+		}
+	})
+
+	t.Run("ApplyEnv works on a Config built in Go", func(t *testing.T) {
+		var g Config
+		g.ApplyEnv(all)
+		g.ApplyEnv(nil)
+		if !slices.Equal(g.Brokers, []string{"a:1", "b:2"}) {
+			t.Errorf("ApplyEnv on a Go config: brokers = %q", g.Brokers)
+		}
+	})
 }
 
 // pipe is a file with one pipeline (topic on line 3) and extra lines for it

@@ -3,6 +3,12 @@
 // is healthy, else an embedded kfake cluster — which is refused under CI=true,
 // so that a missing broker fails a CI run instead of hiding behind a fake.
 //
+// It also holds the one copy of the broker-side helpers behaviour tests
+// share: CreateTopics, CollectUntil (read outputs until a condition, then a
+// settle time for extras), Lag and LagProblem (wait for lag 0), Eventually
+// and Header. What needs the processor is in internal/pipetest, so that
+// this package stays importable by every test, internal ones included.
+//
 // It is imported only by tests.
 package kafkatest
 
@@ -10,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,35 +143,47 @@ func (c *Cluster) Admin(t testing.TB) *kadm.Client {
 // included.
 func (c *Cluster) CreateTopic(t testing.TB, name string, partitions int32, configs map[string]*string) {
 	t.Helper()
+	c.CreateTopics(t, partitions, configs, name)
+}
+
+// CreateTopics creates topics with the same partition count and configs,
+// fails t on any error (per-topic ones included), and returns once every
+// one is in the metadata with a leader for every partition.
+func (c *Cluster) CreateTopics(t testing.TB, partitions int32, configs map[string]*string, names ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := c.Admin(t).CreateTopics(ctx, partitions, 1, configs, name)
-	if err == nil {
-		err = resp[name].Err
-	}
+	adm := c.Admin(t)
+	resp, err := adm.CreateTopics(ctx, partitions, 1, configs, names...)
 	if err != nil {
-		t.Fatalf("kafkatest: create topic %s: %v", name, err)
+		t.Fatalf("kafkatest: create topics %v: %v", names, err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil {
+			t.Fatalf("kafkatest: create topic %s: %v", r.Topic, r.Err)
+		}
 	}
 	// A real broker answers CreateTopics before every listener's metadata
 	// shows the topic; wait until it does, with a leader for every partition.
-	adm := c.Admin(t)
-	for {
-		td, err := adm.ListTopics(ctx, name)
-		if err == nil {
-			if d, ok := td[name]; ok && d.Err == nil && len(d.Partitions) == int(partitions) {
-				ready := true
-				for _, p := range d.Partitions {
-					ready = ready && p.Leader >= 0 && p.Err == nil
-				}
-				if ready {
-					return
+	for _, name := range names {
+		for {
+			td, err := adm.ListTopics(ctx, name)
+			if err == nil {
+				if d, ok := td[name]; ok && d.Err == nil && len(d.Partitions) == int(partitions) {
+					ready := true
+					for _, p := range d.Partitions {
+						ready = ready && p.Leader >= 0 && p.Err == nil
+					}
+					if ready {
+						break
+					}
 				}
 			}
+			if ctx.Err() != nil {
+				t.Fatalf("kafkatest: topic %s created but not in the metadata within 30s", name)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("kafkatest: topic %s created but not in the metadata within 30s", name)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -179,12 +198,134 @@ func Topic(t testing.TB, base string) string {
 // passed, and returns what it read (fewer than n on timeout).
 func (c *Cluster) Collect(t testing.TB, topic string, n int, timeout time.Duration) []*kgo.Record {
 	t.Helper()
-	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	var out []*kgo.Record
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for len(out) < n && ctx.Err() == nil {
-		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	return c.CollectUntil(t, []string{topic}, func(got Got) bool { return len(got[topic]) >= n }, timeout, 0)[topic]
+}
+
+// Got is what CollectUntil read: each topic's records in consumed order.
+type Got map[string][]*kgo.Record
+
+// Total is the number of records read from topics.
+func (g Got) Total(topics ...string) int {
+	n := 0
+	for _, tp := range topics {
+		n += len(g[tp])
 	}
-	return out
+	return n
+}
+
+// CollectUntil reads topics from their start until enough(got) holds or
+// timeout passes, then for settle more so that extras (duplicates, records
+// that should not exist) are caught too. It never fails t: the caller
+// asserts on what arrived.
+func (c *Cluster) CollectUntil(t testing.TB, topics []string, enough func(got Got) bool, timeout, settle time.Duration) Got {
+	t.Helper()
+	cl := c.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	got := Got{}
+	deadline := time.Now().Add(timeout)
+	var settleAt time.Time
+	for {
+		now := time.Now()
+		if settleAt.IsZero() && enough(got) {
+			settleAt = now.Add(settle)
+		}
+		if !settleAt.IsZero() && !now.Before(settleAt) || now.After(deadline) {
+			return got
+		}
+		end := deadline
+		if !settleAt.IsZero() {
+			end = settleAt
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) { got[r.Topic] = append(got[r.Topic], r) })
+	}
+}
+
+// LagProblem describes why group has not consumed every partition
+// 0..parts-1 of topics to the end; "" when it has (lag 0 everywhere).
+func (c *Cluster) LagProblem(t testing.TB, group string, topics []string, parts int32) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lags, err := c.Admin(t).Lag(ctx, group)
+	if err != nil {
+		return "lag: " + err.Error()
+	}
+	gl, ok := lags[group]
+	if !ok {
+		return "lag: group not described"
+	}
+	if err := gl.Error(); err != nil {
+		return "lag: " + err.Error()
+	}
+	var problems []string
+	for _, topic := range topics {
+		for p := int32(0); p < parts; p++ {
+			l, ok := gl.Lag.Lookup(topic, p)
+			switch {
+			case !ok:
+				problems = append(problems, fmt.Sprintf("%s/%d: no lag", topic, p))
+			case l.Err != nil:
+				problems = append(problems, fmt.Sprintf("%s/%d: %v", topic, p, l.Err))
+			case l.Lag != 0:
+				problems = append(problems, fmt.Sprintf("%s/%d: lag %d (committed %d, end %d)", topic, p, l.Lag, l.Commit.At, l.End.Offset))
+			}
+		}
+	}
+	slices.Sort(problems)
+	return strings.Join(problems, "; ")
+}
+
+// Lag is group's total lag on topic; it fails t when the lag cannot be
+// described.
+func (c *Cluster) Lag(t testing.TB, group, topic string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	lags, err := c.Admin(t).Lag(ctx, group)
+	if err != nil {
+		t.Fatalf("kafkatest: lag: %v", err)
+	}
+	gl, ok := lags[group]
+	if !ok || gl.Error() != nil {
+		t.Fatalf("kafkatest: lag of %s: %v", group, gl.Error())
+	}
+	return gl.Lag.TotalByTopic()[topic].Lag
+}
+
+// Eventually polls cond every 50ms until it holds (true) or timeout passes
+// (false).
+func Eventually(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Header is the value of r's first header k; ok is false without one.
+func Header(r *kgo.Record, k string) (v string, ok bool) {
+	for _, h := range r.Headers {
+		if h.Key == k {
+			return string(h.Value), true
+		}
+	}
+	return "", false
+}
+
+// CountHeader is how many headers named k r carries.
+func CountHeader(r *kgo.Record, k string) int {
+	n := 0
+	for _, h := range r.Headers {
+		if h.Key == k {
+			n++
+		}
+	}
+	return n
 }

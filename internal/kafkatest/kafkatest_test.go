@@ -2,9 +2,12 @@ package kafkatest
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -61,5 +64,131 @@ func TestBrokerRoundTrip(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+func TestCollectUntil(t *testing.T) {
+	c := New(t)
+	topic := Topic(t, "collect")
+	c.CreateTopics(t, 1, nil, topic)
+	cl := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var rs []*kgo.Record
+	for _, v := range []string{"a", "b", "c"} {
+		rs = append(rs, &kgo.Record{Topic: topic, Value: []byte(v)})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+
+	t.Run("keeps reading for settle after enough so extras show", func(t *testing.T) {
+		late := Topic(t, "collect-late")
+		c.CreateTopics(t, 1, nil, late)
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: late, Value: []byte("first")}).FirstErr(); err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		// The extra is written only once the condition held: only the
+		// settle time can catch it.
+		var once sync.Once
+		extra := make(chan error, 1)
+		got := c.CollectUntil(t, []string{late}, func(got Got) bool {
+			if got.Total(late) < 1 {
+				return false
+			}
+			once.Do(func() {
+				go func() { extra <- cl.ProduceSync(ctx, &kgo.Record{Topic: late, Value: []byte("extra")}).FirstErr() }()
+			})
+			return true
+		}, 30*time.Second, 3*time.Second)
+		if err := <-extra; err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+		if len(got[late]) != 2 || string(got[late][1].Value) != "extra" {
+			t.Fatalf("read %d records, want first and the extra written after the condition held", len(got[late]))
+		}
+	})
+
+	t.Run("reads in consumed order", func(t *testing.T) {
+		got := c.CollectUntil(t, []string{topic}, func(got Got) bool { return got.Total(topic) >= 3 }, 30*time.Second, 0)
+		if len(got[topic]) != 3 {
+			t.Fatalf("read %d records, want all 3", len(got[topic]))
+		}
+		for i, want := range []string{"a", "b", "c"} {
+			if string(got[topic][i].Value) != want {
+				t.Errorf("record %d = %q, want %q", i, got[topic][i].Value, want)
+			}
+		}
+	})
+
+	t.Run("returns what arrived when the condition never holds", func(t *testing.T) {
+		begin := time.Now()
+		got := c.CollectUntil(t, []string{topic}, func(Got) bool { return false }, 2*time.Second, 0)
+		if len(got[topic]) != 3 {
+			t.Errorf("read %d records by the timeout, want 3", len(got[topic]))
+		}
+		if d := time.Since(begin); d < 2*time.Second || d > 20*time.Second {
+			t.Errorf("returned after %v, want about the 2s timeout", d)
+		}
+	})
+
+	t.Run("Collect stops at n", func(t *testing.T) {
+		if got := c.Collect(t, topic, 2, 30*time.Second); len(got) < 2 {
+			t.Errorf("Collect read %d records, want at least 2", len(got))
+		}
+	})
+}
+
+func TestLag(t *testing.T) {
+	c := New(t)
+	topic := Topic(t, "lag")
+	c.CreateTopics(t, 2, nil, topic)
+	group := topic + ".group"
+	cl := c.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("x")}, &kgo.Record{Topic: topic, Partition: 1, Value: []byte("y")}).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	adm := c.Admin(t)
+	commit := func(at0, at1 int64) {
+		t.Helper()
+		var os kadm.Offsets
+		os.Add(kadm.Offset{Topic: topic, Partition: 0, At: at0, LeaderEpoch: -1})
+		os.Add(kadm.Offset{Topic: topic, Partition: 1, At: at1, LeaderEpoch: -1})
+		if err := adm.CommitAllOffsets(ctx, group, os); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+	}
+
+	commit(0, 1)
+	if p := c.LagProblem(t, group, []string{topic}, 2); !strings.Contains(p, topic+"/0: lag 1") || strings.Contains(p, topic+"/1") {
+		t.Errorf("LagProblem = %q, want partition 0 at lag 1 and nothing about partition 1", p)
+	}
+	if l := c.Lag(t, group, topic); l != 1 {
+		t.Errorf("Lag = %d, want 1", l)
+	}
+	commit(1, 1)
+	if p := c.LagProblem(t, group, []string{topic}, 2); p != "" {
+		t.Errorf("LagProblem = %q at lag 0, want empty", p)
+	}
+	if l := c.Lag(t, group, topic); l != 0 {
+		t.Errorf("Lag = %d, want 0", l)
+	}
+}
+
+func TestHeader(t *testing.T) {
+	r := &kgo.Record{Headers: []kgo.RecordHeader{{Key: "a", Value: []byte("1")}, {Key: "b"}, {Key: "a", Value: []byte("2")}}}
+	if v, ok := Header(r, "a"); !ok || v != "1" {
+		t.Errorf("Header(a) = %q, %v; want the first, 1", v, ok)
+	}
+	if v, ok := Header(r, "b"); !ok || v != "" {
+		t.Errorf("Header(b) = %q, %v; want present and empty", v, ok)
+	}
+	if _, ok := Header(r, "c"); ok {
+		t.Errorf("Header(c) present")
+	}
+	if n := CountHeader(r, "a"); n != 2 {
+		t.Errorf("CountHeader(a) = %d, want 2", n)
 	}
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
@@ -51,7 +53,7 @@ type badRun struct {
 // headers intact; and that the solver was called 3 times per request.
 func runBadSolver(t *testing.T, opts httphandler.Options, url string, variants map[string]badVariant, per int) {
 	const secret = "s3cr3t-api-key"
-	rg := newRig(t, "badsolver", 3, retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3, Jitter: 0.1})
+	rg := pipetest.New(t, "badsolver", 3, retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3, Jitter: 0.1})
 	run := &badRun{calls: map[string]int{}}
 	var safeURL string
 	if url == "" {
@@ -102,7 +104,7 @@ func runBadSolver(t *testing.T, opts httphandler.Options, url string, variants m
 			if i%2 == 1 {
 				key = []byte{0, 0xff, byte(i)}
 			}
-			rec := &kgo.Record{Topic: rg.p.Topic, Key: key, Value: []byte(`{"captcha":"` + id + `"}`), Headers: []kgo.RecordHeader{
+			rec := &kgo.Record{Topic: rg.P.Topic, Key: key, Value: []byte(`{"captcha":"` + id + `"}`), Headers: []kgo.RecordHeader{
 				{Key: "idempotency-key", Value: []byte(id)},
 				{Key: "trace-id", Value: []byte("trace-" + strconv.Itoa(i))},
 				{Key: "content-type", Value: []byte("application/json")},
@@ -113,27 +115,27 @@ func runBadSolver(t *testing.T, opts httphandler.Options, url string, variants m
 		}
 	}
 	begin := time.Now()
-	stop := rg.start(h)
-	rg.produce(recs)
-	got := rg.collect([]string{rg.p.DLQ, rg.p.Results}, func(got map[string][]*kgo.Record) bool {
-		return len(got[rg.p.DLQ]) >= len(want)
+	stop := rg.Start(h)
+	rg.Produce(recs...)
+	got := rg.Collect([]string{rg.P.DLQ, rg.P.Results}, func(got kafkatest.Got) bool {
+		return len(got[rg.P.DLQ]) >= len(want)
 	}, 60*time.Second, time.Second)
 	elapsed := time.Since(begin)
 	if err := stop(); err != nil {
 		t.Errorf("Run: %v", err)
 	}
-	t.Logf("%d requests: %d dead letters, %d results in %v", len(want), len(got[rg.p.DLQ]), len(got[rg.p.Results]), elapsed.Round(time.Millisecond))
+	t.Logf("%d requests: %d dead letters, %d results in %v", len(want), len(got[rg.P.DLQ]), len(got[rg.P.Results]), elapsed.Round(time.Millisecond))
 
 	e := &errs{t: t}
 	defer e.done()
-	for _, r := range got[rg.p.Results] {
-		id, _ := hdr(r, retry.HeaderID)
+	for _, r := range got[rg.P.Results] {
+		id, _ := kafkatest.Header(r, retry.HeaderID)
 		e.add("%s: a bad answer became a result %q", id, r.Value)
 	}
 	seen := map[string]int{}
 	logged := map[string]bool{}
-	for _, r := range got[rg.p.DLQ] {
-		id, _ := hdr(r, retry.HeaderID)
+	for _, r := range got[rg.P.DLQ] {
+		id, _ := kafkatest.Header(r, retry.HeaderID)
 		seen[id]++
 		w := want[id]
 		if w == nil {
@@ -144,8 +146,8 @@ func runBadSolver(t *testing.T, opts httphandler.Options, url string, variants m
 		v := variants[name]
 		if !logged[name] {
 			logged[name] = true
-			code, _ := hdr(r, retry.HeaderErrorCode)
-			msg, _ := hdr(r, retry.HeaderError)
+			code, _ := kafkatest.Header(r, retry.HeaderErrorCode)
+			msg, _ := kafkatest.Header(r, retry.HeaderError)
 			t.Logf("%s: redrive-error-code %s, redrive-error %q", name, code, msg)
 		}
 		if !bytes.Equal(r.Key, w.Key) || !bytes.Equal(r.Value, w.Value) {
@@ -163,11 +165,11 @@ func runBadSolver(t *testing.T, opts httphandler.Options, url string, variants m
 			retry.HeaderErrorCode:  v.code,
 			retry.HeaderAttempt:    "3",
 		} {
-			if gv, _ := hdr(r, k); gv != wv {
+			if gv, _ := kafkatest.Header(r, k); gv != wv {
 				e.add("%s: %s %q, want %q", id, k, gv, wv)
 			}
 		}
-		msg, _ := hdr(r, retry.HeaderError)
+		msg, _ := kafkatest.Header(r, retry.HeaderError)
 		switch {
 		case !strings.HasPrefix(msg, "POST "+safeURL+": "):
 			e.add("%s: redrive-error %q does not name the URL %s", id, msg, safeURL)

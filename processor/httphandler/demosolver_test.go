@@ -92,21 +92,25 @@ func TestDemoSolver(t *testing.T) {
 					t.Fatal("a bad-key value was solved")
 				}
 			}
-			if solved+permanent+exhausted != records || solved < records/2 || permanent < 5 || polls == 0 {
-				t.Fatalf("solved %d, permanent %d, exhausted %d, polls %d", solved, permanent, exhausted, polls)
-			}
-			st := solver.Stats()
-			if st.Solved != int64(solved) || st.Permanent != int64(permanent) || st.Polls != int64(polls) || st.Duplicates != 0 || st.Pending != 0 {
-				t.Fatalf("solver stats %+v; handler saw solved %d, permanent %d, polls %d", st, solved, permanent, polls)
-			}
-
-			// A redelivered request (same id) is answered from the solver's memory, not solved again.
-			req := &processor.Request{Record: &kgo.Record{Value: []byte("captcha-0")}, ID: "solve/0/0", Attempt: 1}
-			if out := h.Handle(context.Background(), req); out.Kind == processor.Success {
-				if after := solver.Stats(); after.Solved != st.Solved || after.Duplicates != 1 {
-					t.Fatalf("redelivery charged again: %+v", after)
+			t.Run("every request ends solved permanent or exhausted and most are solved", func(t *testing.T) {
+				if solved+permanent+exhausted != records || solved < records/2 || permanent < 5 || polls == 0 {
+					t.Fatalf("solved %d, permanent %d, exhausted %d, polls %d", solved, permanent, exhausted, polls)
 				}
-			}
+			})
+			st := solver.Stats()
+			t.Run("the solver counts what the handler saw", func(t *testing.T) {
+				if st.Solved != int64(solved) || st.Permanent != int64(permanent) || st.Polls != int64(polls) || st.Duplicates != 0 || st.Pending != 0 {
+					t.Fatalf("solver stats %+v; handler saw solved %d, permanent %d, polls %d", st, solved, permanent, polls)
+				}
+			})
+			t.Run("a redelivered request is answered from memory and not solved again", func(t *testing.T) {
+				req := &processor.Request{Record: &kgo.Record{Value: []byte("captcha-0")}, ID: "solve/0/0", Attempt: 1}
+				if out := h.Handle(context.Background(), req); out.Kind == processor.Success {
+					if after := solver.Stats(); after.Solved != st.Solved || after.Duplicates != 1 {
+						t.Fatalf("redelivery charged again: %+v", after)
+					}
+				}
+			})
 		})
 	}
 }

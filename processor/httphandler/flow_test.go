@@ -16,132 +16,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
 )
-
-// rig is one behaviour test's broker and pipeline: the real processor with
-// the HTTP handler, its topics created with kadm.
-type rig struct {
-	t  testing.TB
-	c  *kafkatest.Cluster
-	cl *kgo.Client
-	p  processor.Pipeline
-}
-
-func newRig(t testing.TB, base string, partitions int32, sched retry.Schedule) *rig {
-	t.Helper()
-	c := kafkatest.New(t)
-	r := &rig{t: t, c: c, cl: c.Client(t, kgo.ProducerLinger(time.Millisecond))}
-	topic := kafkatest.Topic(t, base)
-	r.p = processor.Pipeline{
-		Name:     topic,
-		Topic:    topic,
-		Results:  topic + ".results",
-		DLQ:      topic + ".dlq",
-		Schedule: sched,
-	}
-	names := append([]string{topic, r.p.Results, r.p.DLQ}, r.p.TierTopics()...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	resp, err := c.Admin(t).CreateTopics(ctx, partitions, 1, nil, names...)
-	if err != nil {
-		t.Fatalf("create topics: %v", err)
-	}
-	for _, tr := range resp.Sorted() {
-		if tr.Err != nil {
-			t.Fatalf("create topic %s: %v", tr.Topic, tr.Err)
-		}
-	}
-	return r
-}
-
-// start runs a processor with h until stop is called or the test ends;
-// stop returns Run's error.
-func (r *rig) start(h processor.Handler) (stop func() error) {
-	r.t.Helper()
-	pr, err := processor.New(processor.Config{
-		Brokers:        r.c.Brokers,
-		Pipelines:      []processor.Pipeline{r.p},
-		SessionTimeout: 6 * time.Second,
-		ShutdownGrace:  10 * time.Second,
-		CommitInterval: 200 * time.Millisecond,
-		Registerer:     prometheus.NewRegistry(),
-		Instance:       "httptest",
-	}, h)
-	if err != nil {
-		r.t.Fatalf("processor.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- pr.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-done:
-			case <-time.After(60 * time.Second):
-				runErr = fmt.Errorf("processor did not stop within 60s")
-			}
-		})
-		return runErr
-	}
-	r.t.Cleanup(func() { _ = stop() })
-	return stop
-}
-
-func (r *rig) produce(rs []*kgo.Record) {
-	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := r.cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
-		r.t.Fatalf("produce: %v", err)
-	}
-}
-
-// collect reads topics from their start until enough(got) holds or the
-// timeout passes, then for settle more to catch extras (duplicates). got
-// maps a topic to its records in consumed order.
-func (r *rig) collect(topics []string, enough func(got map[string][]*kgo.Record) bool, timeout, settle time.Duration) map[string][]*kgo.Record {
-	r.t.Helper()
-	cl := r.c.Client(r.t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
-	got := map[string][]*kgo.Record{}
-	deadline := time.Now().Add(timeout)
-	var settleAt time.Time
-	for {
-		now := time.Now()
-		if settleAt.IsZero() && enough(got) {
-			settleAt = now.Add(settle)
-		}
-		if !settleAt.IsZero() && now.After(settleAt) || now.After(deadline) {
-			return got
-		}
-		end := deadline
-		if !settleAt.IsZero() {
-			end = settleAt
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), end)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(rec *kgo.Record) { got[rec.Topic] = append(got[rec.Topic], rec) })
-	}
-}
-
-func hdr(r *kgo.Record, k string) (string, bool) {
-	for _, h := range r.Headers {
-		if h.Key == k {
-			return string(h.Value), true
-		}
-	}
-	return "", false
-}
 
 // userHeaders are r's headers other than redrive's own, in order.
 func userHeaders(r *kgo.Record) []kgo.RecordHeader {
@@ -389,20 +271,35 @@ func planFor(kind string, k int) plan {
 	panic("unknown kind " + kind)
 }
 
-// TestFlowHTTP is the end-to-end flow through the real processor and the
-// HTTP handler: 2,000 requests against a scripted solver that fails by
-// request id. Every request ends exactly once in the results topic or the
-// DLQ with the expected reason and code; redrive-attempt and redrive-polls
-// are counted right; key, value and user headers arrive intact at the
-// solver and in the terminal record; the solver is called exactly as often
-// as the schedule says with the right Redrive-Attempt and Redrive-State,
-// and never before the retry's due time or its tier's delay.
-func TestFlowHTTP(t *testing.T) {
+// flowWant is what one request of the flow is and must go through.
+type flowWant struct {
+	plan
+	kind string
+	rec  *kgo.Record // as produced
+}
+
+// flowRun is one run of the scripted mix through the real processor and
+// the HTTP handler, finished: what was produced, what arrived where, and
+// every call the solver received.
+type flowRun struct {
+	p       processor.Pipeline
+	secret  string
+	safeURL string // the solver URL without its query
+	wants   map[string]*flowWant
+	got     kafkatest.Got
+	calls   map[string][]solverCall // by Idempotency-Key, final
+	retries map[string][]*kgo.Record
+}
+
+// runFlow sends 2,000 requests, weighted towards fast paths, against a
+// scripted solver that fails by request id, and collects results, dead
+// letters and retry records until every request ended and every retry was
+// written, then a little longer for duplicates.
+func runFlow(t *testing.T) *flowRun {
 	const secret = "s3cr3t-api-key"
 	sched := retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3, Jitter: 0.1}
-	rg := newRig(t, "httpflow", 4, sched)
+	rg := pipetest.New(t, "httpflow", 4, sched)
 
-	// The mix, 2,000 in all, weighted towards fast paths.
 	mix := []struct {
 		script string
 		n      int
@@ -411,12 +308,7 @@ func TestFlowHTTP(t *testing.T) {
 		{"notready:1", 200}, {"notready:2", 150}, {"notready-ra:1", 60}, {"always", 100}, {"slow", 80},
 	}
 	rnd := rand.New(rand.NewPCG(1, 2))
-	type want struct {
-		plan
-		kind string
-		rec  *kgo.Record // as produced
-	}
-	wants := map[string]*want{}
+	wants := map[string]*flowWant{}
 	var recs []*kgo.Record
 	i := 0
 	for _, m := range mix {
@@ -454,8 +346,8 @@ func TestFlowHTTP(t *testing.T) {
 				kgo.RecordHeader{Key: "dup", Value: []byte("second")},
 				kgo.RecordHeader{Key: "empty", Value: nil},
 			)
-			rec := &kgo.Record{Topic: rg.p.Topic, Key: key, Value: value, Headers: user}
-			wants[id] = &want{plan: planFor(kind, k), kind: kind, rec: rec}
+			rec := &kgo.Record{Topic: rg.P.Topic, Key: key, Value: value, Headers: user}
+			wants[id] = &flowWant{plan: planFor(kind, k), kind: kind, rec: rec}
 			recs = append(recs, rec)
 			i++
 		}
@@ -494,19 +386,15 @@ func TestFlowHTTP(t *testing.T) {
 		}
 		return long.Handle(ctx, req)
 	})
-	rg.p.Concurrency = 64
+	rg.P.Concurrency = 64
 	begin := time.Now()
-	stop := rg.start(h)
-	rg.produce(recs)
+	stop := rg.Start(h, func(c *processor.Config) { c.Instance = "httptest" })
+	rg.Produce(recs...)
 
-	tiers := rg.p.TierTopics()
-	topics := append([]string{rg.p.Results, rg.p.DLQ}, tiers...)
-	got := rg.collect(topics, func(got map[string][]*kgo.Record) bool {
-		n := 0
-		for _, tt := range tiers {
-			n += len(got[tt])
-		}
-		return len(got[rg.p.Results])+len(got[rg.p.DLQ]) >= total && n >= nTier
+	tiers := rg.P.TierTopics()
+	topics := append([]string{rg.P.Results, rg.P.DLQ}, tiers...)
+	got := rg.Collect(topics, func(got kafkatest.Got) bool {
+		return got.Total(rg.P.Results, rg.P.DLQ) >= total && got.Total(tiers...) >= nTier
 	}, 90*time.Second, 1500*time.Millisecond)
 	elapsed := time.Since(begin)
 	if err := stop(); err != nil {
@@ -514,227 +402,330 @@ func TestFlowHTTP(t *testing.T) {
 	}
 	srv.Close() // no call in flight any more: solver.calls is final
 	t.Logf("%d requests, %d results, %d dead letters, %d retry records in %v",
-		total, len(got[rg.p.Results]), len(got[rg.p.DLQ]), func() int {
-			n := 0
-			for _, tt := range tiers {
-				n += len(got[tt])
-			}
-			return n
-		}(), elapsed.Round(time.Millisecond))
+		total, len(got[rg.P.Results]), len(got[rg.P.DLQ]), got.Total(tiers...), elapsed.Round(time.Millisecond))
 
-	e := &errs{t: t}
-	defer e.done()
-	safeURL := srv.URL + "/solve"
+	// Retry records by request: the due time each call after the first
+	// had to wait for.
+	retries := map[string][]*kgo.Record{}
+	codes := map[string]int{}
+	for _, tt := range tiers {
+		for _, r := range got[tt] {
+			id, _ := kafkatest.Header(r, retry.HeaderID)
+			retries[id] = append(retries[id], r)
+			c, _ := kafkatest.Header(r, retry.HeaderErrorCode)
+			codes[c]++
+		}
+	}
+	t.Logf("retry records by redrive-error-code: %v", codes)
 
-	// Terminal records: each id exactly once, in the right topic, intact.
-	seen := map[string]int{}
-	checkTerminal := func(r *kgo.Record) {
-		id, _ := hdr(r, retry.HeaderID)
-		seen[id]++
-		w := wants[id]
-		if w == nil {
-			e.add("%s: record with unknown redrive-id %q", r.Topic, id)
-			return
+	solver.mu.Lock()
+	calls := solver.calls
+	solver.mu.Unlock()
+	return &flowRun{p: rg.P, secret: secret, safeURL: srv.URL + "/solve", wants: wants, got: got, calls: calls, retries: retries}
+}
+
+// eachTerminal calls f for every result and dead letter of a known request
+// that ended in the topic its plan says (TestFlowHTTP's first case reports
+// the others).
+func (fr *flowRun) eachTerminal(f func(id string, w *flowWant, r *kgo.Record, inDLQ bool)) {
+	for _, topic := range []string{fr.p.Results, fr.p.DLQ} {
+		for _, r := range fr.got[topic] {
+			id, _ := kafkatest.Header(r, retry.HeaderID)
+			w := fr.wants[id]
+			inDLQ := topic == fr.p.DLQ
+			if w == nil || inDLQ != (w.dlq != "") {
+				continue
+			}
+			f(id, w, r, inDLQ)
 		}
-		inDLQ := r.Topic == rg.p.DLQ
-		if inDLQ != (w.dlq != "") {
-			e.add("%s ended in %s (reason %q)", id, r.Topic, func() string { s, _ := hdr(r, retry.HeaderReason); return s }())
-			return
+	}
+}
+
+// eachCalled calls f for every request the solver was called for as often
+// as its plan says (TestFlowHTTP's call-count case reports the others).
+func (fr *flowRun) eachCalled(f func(id string, w *flowWant, calls []solverCall)) {
+	for id, w := range fr.wants {
+		if calls := fr.calls[id]; len(calls) == w.calls {
+			f(id, w, calls)
 		}
-		if !bytes.Equal(r.Key, w.rec.Key) || (r.Key == nil) != (w.rec.Key == nil) {
-			e.add("%s: key %q, want %q", id, r.Key, w.rec.Key)
-		}
-		if u := userHeaders(r); !sameHeaders(u, w.rec.Headers) {
-			e.add("%s: user headers %v, want %v", id, u, w.rec.Headers)
-		}
-		if err := noDuplicateRedriveHeaders(r); err != nil {
-			e.add("%s: %v", id, err)
-		}
-		if a, _ := hdr(r, retry.HeaderAttempt); a != strconv.Itoa(w.attempts[len(w.attempts)-1]) {
-			e.add("%s: redrive-attempt %q, want %d", id, a, w.attempts[len(w.attempts)-1])
-		}
-		if p, ok := hdr(r, retry.HeaderPolls); (w.polls == 0 && ok && p != "0") || (w.polls > 0 && p != strconv.Itoa(w.polls)) {
-			e.add("%s: redrive-polls %q, want %d", id, p, w.polls)
-		}
-		if ot, _ := hdr(r, retry.HeaderOriginTopic); ot != rg.p.Topic {
-			e.add("%s: redrive-origin-topic %q", id, ot)
-		}
-		for _, k := range []string{retry.HeaderDue, retry.HeaderTier, retry.HeaderState} {
-			if v, ok := hdr(r, k); ok {
-				e.add("%s: terminal record carries %s=%q", id, k, v)
+	}
+}
+
+// TestFlowHTTP is the end-to-end flow through the real processor and the
+// HTTP handler: one run of 2,000 requests (runFlow), then one case per
+// promise the processor and the handler make about it.
+func TestFlowHTTP(t *testing.T) {
+	fr := runFlow(t)
+
+	t.Run("every request reaches results or the DLQ exactly once", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		seen := map[string]int{}
+		for _, topic := range []string{fr.p.Results, fr.p.DLQ} {
+			for _, r := range fr.got[topic] {
+				id, _ := kafkatest.Header(r, retry.HeaderID)
+				seen[id]++
+				w := fr.wants[id]
+				if w == nil {
+					e.add("%s: record with unknown redrive-id %q", r.Topic, id)
+					continue
+				}
+				if inDLQ := r.Topic == fr.p.DLQ; inDLQ != (w.dlq != "") {
+					reason, _ := kafkatest.Header(r, retry.HeaderReason)
+					e.add("%s ended in %s (reason %q)", id, r.Topic, reason)
+				}
 			}
 		}
-		if !inDLQ {
+		for id := range fr.wants {
+			if seen[id] != 1 {
+				e.add("%s: reached a terminal topic %d times, want exactly 1", id, seen[id])
+			}
+		}
+	})
+
+	t.Run("terminal records keep key and user headers and write each redrive header once", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachTerminal(func(id string, w *flowWant, r *kgo.Record, _ bool) {
+			if !bytes.Equal(r.Key, w.rec.Key) || (r.Key == nil) != (w.rec.Key == nil) {
+				e.add("%s: key %q, want %q", id, r.Key, w.rec.Key)
+			}
+			if u := userHeaders(r); !sameHeaders(u, w.rec.Headers) {
+				e.add("%s: user headers %v, want %v", id, u, w.rec.Headers)
+			}
+			if err := noDuplicateRedriveHeaders(r); err != nil {
+				e.add("%s: %v", id, err)
+			}
+		})
+	})
+
+	t.Run("terminal records count attempts and polls", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachTerminal(func(id string, w *flowWant, r *kgo.Record, _ bool) {
+			if a, _ := kafkatest.Header(r, retry.HeaderAttempt); a != strconv.Itoa(w.attempts[len(w.attempts)-1]) {
+				e.add("%s: redrive-attempt %q, want %d", id, a, w.attempts[len(w.attempts)-1])
+			}
+			if p, ok := kafkatest.Header(r, retry.HeaderPolls); (w.polls == 0 && ok && p != "0") || (w.polls > 0 && p != strconv.Itoa(w.polls)) {
+				e.add("%s: redrive-polls %q, want %d", id, p, w.polls)
+			}
+		})
+	})
+
+	t.Run("terminal records name the origin and carry no retry state", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachTerminal(func(id string, _ *flowWant, r *kgo.Record, _ bool) {
+			if ot, _ := kafkatest.Header(r, retry.HeaderOriginTopic); ot != fr.p.Topic {
+				e.add("%s: redrive-origin-topic %q", id, ot)
+			}
+			for _, k := range []string{retry.HeaderDue, retry.HeaderTier, retry.HeaderState} {
+				if v, ok := kafkatest.Header(r, k); ok {
+					e.add("%s: terminal record carries %s=%q", id, k, v)
+				}
+			}
+		})
+	})
+
+	t.Run("results carry the solver body and no error headers", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachTerminal(func(id string, _ *flowWant, r *kgo.Record, inDLQ bool) {
+			if inDLQ {
+				return
+			}
 			for _, k := range []string{retry.HeaderError, retry.HeaderErrorCode, retry.HeaderErrorClass, retry.HeaderReason} {
-				if v, ok := hdr(r, k); ok {
+				if v, ok := kafkatest.Header(r, k); ok {
 					e.add("%s: result carries %s=%q", id, k, v)
 				}
 			}
 			if string(r.Value) != "solved:"+id {
 				e.add("%s: result %q, want the solver's body", id, r.Value)
 			}
-			return
-		}
-		if !bytes.Equal(r.Value, w.rec.Value) {
-			e.add("%s: dead letter value %q, want %q", id, r.Value, w.rec.Value)
-		}
-		want := map[string]string{
-			retry.HeaderReason:     w.dlq,
-			retry.HeaderErrorCode:  w.code,
-			retry.HeaderErrorClass: map[string]string{"permanent": "permanent", "exhausted": "transient"}[w.dlq],
-			retry.HeaderGroup:      rg.p.GroupID(),
-			retry.HeaderInstance:   "httptest",
-		}
-		for k, v := range want {
-			if got, _ := hdr(r, k); got != v {
-				e.add("%s: %s %q, want %q", id, k, got, v)
-			}
-		}
-		msg, _ := hdr(r, retry.HeaderError)
-		if !strings.Contains(msg, "POST "+safeURL+":") || !strings.Contains(msg, w.errText) {
-			e.add("%s: redrive-error %q, want the URL %s and %q", id, msg, safeURL, w.errText)
-		}
-		if strings.Contains(msg, secret) || strings.Contains(msg, "api_key") {
-			e.add("%s: redrive-error %q leaks the URL's query", id, msg)
-		}
-		first, _ := hdr(r, retry.HeaderFirstErrorAt)
-		last, _ := hdr(r, retry.HeaderLastErrorAt)
-		f, _ := strconv.ParseInt(first, 10, 64)
-		l, _ := strconv.ParseInt(last, 10, 64)
-		if f <= 0 || l < f {
-			e.add("%s: first-error-at %q, last-error-at %q", id, first, last)
-		}
-	}
-	for _, r := range got[rg.p.Results] {
-		checkTerminal(r)
-	}
-	for _, r := range got[rg.p.DLQ] {
-		checkTerminal(r)
-	}
-	for id := range wants {
-		if seen[id] != 1 {
-			e.add("%s: reached a terminal topic %d times, want exactly 1", id, seen[id])
-		}
-	}
+		})
+	})
 
-	// Retry records: the due time each call after the first had to wait for.
-	dues := map[string][]*kgo.Record{}
-	codes := map[string]int{}
-	for _, tt := range tiers {
-		for _, r := range got[tt] {
-			id, _ := hdr(r, retry.HeaderID)
-			dues[id] = append(dues[id], r)
-			c, _ := hdr(r, retry.HeaderErrorCode)
-			codes[c]++
-		}
-	}
-	t.Logf("retry records by redrive-error-code: %v", codes)
-
-	// Solver calls: as many as the schedule says, each as the protocol says,
-	// none early.
-	solver.mu.Lock()
-	defer solver.mu.Unlock()
-	for id := range solver.calls {
-		if wants[id] == nil {
-			e.add("solver called with unknown Idempotency-Key %q", id)
-		}
-	}
-	for id, w := range wants {
-		calls := solver.calls[id]
-		if len(calls) != w.calls {
-			var codes []string
-			for _, r := range dues[id] {
-				c, _ := hdr(r, retry.HeaderErrorCode)
-				m, _ := hdr(r, retry.HeaderError)
-				codes = append(codes, c+": "+m)
+	t.Run("dead letters keep the value and name reason code class group and instance", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachTerminal(func(id string, w *flowWant, r *kgo.Record, inDLQ bool) {
+			if !inDLQ {
+				return
 			}
-			e.add("%s: %d solver calls, want %d; retry records say %q", id, len(calls), w.calls, codes)
-			continue
-		}
-		wantKey, wantKeyEnc := "", ""
-		if w.rec.Key != nil {
-			wantKey = string(w.rec.Key)
-			if !printableASCII(w.rec.Key) {
-				wantKey, wantKeyEnc = base64.RawURLEncoding.EncodeToString(w.rec.Key), httphandler.EncodingBase64URL
+			if !bytes.Equal(r.Value, w.rec.Value) {
+				e.add("%s: dead letter value %q, want %q", id, r.Value, w.rec.Value)
 			}
-		}
-		wantCT := "application/octet-stream"
-		for _, hd := range w.rec.Headers {
-			if hd.Key == "content-type" {
-				wantCT = string(hd.Value)
+			want := map[string]string{
+				retry.HeaderReason:     w.dlq,
+				retry.HeaderErrorCode:  w.code,
+				retry.HeaderErrorClass: map[string]string{"permanent": "permanent", "exhausted": "transient"}[w.dlq],
+				retry.HeaderGroup:      fr.p.GroupID(),
+				retry.HeaderInstance:   "httptest",
 			}
-		}
-		polls := 0
-		for n, c := range calls {
-			if c.method != http.MethodPost || c.uri != "/solve?api_key="+secret {
-				e.add("%s call %d: %s %s", id, n+1, c.method, c.uri)
-			}
-			if c.attempt != strconv.Itoa(w.attempts[n]) {
-				e.add("%s call %d: Redrive-Attempt %q, want %d", id, n+1, c.attempt, w.attempts[n])
-			}
-			if !bytes.Equal(c.body, w.rec.Value) {
-				e.add("%s call %d: body %q, want the record value %q", id, n+1, c.body, w.rec.Value)
-			}
-			if c.ctype != wantCT {
-				e.add("%s call %d: Content-Type %q, want %q", id, n+1, c.ctype, wantCT)
-			}
-			switch {
-			case w.rec.Key == nil && c.key != nil:
-				e.add("%s call %d: Redrive-Key %q for a null key", id, n+1, *c.key)
-			case w.rec.Key != nil && (c.key == nil || *c.key != wantKey || c.keyEnc != wantKeyEnc):
-				e.add("%s call %d: Redrive-Key %v (%q), want %q (%q)", id, n+1, c.key, c.keyEnc, wantKey, wantKeyEnc)
-			}
-			if len(c.extra) > 0 {
-				e.add("%s call %d: unexpected headers %v", id, n+1, c.extra)
-			}
-			if c.state != nil {
-				polls++
-				if want := fmt.Sprintf("task-%s-%d", id, n); *c.state != want || c.stateEnc != "" {
-					e.add("%s call %d: Redrive-State %q (%q), want %q from the previous answer", id, n+1, *c.state, c.stateEnc, want)
+			for k, v := range want {
+				if got, _ := kafkatest.Header(r, k); got != v {
+					e.add("%s: %s %q, want %q", id, k, got, v)
 				}
-			} else if w.polls > 0 && n > 0 {
-				e.add("%s call %d: a poll without Redrive-State", id, n+1)
 			}
-			if n == 0 {
-				continue
+		})
+	})
+
+	t.Run("dead letters name the URL without its query and the error times", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachTerminal(func(id string, w *flowWant, r *kgo.Record, inDLQ bool) {
+			if !inDLQ {
+				return
 			}
-			if gap := c.at.Sub(calls[n-1].at); gap < w.gaps[n-1] {
-				e.add("%s call %d: only %v after call %d; its tier is %v", id, n+1, gap, n, w.gaps[n-1])
+			msg, _ := kafkatest.Header(r, retry.HeaderError)
+			if !strings.Contains(msg, "POST "+fr.safeURL+":") || !strings.Contains(msg, w.errText) {
+				e.add("%s: redrive-error %q, want the URL %s and %q", id, msg, fr.safeURL, w.errText)
 			}
-		}
-		if polls != w.polls {
-			e.add("%s: %d polls, want %d", id, polls, w.polls)
-		}
-		// Each retry record's due time was honoured by the call it led to.
-		// A hop (a retry record re-queued without a call) repeats its due
-		// time, so distinct due times pair with the calls after the first.
-		var ds []time.Time
-		tierOf := map[int64]string{}
-		for _, r := range dues[id] {
-			v, _ := hdr(r, retry.HeaderDue)
-			ms, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				e.add("%s: retry record with redrive-due %q", id, v)
-				continue
+			if strings.Contains(msg, fr.secret) || strings.Contains(msg, "api_key") {
+				e.add("%s: redrive-error %q leaks the URL's query", id, msg)
 			}
-			if _, ok := tierOf[ms]; !ok {
-				ds = append(ds, time.UnixMilli(ms))
+			first, _ := kafkatest.Header(r, retry.HeaderFirstErrorAt)
+			last, _ := kafkatest.Header(r, retry.HeaderLastErrorAt)
+			f, _ := strconv.ParseInt(first, 10, 64)
+			l, _ := strconv.ParseInt(last, 10, 64)
+			if f <= 0 || l < f {
+				e.add("%s: first-error-at %q, last-error-at %q", id, first, last)
 			}
-			tierOf[ms], _ = hdr(r, retry.HeaderTier)
-		}
-		sort.Slice(ds, func(a, b int) bool { return ds[a].Before(ds[b]) })
-		if len(ds) != w.calls-1 {
-			e.add("%s: %d retry due times, want %d", id, len(ds), w.calls-1)
-			continue
-		}
-		for n, d := range ds {
-			at := calls[n+1].at.Round(0) // wall clock, as redrive-due is
-			if at.Before(d) {
-				e.add("%s call %d at %v, before its due time %v", id, n+2, at.Format(time.StampMilli), d.Format(time.StampMilli))
-			}
-			if tier := tierOf[d.UnixMilli()]; tier != w.tiers[n] {
-				e.add("%s: retry %d went to tier %q, want %q", id, n+1, tier, w.tiers[n])
+		})
+	})
+
+	t.Run("the solver is called as often as the schedule says", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		for id := range fr.calls {
+			if fr.wants[id] == nil {
+				e.add("solver called with unknown Idempotency-Key %q", id)
 			}
 		}
-	}
+		for id, w := range fr.wants {
+			if calls := fr.calls[id]; len(calls) != w.calls {
+				var codes []string
+				for _, r := range fr.retries[id] {
+					c, _ := kafkatest.Header(r, retry.HeaderErrorCode)
+					m, _ := kafkatest.Header(r, retry.HeaderError)
+					codes = append(codes, c+": "+m)
+				}
+				e.add("%s: %d solver calls, want %d; retry records say %q", id, len(calls), w.calls, codes)
+			}
+		}
+	})
+
+	t.Run("each call sends method URL attempt body content type and key as the protocol says", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachCalled(func(id string, w *flowWant, calls []solverCall) {
+			wantKey, wantKeyEnc := "", ""
+			if w.rec.Key != nil {
+				wantKey = string(w.rec.Key)
+				if !printableASCII(w.rec.Key) {
+					wantKey, wantKeyEnc = base64.RawURLEncoding.EncodeToString(w.rec.Key), httphandler.EncodingBase64URL
+				}
+			}
+			wantCT := "application/octet-stream"
+			for _, hd := range w.rec.Headers {
+				if hd.Key == "content-type" {
+					wantCT = string(hd.Value)
+				}
+			}
+			for n, c := range calls {
+				if c.method != http.MethodPost || c.uri != "/solve?api_key="+fr.secret {
+					e.add("%s call %d: %s %s", id, n+1, c.method, c.uri)
+				}
+				if c.attempt != strconv.Itoa(w.attempts[n]) {
+					e.add("%s call %d: Redrive-Attempt %q, want %d", id, n+1, c.attempt, w.attempts[n])
+				}
+				if !bytes.Equal(c.body, w.rec.Value) {
+					e.add("%s call %d: body %q, want the record value %q", id, n+1, c.body, w.rec.Value)
+				}
+				if c.ctype != wantCT {
+					e.add("%s call %d: Content-Type %q, want %q", id, n+1, c.ctype, wantCT)
+				}
+				switch {
+				case w.rec.Key == nil && c.key != nil:
+					e.add("%s call %d: Redrive-Key %q for a null key", id, n+1, *c.key)
+				case w.rec.Key != nil && (c.key == nil || *c.key != wantKey || c.keyEnc != wantKeyEnc):
+					e.add("%s call %d: Redrive-Key %v (%q), want %q (%q)", id, n+1, c.key, c.keyEnc, wantKey, wantKeyEnc)
+				}
+				if len(c.extra) > 0 {
+					e.add("%s call %d: unexpected headers %v", id, n+1, c.extra)
+				}
+			}
+		})
+	})
+
+	t.Run("a not-ready poll sends the state of the previous answer", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachCalled(func(id string, w *flowWant, calls []solverCall) {
+			polls := 0
+			for n, c := range calls {
+				if c.state != nil {
+					polls++
+					if want := fmt.Sprintf("task-%s-%d", id, n); *c.state != want || c.stateEnc != "" {
+						e.add("%s call %d: Redrive-State %q (%q), want %q from the previous answer", id, n+1, *c.state, c.stateEnc, want)
+					}
+				} else if w.polls > 0 && n > 0 {
+					e.add("%s call %d: a poll without Redrive-State", id, n+1)
+				}
+			}
+			if polls != w.polls {
+				e.add("%s: %d polls, want %d", id, polls, w.polls)
+			}
+		})
+	})
+
+	t.Run("no retry is called before its tier delay", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachCalled(func(id string, w *flowWant, calls []solverCall) {
+			for n := 1; n < len(calls); n++ {
+				if gap := calls[n].at.Sub(calls[n-1].at); gap < w.gaps[n-1] {
+					e.add("%s call %d: only %v after call %d; its tier is %v", id, n+1, gap, n, w.gaps[n-1])
+				}
+			}
+		})
+	})
+
+	t.Run("each retry goes to its tier and is called at or after its due time", func(t *testing.T) {
+		e := &errs{t: t}
+		defer e.done()
+		fr.eachCalled(func(id string, w *flowWant, calls []solverCall) {
+			// A hop (a retry record re-queued without a call) repeats its
+			// due time, so distinct due times pair with the calls after
+			// the first.
+			var ds []time.Time
+			tierOf := map[int64]string{}
+			for _, r := range fr.retries[id] {
+				v, _ := kafkatest.Header(r, retry.HeaderDue)
+				ms, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					e.add("%s: retry record with redrive-due %q", id, v)
+					continue
+				}
+				if _, ok := tierOf[ms]; !ok {
+					ds = append(ds, time.UnixMilli(ms))
+				}
+				tierOf[ms], _ = kafkatest.Header(r, retry.HeaderTier)
+			}
+			sort.Slice(ds, func(a, b int) bool { return ds[a].Before(ds[b]) })
+			if len(ds) != w.calls-1 {
+				e.add("%s: %d retry due times, want %d", id, len(ds), w.calls-1)
+				return
+			}
+			for n, d := range ds {
+				at := calls[n+1].at.Round(0) // wall clock, as redrive-due is
+				if at.Before(d) {
+					e.add("%s call %d at %v, before its due time %v", id, n+2, at.Format(time.StampMilli), d.Format(time.StampMilli))
+				}
+				if tier := tierOf[d.UnixMilli()]; tier != w.tiers[n] {
+					e.add("%s: retry %d went to tier %q, want %q", id, n+1, tier, w.tiers[n])
+				}
+			}
+		})
+	})
 }

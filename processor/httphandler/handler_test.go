@@ -150,64 +150,74 @@ func TestRequestHeaders(t *testing.T) {
 			got, method = r.Header.Clone(), r.Method
 			body, _ = io.ReadAll(r.Body)
 		})
-	binKey := []byte{0xff, 0x00, 'k', '\n'}
-	req := &processor.Request{
-		Record: &kgo.Record{Key: binKey, Value: []byte(`{"img":1}`),
-			Headers: []kgo.RecordHeader{{Key: "Content-Type", Value: []byte("application/json")}, {Key: "other", Value: []byte("x")}}},
-		ID: "solve.requests/3/42", Attempt: 3, State: []byte("task-7"),
-	}
-	if out := h.Handle(context.Background(), req); out.Kind != processor.Success {
-		t.Fatalf("%+v", out)
-	}
-	want := map[string]string{
-		"Content-Type":           "application/json",
-		"Idempotency-Key":        "solve.requests/3/42",
-		"Redrive-Attempt":        "3",
-		"Redrive-State":          "task-7",
-		"Redrive-State-Encoding": "",
-		"Redrive-Key":            base64.RawURLEncoding.EncodeToString(binKey),
-		"Redrive-Key-Encoding":   "base64url",
-		"Authorization":          "Bearer tok",
-		"X-Tenant":               "t1",
-		"Other":                  "", // record headers are not passed on
-	}
-	for k, v := range want {
-		if g := got.Get(k); g != v {
-			t.Errorf("%s: %q, want %q", k, g, v)
+	t.Run("a request carries id attempt state key static headers and the value", func(t *testing.T) {
+		binKey := []byte{0xff, 0x00, 'k', '\n'}
+		req := &processor.Request{
+			Record: &kgo.Record{Key: binKey, Value: []byte(`{"img":1}`),
+				Headers: []kgo.RecordHeader{{Key: "Content-Type", Value: []byte("application/json")}, {Key: "other", Value: []byte("x")}}},
+			ID: "solve.requests/3/42", Attempt: 3, State: []byte("task-7"),
 		}
-	}
-	if method != http.MethodPost || string(body) != `{"img":1}` {
-		t.Errorf("%s %q", method, body)
-	}
+		if out := h.Handle(context.Background(), req); out.Kind != processor.Success {
+			t.Fatalf("%+v", out)
+		}
+		want := map[string]string{
+			"Content-Type":           "application/json",
+			"Idempotency-Key":        "solve.requests/3/42",
+			"Redrive-Attempt":        "3",
+			"Redrive-State":          "task-7",
+			"Redrive-State-Encoding": "",
+			"Redrive-Key":            base64.RawURLEncoding.EncodeToString(binKey),
+			"Redrive-Key-Encoding":   "base64url",
+			"Authorization":          "Bearer tok",
+			"X-Tenant":               "t1",
+			"Other":                  "", // record headers are not passed on
+		}
+		for k, v := range want {
+			if g := got.Get(k); g != v {
+				t.Errorf("%s: %q, want %q", k, g, v)
+			}
+		}
+		if method != http.MethodPost || string(body) != `{"img":1}` {
+			t.Errorf("%s %q", method, body)
+		}
+	})
 
-	// Printable key and no state; binary state; null key; no content-type.
-	req = &processor.Request{Record: &kgo.Record{Key: []byte("order-1"), Value: nil}, ID: "id", Attempt: 1}
-	h.Handle(context.Background(), req)
-	if got.Get("Redrive-Key") != "order-1" || got.Get("Redrive-Key-Encoding") != "" || got.Get("Redrive-State") != "" ||
-		got.Get("Content-Type") != "application/octet-stream" || len(body) != 0 {
-		t.Errorf("printable key: %v %q", got, body)
-	}
-	state := []byte{1, 2, 3, 0xfe}
-	req = &processor.Request{Record: &kgo.Record{Value: []byte("v")}, ID: "id", Attempt: 2, State: state}
-	h.Handle(context.Background(), req)
-	if _, ok := got["Redrive-Key"]; ok {
-		t.Errorf("null key sent as %q", got.Get("Redrive-Key"))
-	}
-	if got.Get("Redrive-State") != base64.RawURLEncoding.EncodeToString(state) || got.Get("Redrive-State-Encoding") != "base64url" {
-		t.Errorf("binary state: %v", got)
-	}
-	// A key with a space at an end would be trimmed by HTTP: encoded.
-	req = &processor.Request{Record: &kgo.Record{Key: []byte(" k"), Value: []byte("v")}, ID: "id", Attempt: 1}
-	h.Handle(context.Background(), req)
-	if got.Get("Redrive-Key-Encoding") != "base64url" {
-		t.Errorf("key with a leading space: %v", got)
-	}
-	// An empty key is not a null key.
-	req = &processor.Request{Record: &kgo.Record{Key: []byte{}, Value: []byte("v")}, ID: "id", Attempt: 1}
-	h.Handle(context.Background(), req)
-	if vs, ok := got["Redrive-Key"]; !ok || vs[0] != "" {
-		t.Errorf("empty key: %v", got)
-	}
+	t.Run("a printable key is sent as is and no state or content-type means none and octet-stream", func(t *testing.T) {
+		req := &processor.Request{Record: &kgo.Record{Key: []byte("order-1"), Value: nil}, ID: "id", Attempt: 1}
+		h.Handle(context.Background(), req)
+		if got.Get("Redrive-Key") != "order-1" || got.Get("Redrive-Key-Encoding") != "" || got.Get("Redrive-State") != "" ||
+			got.Get("Content-Type") != "application/octet-stream" || len(body) != 0 {
+			t.Errorf("printable key: %v %q", got, body)
+		}
+	})
+
+	t.Run("a null key sends no Redrive-Key and a binary state is base64url", func(t *testing.T) {
+		state := []byte{1, 2, 3, 0xfe}
+		req := &processor.Request{Record: &kgo.Record{Value: []byte("v")}, ID: "id", Attempt: 2, State: state}
+		h.Handle(context.Background(), req)
+		if _, ok := got["Redrive-Key"]; ok {
+			t.Errorf("null key sent as %q", got.Get("Redrive-Key"))
+		}
+		if got.Get("Redrive-State") != base64.RawURLEncoding.EncodeToString(state) || got.Get("Redrive-State-Encoding") != "base64url" {
+			t.Errorf("binary state: %v", got)
+		}
+	})
+
+	t.Run("a key with a space at an end is encoded since HTTP would trim it", func(t *testing.T) {
+		req := &processor.Request{Record: &kgo.Record{Key: []byte(" k"), Value: []byte("v")}, ID: "id", Attempt: 1}
+		h.Handle(context.Background(), req)
+		if got.Get("Redrive-Key-Encoding") != "base64url" {
+			t.Errorf("key with a leading space: %v", got)
+		}
+	})
+
+	t.Run("an empty key is sent empty and not as a null key", func(t *testing.T) {
+		req := &processor.Request{Record: &kgo.Record{Key: []byte{}, Value: []byte("v")}, ID: "id", Attempt: 1}
+		h.Handle(context.Background(), req)
+		if vs, ok := got["Redrive-Key"]; !ok || vs[0] != "" {
+			t.Errorf("empty key: %v", got)
+		}
+	})
 }
 
 func TestStaticContentType(t *testing.T) {
