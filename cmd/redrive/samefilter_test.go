@@ -119,7 +119,7 @@ func TestSameFilterCLIAPIRule(t *testing.T) {
 	}
 
 	for _, to := range []string{toCLI, toAPI, toRule} {
-		rs := collect(t, f.c, to, len(want), 30*time.Second)
+		rs := f.c.Collect(t, to, len(want), 30*time.Second)
 		time.Sleep(300 * time.Millisecond)
 		var keys []string
 		for _, r := range rs {

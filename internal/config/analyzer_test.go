@@ -310,8 +310,9 @@ analyzer:
 	if h := rules[1].Match.Headers; len(h) != 2 || h["plan"] != "free" || h["a=b"] != "c" {
 		t.Errorf("headers = %v (a name may hold \"=\")", h)
 	}
-	d := &dlq.DeadLetter{Code: "http_503", UserHeaders: []kgo.RecordHeader{{Key: "plan", Value: []byte("free")}, {Key: "a=b", Value: []byte("c")}}}
-	if got := dlq.Decide(dlq.RulesFor(rules, "solve")[1:], d, "solve.requests"); got.Action != dlq.ActionRepublish {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	d := &dlq.DeadLetter{Timestamp: t0, Code: "http_503", UserHeaders: []kgo.RecordHeader{{Key: "plan", Value: []byte("free")}, {Key: "a=b", Value: []byte("c")}}}
+	if got := dlq.Decide(dlq.RulesFor(rules, "solve")[1:], d, "solve.requests"); got.Action != dlq.ActionRepublish || !got.NotBefore.Equal(t0.Add(10*time.Minute)) {
 		t.Errorf("Decide = %+v", got)
 	}
 	f, err := c.Analyzer.Alerts[0].Match.Filter()

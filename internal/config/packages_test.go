@@ -7,13 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
-	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
@@ -117,38 +112,5 @@ func TestValidationCauses(t *testing.T) {
 	var fe *processor.FieldError
 	if !errors.As(err, &fe) || fe.Field != "Pipelines[0].Concurrency" {
 		t.Errorf("concurrency: %#v", err)
-	}
-}
-
-// The configuration accepts what dlq knows, and CompileRules takes what
-// the configuration accepts.
-func TestCompileRulesFromConfig(t *testing.T) {
-	var reasons []string
-	for _, r := range dlq.Reasons {
-		reasons = append(reasons, string(r))
-	}
-	doc := fmt.Sprintf(`brokers: [h:1]
-pipelines: [{name: solve, topic: solve.requests}]
-analyzer:
-  rules:
-    - {name: every-reason, action: keep, match: {reasons: [%s], classes: [transient, not-ready, permanent, invalid, expired]}}
-    - {pipeline: solve, action: republish, after: 10m, match: {codes: ['http_5*'], headers: {plan: free}}}
-    - {action: drop}
-`, strings.Join(reasons, ", "))
-	c, err := Parse([]byte(doc), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules, err := dlq.CompileRules(c.Analyzer.RuleSpecs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rules) != 3 || rules[1].Name != "rule-2" || rules[1].MaxRedrives != dlq.DefaultMaxRedrives || rules[1].After != 10*time.Minute || rules[2].Action != dlq.ActionDrop {
-		t.Errorf("rules = %+v", rules)
-	}
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	d := &dlq.DeadLetter{Timestamp: t0, Code: "http_503", Class: retry.ClassTransient, UserHeaders: []kgo.RecordHeader{{Key: "plan", Value: []byte("free")}}}
-	if got := dlq.Decide(dlq.RulesFor(rules, "solve")[1:], d, "solve.requests"); got.Action != dlq.ActionRepublish || !got.NotBefore.Equal(t0.Add(10*time.Minute)) {
-		t.Errorf("Decide = %+v", got)
 	}
 }
