@@ -108,6 +108,7 @@ func New(o Options) (*Analyzer, error) {
 		}
 		a.pipes = append(a.pipes, &pipe{cfg: p, stats: dlq.NewStats(10000), recent: make([]*dlq.DeadLetter, o.Recent)})
 	}
+	m.precreate(a.pipes, o.Alerts)
 	return a, nil
 }
 
