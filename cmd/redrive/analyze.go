@@ -7,11 +7,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
 	"github.com/redrive/redrive/internal/obs"
+	"github.com/redrive/redrive/retry"
 )
 
 func newAnalyzeCmd(g *globals) *cobra.Command {
@@ -51,7 +52,11 @@ func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
 	}
 	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat}
 	for _, p := range c.Pipelines {
-		ao.Pipelines = append(ao.Pipelines, analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name)})
+		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results}
+		for i, t := range p.TierTopics() {
+			ap.Tiers = append(ap.Tiers, analyzer.Tier{Name: retry.FormatDelay(p.TierDelays()[i]), Topic: t})
+		}
+		ao.Pipelines = append(ao.Pipelines, ap)
 	}
 	for i, al := range c.Analyzer.Alerts {
 		name := al.Name
