@@ -57,6 +57,10 @@ type Options struct {
 	// FlowEvery is how often the flow view samples the pipelines' offsets
 	// (default 3s).
 	FlowEvery time.Duration
+	// Processors are base URLs of processors (their http_addr) whose
+	// GET /api/pipelines the flow view adds: in flight, records held per
+	// tier, p99s. Optional: rates and waiting come from Kafka alone.
+	Processors []string
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -68,6 +72,7 @@ type Analyzer struct {
 	log   *slog.Logger
 	pipes []*pipe
 	admin *kgo.Client
+	procs processorPoll // Options.Processors' last answers
 }
 
 // pipe is one pipeline's state.

@@ -524,11 +524,16 @@ func TestBrowserFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The processor's own status, and one that is gone.
+	psrv := httptest.NewServer(http.StripPrefix("/api/pipelines", pr.StatusHandler()))
+	t.Cleanup(psrv.Close)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
 	a, err := analyzer.New(analyzer.Options{
 		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
 		Pipelines: []analyzer.Pipeline{{Name: p.Name, Topic: p.Topic, DLQ: p.DLQ, Results: p.Results,
 			Tiers: []analyzer.Tier{{Name: "1s", Topic: p.TierTopics()[0]}}}},
-		Logger: log, FlowEvery: 500 * time.Millisecond,
+		Logger: log, FlowEvery: 500 * time.Millisecond, Processors: []string{psrv.URL, gone.URL},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -594,7 +599,8 @@ func TestBrowserFlow(t *testing.T) {
 		var fr analyzer.FlowResponse
 		browserGetJSON(t, srv.URL+"/api/pipelines", &fr)
 		f = fr.Pipelines[0]
-		if f.Main.InPerSecond > 0 && f.Tiers[0].InPerSecond > 0 && f.Results.InPerSecond > 0 && f.DLQ.InPerSecond > 0 && f.Main.DonePerSecond > 0 {
+		if f.Main.InPerSecond > 0 && f.Tiers[0].InPerSecond > 0 && f.Results.InPerSecond > 0 && f.DLQ.InPerSecond > 0 && f.Main.DonePerSecond > 0 &&
+			len(f.Processors) == 2 && f.Processors[0].Instance == "flowui" && f.HandlerP99Seconds > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -665,6 +671,27 @@ func TestBrowserFlow(t *testing.T) {
 			}
 		}
 	}
+	// The reachable processor's numbers, and the count of those reached.
+	if want.Processors[0].Error != "" || want.Processors[1].Error == "" {
+		t.Errorf("processors %+v: want the first reached, the closed one with an error", want.Processors)
+	}
+	if e, _ := browserByID(outer, "flow-note-"+p.Name); e.attrs["data-processors"] != "2" || e.attrs["data-reached"] != "1" || !strings.Contains(e.text, "1 of 2 processors reached") {
+		t.Errorf("the flow's note %q (data-processors %q, data-reached %q), want 1 of 2 processors reached", e.text, e.attrs["data-processors"], e.attrs["data-reached"])
+	}
+	for _, c := range []struct {
+		node, metric string
+		want         int64
+	}{{"main-main", "inflight", want.Inflight}, {"tier-1s", "held", want.Tiers[0].Held}} {
+		node := browserOuter(outer, "flow-"+p.Name+"-"+c.node)
+		v, ok := browserFirst(node, "span", map[string]string{"data-metric": c.metric})
+		if !ok || v.attrs["data-value"] != strconv.FormatInt(c.want, 10) || v.text != browserInt(c.want) {
+			t.Errorf("%s %s shows %q (data %q, present %v), the API says %d", c.node, c.metric, v.text, v.attrs["data-value"], ok, c.want)
+		}
+	}
+	if v, ok := browserFirst(outer, "span", map[string]string{"data-metric": "handler-p99"}); !ok || !(math.Abs(browserFloat(v.attrs["data-value"])-want.HandlerP99Seconds) <= 1e-12) {
+		t.Errorf("handler p99 shows %q (data %q), the API says %v", v.text, v.attrs["data-value"], want.HandlerP99Seconds)
+	}
+
 	// The arrows carry the rate into what they point at.
 	arrows := 0
 	for _, e := range browserAll(outer, "div") {
@@ -701,4 +728,12 @@ func browserRate(r float64) string {
 		return browserInt(int64(math.Round(r))) + "/s"
 	}
 	return strconv.FormatFloat(r, 'f', 1, 64) + "/s"
+}
+
+func browserFloat(s string) float64 {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return f
 }

@@ -33,12 +33,19 @@ type Flow struct {
 	// sample exists (rates are then 0).
 	WindowSeconds float64 `json:"window_seconds"`
 	// SampledAt is when the offsets were read; empty before the first read.
-	SampledAt string      `json:"sampled_at,omitempty"`
-	Error     string      `json:"error,omitempty"` // the last read failed
-	Main      FlowTopic   `json:"main"`
-	Tiers     []FlowTopic `json:"tiers"`
-	Results   *FlowTopic  `json:"results,omitempty"`
-	DLQ       FlowTopic   `json:"dlq"`
+	SampledAt string `json:"sampled_at,omitempty"`
+	Error     string `json:"error,omitempty"` // the last read failed
+	// Processors is what the processors in Options.Processors report of
+	// this pipeline (GET /api/pipelines on each); Inflight is their sum,
+	// the p99s their largest. Empty without Options.Processors.
+	Processors         []FlowProcessor `json:"processors,omitempty"`
+	Inflight           int64           `json:"inflight"`
+	HandlerP99Seconds  float64         `json:"handler_p99_seconds"`
+	LatenessP99Seconds float64         `json:"lateness_p99_seconds"`
+	Main               FlowTopic       `json:"main"`
+	Tiers              []FlowTopic     `json:"tiers"`
+	Results            *FlowTopic      `json:"results,omitempty"`
+	DLQ                FlowTopic       `json:"dlq"`
 }
 
 // FlowTopic is one topic of a Flow.
@@ -59,6 +66,23 @@ type FlowTopic struct {
 	Committed     int64   `json:"committed"`
 	Waiting       int64   `json:"waiting"`
 	DonePerSecond float64 `json:"done_per_second"`
+	// Held (tiers): of Waiting, the records the reachable processors hold in
+	// memory until due; LatenessP99Seconds the largest of their p99s of how
+	// late past due the tier's records were handled.
+	Held               int64   `json:"held,omitempty"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds,omitempty"`
+}
+
+// FlowProcessor is one processor's live state of a pipeline, as its
+// GET /api/pipelines reported it at the last sample.
+type FlowProcessor struct {
+	URL                string  `json:"url"`
+	Instance           string  `json:"instance,omitempty"`
+	Error              string  `json:"error,omitempty"` // unreachable or not a redrive processor
+	Inflight           int64   `json:"inflight"`
+	Waiting            int64   `json:"waiting"`
+	HandlerP99Seconds  float64 `json:"handler_p99_seconds"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 }
 
 // flowWindow is the least time rates are taken over.
@@ -96,6 +120,7 @@ func (a *Analyzer) flowLoop(ctx context.Context) {
 	t := time.NewTicker(a.o.FlowEvery)
 	defer t.Stop()
 	for {
+		a.pollProcessors(ctx)
 		for _, p := range a.pipes {
 			s := a.sampleFlow(ctx, adm, p)
 			p.flow.mu.Lock()
@@ -233,7 +258,9 @@ func (a *Analyzer) serveFlow(w http.ResponseWriter, r *http.Request) {
 	resp := FlowResponse{Now: a.o.Now().UTC().Format(time.RFC3339), Pipelines: []Flow{}}
 	for _, p := range a.pipes {
 		if want == "" || p.cfg.Name == want {
-			resp.Pipelines = append(resp.Pipelines, p.flowNow())
+			f := p.flowNow()
+			a.addProcessors(&f)
+			resp.Pipelines = append(resp.Pipelines, f)
 		}
 	}
 	writeJSON(w, resp)

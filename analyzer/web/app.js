@@ -216,7 +216,15 @@
 
   // flowNode is one topic's box: what waits in it (end offsets minus the
   // group's commits) and how fast records come in and are finished.
-  function flowNode(pipeline, t) {
+  // fmtSeconds shows a latency: "0 ms", "12 ms", "1.25 s".
+  function fmtSeconds(s) {
+    if (s < 1) return Math.round(s * 1000) + " ms";
+    return s.toFixed(2) + " s";
+  }
+
+  // flowNode is one topic's box; extra are the reachable processors'
+  // numbers for it ([label, metric, value, text, title]).
+  function flowNode(pipeline, t, extra) {
     const id = `flow-${pipeline}-${t.role}-${t.name}`;
     const consumed = !!t.group;
     const busy = consumed && t.waiting > 0;
@@ -246,7 +254,8 @@
         { class: "frates" },
         metric("in", "in", t.in_per_second, fmtRate(t.in_per_second), `records written to ${t.topic} per second`),
         consumed ? metric("done", "done", t.done_per_second, fmtRate(t.done_per_second), `records ${t.group} finished (committed) per second`) : null
-      )
+      ),
+      extra && extra.length ? el("div", { class: "fproc" }, ...extra.map(([label, m, value, text, title]) => metric(label, m, value, text, title))) : null
     );
   }
 
@@ -265,18 +274,34 @@
     const flows = (state.flows && state.flows.pipelines) || [];
     box.replaceChildren(
       ...flows.map((f) => {
-        const chain = [flowNode(f.name, f.main)];
+        const procs = f.processors || [];
+        const reached = procs.filter((p) => !p.error).length;
+        const mainExtra = reached
+          ? [
+              ["in flight", "inflight", f.inflight, fmtInt(f.inflight), "records with a handler or being written, summed over the reachable processors"],
+              ["handler p99", "handler-p99", f.handler_p99_seconds, fmtSeconds(f.handler_p99_seconds), "largest p99 handler call over the last minute"],
+            ]
+          : null;
+        const chain = [flowNode(f.name, f.main, mainExtra)];
         for (const t of f.tiers) {
-          chain.push(flowArrow(t.in_per_second, `retries written to ${t.topic}`, "tier"), flowNode(f.name, t));
+          const extra = reached
+            ? [
+                ["held", "held", t.held || 0, fmtInt(t.held || 0), "tier records the processors hold in memory until due"],
+                ["late p99", "lateness-p99", t.lateness_p99_seconds || 0, fmtSeconds(t.lateness_p99_seconds || 0), "how late past due (p99, last minute) the tier's records were handled"],
+              ]
+            : null;
+          chain.push(flowArrow(t.in_per_second, `retries written to ${t.topic}`, "tier"), flowNode(f.name, t, extra));
         }
         const sinks = [];
         if (f.results) sinks.push(el("div", { class: "fsink" }, flowArrow(f.results.in_per_second, "results written", "ok"), flowNode(f.name, f.results)));
         sinks.push(el("div", { class: "fsink" }, flowArrow(f.dlq.in_per_second, "dead letters written", "bad"), flowNode(f.name, f.dlq)));
-        const note = f.error
-          ? el("span", { class: "error", text: "offsets: " + f.error })
+        let note = f.error
+          ? "offsets: " + f.error
           : f.window_seconds > 0
             ? `rates over the last ${Math.round(f.window_seconds)} s · group ${f.group}`
             : `first sample · group ${f.group}`;
+        if (procs.length) note += ` · ${reached} of ${procs.length} processors reached`;
+        const unreachable = procs.filter((p) => p.error).map((p) => `${p.url}: ${p.error}`).join("\n");
         return el(
           "div",
           {
@@ -286,7 +311,12 @@
             "data-sampled-at": f.sampled_at || "",
             "data-window": f.window_seconds,
           },
-          el("div", { class: "panel-head" }, el("h2", {}, f.name + " ", el("small", { text: "flow" })), el("span", { class: "hint", text: note })),
+          el(
+            "div",
+            { class: "panel-head" },
+            el("h2", {}, f.name + " ", el("small", { text: "flow" })),
+            el("span", { class: "hint" + (f.error ? " error" : ""), id: "flow-note-" + f.name, "data-processors": procs.length, "data-reached": reached, title: unreachable || null, text: note })
+          ),
           el("div", { class: "fchain" }, ...chain, el("div", { class: "fsinks" }, ...sinks))
         );
       })

@@ -40,8 +40,9 @@ and /metrics, /healthz, /readyz on analyzer.http_addr.`,
 	}
 }
 
-// newAnalyzer builds the analyzer for c's pipelines, reporting into o.
-func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
+// newAnalyzer builds the analyzer for c's pipelines, reporting into o;
+// processors (base URLs) add their live state to the flow view.
+func newAnalyzer(c *config.Config, o *obs.Server, processors ...string) (*analyzer.Analyzer, error) {
 	opts, err := kafkaconn.Opts(c)
 	if err != nil {
 		return nil, err
@@ -50,7 +51,7 @@ func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat}
+	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat, Processors: processors}
 	for _, p := range c.Pipelines {
 		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results}
 		for i, t := range p.TierTopics() {

@@ -247,6 +247,9 @@ func TestDevRunsEverything(t *testing.T) {
 	if f := flow.Pipelines[0]; len(f.Tiers) != 3 || f.Tiers[0].Name != "1s" || f.Tiers[0].End == 0 || f.Results == nil || f.Results.End == 0 || f.DLQ.End == 0 {
 		t.Errorf("the dashboard's flow shows no retries in tier 1s, results or dead letters: %+v", f)
 	}
+	if f := flow.Pipelines[0]; len(f.Processors) != 1 || f.Processors[0].Error != "" {
+		t.Errorf("the dashboard's flow does not reach dev's processor: %+v", f.Processors)
+	}
 	var dls struct {
 		DeadLetters []struct {
 			Code string `json:"code"`

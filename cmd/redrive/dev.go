@@ -157,7 +157,7 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	}
 
 	ao := obs.New()
-	an, err := newAnalyzer(c, ao)
+	an, err := newAnalyzer(c, ao, "http://"+addr) // its flow view shows this processor's in flight and p99s
 	if err != nil {
 		return err
 	}
