@@ -29,6 +29,10 @@ type Pipeline struct {
 	DLQ string
 	// Rules decide per dead letter; first match wins, no match keeps.
 	Rules []dlq.Rule
+	// Tiers and Results complete the flow view (GET /api/pipelines); the
+	// processors' group is "redrive.<Name>".
+	Tiers   []Tier
+	Results string
 }
 
 // GroupID is the rule worker's consumer group.
@@ -51,6 +55,13 @@ type Options struct {
 	// Recent is how many dead letters per pipeline are kept for browsing
 	// (default 10000).
 	Recent int
+	// FlowEvery is how often the flow view samples the pipelines' offsets
+	// (default 3s).
+	FlowEvery time.Duration
+	// Processors are base URLs of processors (their http_addr) whose
+	// GET /api/pipelines the flow view adds: in flight, records held per
+	// tier, p99s. Optional: rates and waiting come from Kafka alone.
+	Processors []string
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -62,6 +73,7 @@ type Analyzer struct {
 	log   *slog.Logger
 	pipes []*pipe
 	admin *kgo.Client
+	procs processorPoll // Options.Processors' last answers
 }
 
 // pipe is one pipeline's state.
@@ -76,6 +88,8 @@ type pipe struct {
 
 	depth        int64     // DLQ records not yet handled by the rule worker
 	oldestUnseen time.Time // dead-lettering time of the oldest not yet handled
+
+	flow flowState // offsets sampled for GET /api/pipelines
 }
 
 // New checks the options; it does not connect.
@@ -98,6 +112,9 @@ func New(o Options) (*Analyzer, error) {
 	if o.AlertEvery <= 0 {
 		o.AlertEvery = 10 * time.Second
 	}
+	if o.FlowEvery <= 0 {
+		o.FlowEvery = 3 * time.Second
+	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
@@ -109,6 +126,7 @@ func New(o Options) (*Analyzer, error) {
 		}
 		a.pipes = append(a.pipes, &pipe{cfg: p, stats: dlq.NewStats(10000), recent: make([]*dlq.DeadLetter, o.Recent)})
 	}
+	m.precreate(a.pipes, o.Alerts)
 	return a, nil
 }
 
@@ -127,7 +145,8 @@ func (a *Analyzer) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); errs[2*i] = a.readStats(ctx, p) }()
 		go func() { defer wg.Done(); errs[2*i+1] = a.work(ctx, p) }()
 	}
-	wg.Add(2)
+	wg.Add(3)
+	go func() { defer wg.Done(); a.flowLoop(ctx) }()
 	go func() { defer wg.Done(); a.depthLoop(ctx) }()
 	go func() { defer wg.Done(); a.alertLoop(ctx) }()
 	wg.Wait()

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html"
+	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,6 +27,7 @@ import (
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -488,4 +492,248 @@ func browserHead(s string) string {
 		return s[:4000] + "…"
 	}
 	return s
+}
+
+// TestBrowserFlow loads the dashboard in headless Chromium against a
+// running processor with traffic and an analyzer, and checks the flow view
+// (main → tier → results / DLQ) shows what GET /api/pipelines served to
+// the page: every topic's written, waiting, in and done numbers, as data
+// and as the text a person reads. REDRIVE_FLOW_SCREENSHOT=/tmp/x.png also
+// writes a screenshot.
+func TestBrowserFlow(t *testing.T) {
+	chrome := browserChromium(t)
+	c := kafkatest.New(t)
+	p := processor.Pipeline{Name: "flowui", Topic: kafkatest.Topic(t, "flowui"),
+		Schedule: retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2}}
+	p.Results, p.DLQ = p.Topic+".results", p.Topic+".dlq"
+	for _, n := range append([]string{p.Topic, p.Results, p.DLQ}, p.TierTopics()...) {
+		c.CreateTopic(t, n, 2, nil)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		switch k := string(req.Record.Key); {
+		case strings.HasPrefix(k, "retry"):
+			return processor.Outcome{Kind: processor.Transient, Code: "busy", Err: errors.New("busy")}
+		case strings.HasPrefix(k, "bad"):
+			return processor.Outcome{Kind: processor.Permanent, Code: "bad", Err: errors.New("bad")}
+		}
+		return processor.Outcome{Kind: processor.Success}
+	})
+	pr, err := processor.New(processor.Config{Brokers: c.Brokers, Pipelines: []processor.Pipeline{p}, SessionTimeout: 6 * time.Second,
+		ShutdownGrace: 5 * time.Second, CommitInterval: 200 * time.Millisecond, Logger: log, Instance: "flowui"}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The processor's own status, and one that is gone.
+	psrv := httptest.NewServer(http.StripPrefix("/api/pipelines", pr.StatusHandler()))
+	t.Cleanup(psrv.Close)
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+		Pipelines: []analyzer.Pipeline{{Name: p.Name, Topic: p.Topic, DLQ: p.DLQ, Results: p.Results,
+			Tiers: []analyzer.Tier{{Name: "1s", Topic: p.TierTopics()[0]}}}},
+		Logger: log, FlowEvery: 500 * time.Millisecond, Processors: []string{psrv.URL, gone.URL},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	wg.Add(3)
+	go func() { defer wg.Done(); errs <- pr.Run(ctx) }()
+	go func() { defer wg.Done(); errs <- a.Run(ctx) }()
+	// Traffic until the test ends: most succeed, some retry then die, a few
+	// fail for good.
+	go func() {
+		defer wg.Done()
+		for i := 0; ctx.Err() == nil; i++ {
+			k := []string{"ok", "ok", "ok", "retry", "bad"}[i%5]
+			cl.Produce(ctx, &kgo.Record{Topic: p.Topic, Key: []byte(fmt.Sprintf("%s-%d", k, i)), Value: []byte("x")}, nil)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	})
+
+	// Every GET /api/pipelines the page makes, by the sample it shows.
+	var servedMu sync.Mutex
+	served := map[string]analyzer.Flow{}
+	api := a.Handler("")
+	reqs := &browserRequests{}
+	srv := httptest.NewServer(reqs.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/pipelines" {
+			api.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, r)
+		var fr analyzer.FlowResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &fr); err == nil && len(fr.Pipelines) == 1 {
+			servedMu.Lock()
+			served[fr.Pipelines[0].SampledAt] = fr.Pipelines[0]
+			servedMu.Unlock()
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
+	})))
+	t.Cleanup(srv.Close)
+
+	// Wait until the flow shows records moving everywhere.
+	var f analyzer.Flow
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		var fr analyzer.FlowResponse
+		browserGetJSON(t, srv.URL+"/api/pipelines", &fr)
+		f = fr.Pipelines[0]
+		if f.Main.InPerSecond > 0 && f.Tiers[0].InPerSecond > 0 && f.Results.InPerSecond > 0 && f.DLQ.InPerSecond > 0 && f.Main.DonePerSecond > 0 &&
+			len(f.Processors) == 2 && f.Processors[0].Instance == "flowui" && f.HandlerP99Seconds > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flow shows no traffic everywhere within 90s: %+v", f)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	dom := browserRun(t, chrome, srv.URL+"/", "--dump-dom")
+	if path := os.Getenv("REDRIVE_FLOW_SCREENSHOT"); path != "" {
+		browserRun(t, chrome, srv.URL+"/", "--screenshot="+path, "--window-size=1400,900")
+		t.Logf("screenshot written to %s", path)
+	}
+	if body, _ := browserFirst(dom, "body", nil); body.attrs["data-loaded"] != "1" || body.attrs["data-error"] != "" {
+		t.Fatalf("the page did not render (data-error %q):\n%s", body.attrs["data-error"], browserHead(dom))
+	}
+	panel, ok := browserByID(dom, "flow-"+p.Name)
+	if !ok {
+		t.Fatalf("no #flow-%s in the page:\n%s", p.Name, browserHead(dom))
+	}
+	servedMu.Lock()
+	want, ok := served[panel.attrs["data-sampled-at"]]
+	servedMu.Unlock()
+	if !ok || want.SampledAt == "" {
+		t.Fatalf("the page shows sample %q, which GET /api/pipelines did not serve it", panel.attrs["data-sampled-at"])
+	}
+	if w, _ := strconv.ParseFloat(panel.attrs["data-window"], 64); w != want.WindowSeconds {
+		t.Errorf("data-window %q, the API's window %v", panel.attrs["data-window"], want.WindowSeconds)
+	}
+	outer := browserOuter(dom, "flow-"+p.Name)
+	topics := append([]analyzer.FlowTopic{want.Main}, want.Tiers...)
+	topics = append(topics, *want.Results, want.DLQ)
+	for _, ft := range topics {
+		id := fmt.Sprintf("flow-%s-%s-%s", p.Name, ft.Role, ft.Name)
+		node := browserOuter(outer, id)
+		e, ok := browserByID(outer, id)
+		if !ok || node == "" {
+			t.Errorf("no #%s in the flow", id)
+			continue
+		}
+		if e.attrs["data-topic"] != ft.Topic || e.attrs["data-end"] != strconv.FormatInt(ft.End, 10) {
+			t.Errorf("#%s: topic %q end %q, the API: %s %d", id, e.attrs["data-topic"], e.attrs["data-end"], ft.Topic, ft.End)
+		}
+		// The numbers a person reads: the big one (waiting, or written where
+		// no group reads), and the rates.
+		values := map[string]browserElem{}
+		for _, v := range browserAll(node, "span") {
+			if m, ok := v.attrs["data-metric"]; ok {
+				values[m] = v
+			}
+		}
+		big, bigWant := "waiting", ft.Waiting
+		if ft.Group == "" {
+			big, bigWant = "end", ft.End
+		}
+		if v := values[big]; v.attrs["data-value"] != strconv.FormatInt(bigWant, 10) || v.text != browserInt(bigWant) {
+			t.Errorf("#%s shows %s %q (data %q), the API says %d", id, big, v.text, v.attrs["data-value"], bigWant)
+		}
+		rates := map[string]float64{"in": ft.InPerSecond}
+		if ft.Group != "" {
+			rates["done"] = ft.DonePerSecond
+		}
+		for m, r := range rates {
+			v := values[m]
+			got, err := strconv.ParseFloat(v.attrs["data-value"], 64)
+			if err != nil || math.Abs(got-r) > 1e-9 || v.text != browserRate(r) {
+				t.Errorf("#%s shows %s %q (data %q), the API says %v (%s)", id, m, v.text, v.attrs["data-value"], r, browserRate(r))
+			}
+		}
+	}
+	// The reachable processor's numbers, and the count of those reached.
+	if want.Processors[0].Error != "" || want.Processors[1].Error == "" {
+		t.Errorf("processors %+v: want the first reached, the closed one with an error", want.Processors)
+	}
+	if e, _ := browserByID(outer, "flow-note-"+p.Name); e.attrs["data-processors"] != "2" || e.attrs["data-reached"] != "1" || !strings.Contains(e.text, "1 of 2 processors reached") {
+		t.Errorf("the flow's note %q (data-processors %q, data-reached %q), want 1 of 2 processors reached", e.text, e.attrs["data-processors"], e.attrs["data-reached"])
+	}
+	for _, c := range []struct {
+		node, metric string
+		want         int64
+	}{{"main-main", "inflight", want.Inflight}, {"tier-1s", "held", want.Tiers[0].Held}} {
+		node := browserOuter(outer, "flow-"+p.Name+"-"+c.node)
+		v, ok := browserFirst(node, "span", map[string]string{"data-metric": c.metric})
+		if !ok || v.attrs["data-value"] != strconv.FormatInt(c.want, 10) || v.text != browserInt(c.want) {
+			t.Errorf("%s %s shows %q (data %q, present %v), the API says %d", c.node, c.metric, v.text, v.attrs["data-value"], ok, c.want)
+		}
+	}
+	if v, ok := browserFirst(outer, "span", map[string]string{"data-metric": "handler-p99"}); !ok || !(math.Abs(browserFloat(v.attrs["data-value"])-want.HandlerP99Seconds) <= 1e-12) {
+		t.Errorf("handler p99 shows %q (data %q), the API says %v", v.text, v.attrs["data-value"], want.HandlerP99Seconds)
+	}
+
+	// The arrows carry the rate into what they point at.
+	arrows := 0
+	for _, e := range browserAll(outer, "div") {
+		if r, ok := e.attrs["data-rate"]; ok {
+			arrows++
+			if _, err := strconv.ParseFloat(r, 64); err != nil {
+				t.Errorf("arrow data-rate %q", r)
+			}
+		}
+	}
+	if arrows != 3 {
+		t.Errorf("%d arrows, want 3 (main → 1s, → results, → DLQ)", arrows)
+	}
+	if !reqs.seen("GET /api/pipelines 200") {
+		t.Errorf("the page did not GET /api/pipelines: %v", reqs.all())
+	}
+}
+
+// browserInt formats n as the page does (en-US grouping).
+func browserInt(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// browserRate formats records per second as the page does.
+func browserRate(r float64) string {
+	switch {
+	case r == 0:
+		return "0/s"
+	case r >= 100:
+		return browserInt(int64(math.Round(r))) + "/s"
+	}
+	return strconv.FormatFloat(r, 'f', 1, 64) + "/s"
+}
+
+func browserFloat(s string) float64 {
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return f
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redrive/redrive/dlq"
 )
 
 // maxCodes bounds the code label; codes beyond it are counted as "other".
@@ -71,4 +73,36 @@ func (m *metrics) code(c string) string {
 	}
 	m.codes[c] = true
 	return c
+}
+
+// precreate exports the series the dashboard and the alert rules read, at
+// zero, before the first dead letter: panels show 0 instead of "no data"
+// and absent() alerts mean what they say. Label values are the known sets
+// (pipelines, reasons, rules, actions, alerts); codes come with traffic.
+func (m *metrics) precreate(pipes []*pipe, alerts []Alert) {
+	for _, p := range pipes {
+		name := p.cfg.Name
+		for _, r := range []dlq.Reason{dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonInvalid, dlq.ReasonExpired} {
+			m.deadLetters.WithLabelValues(name, string(r), "")
+		}
+		m.depth.WithLabelValues(name)
+		m.oldest.WithLabelValues(name)
+		m.republishFailures.WithLabelValues(name)
+		m.undecodable.WithLabelValues(name)
+		m.actions.WithLabelValues(name, ruleLabel(""), "kept")
+		for _, r := range p.cfg.Rules {
+			for _, act := range []string{"republished", "parked", "kept", "dropped"} {
+				m.actions.WithLabelValues(name, r.Name, act)
+			}
+		}
+		for _, al := range alerts {
+			if al.Pipeline == "" || al.Pipeline == name {
+				m.alertsFiring.WithLabelValues(al.Name, name)
+			}
+		}
+	}
+	for _, al := range alerts {
+		m.alertPosts.WithLabelValues(al.Name, "ok")
+		m.alertPosts.WithLabelValues(al.Name, "failed")
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -179,13 +180,18 @@ func usedNames(t *testing.T) map[string]string {
 	return used
 }
 
-// TestDashboardAndAlertsUseExportedMetrics runs a real processor and a
-// real analyzer, each serving /metrics through internal/obs as `redrive
-// process` and `redrive analyze` do, pushes records through them so the
-// labelled series exist, scrapes both and checks every metric name the
-// dashboard and the alert rules use is exported.
-func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
-	used := usedNames(t)
+// pair is a real processor and a real analyzer on one pipeline, each
+// serving /metrics through internal/obs as `redrive process` and `redrive
+// analyze` do.
+type pair struct {
+	c            *kafkatest.Cluster
+	p            processor.Pipeline
+	paddr, aaddr string
+	prec, arec   *recorder
+}
+
+func startPair(t *testing.T) *pair {
+	t.Helper()
 	c := kafkatest.New(t)
 	topic := kafkatest.Topic(t, "deploy")
 	p := processor.Pipeline{
@@ -196,7 +202,6 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		c.CreateTopic(t, n, 2, nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
 	// The processor, with a handler that succeeds, retries and fails for good.
@@ -213,6 +218,7 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	})
 	paddr, err := po.Serve(ctx, "127.0.0.1:0", log)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	stopProcessor := pipetest.Run(t, processor.Config{
@@ -230,16 +236,18 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		Registerer: arec, Logger: log, Ready: ao.Ready, Beat: ao.Beat,
 	})
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	ao.Mux.Handle("/", an.Handler(""))
 	aaddr, err := ao.Serve(ctx, "127.0.0.1:0", log)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	adone := make(chan error, 1)
 	go func() { adone <- an.Run(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		if err := stopProcessor(); err != nil {
 			t.Errorf("processor Run: %v", err)
 		}
@@ -252,7 +260,104 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Errorf("analyzer did not stop within 60s")
 		}
-	}()
+	})
+	return &pair{c: c, p: p, paddr: paddr, aaddr: aaddr, prec: prec, arec: arec}
+}
+
+// scrapeBoth is the union of the processor's and the analyzer's names.
+func (x *pair) scrapeBoth(t *testing.T) map[string]bool {
+	t.Helper()
+	exported := scrape(t, "http://"+x.paddr)
+	for n := range scrape(t, "http://"+x.aaddr) {
+		exported[n] = true
+	}
+	return exported
+}
+
+func sortedKeys(m map[string]string) []string {
+	var names []string
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// TestIdleExportsEveryUsedMetric starts a processor and an analyzer and
+// sends nothing: within 15 s every series the dashboard and the alert rules
+// read is on /metrics (counters at 0, gauges at their value, histograms
+// with their buckets), so panels show 0 instead of "no data" and absent()
+// means the process is gone, not that nothing has happened yet.
+func TestIdleExportsEveryUsedMetric(t *testing.T) {
+	used := usedNames(t)
+	x := startPair(t)
+	deadline := time.Now().Add(15 * time.Second)
+	var missing []string
+	for {
+		exported := x.scrapeBoth(t)
+		missing = missing[:0]
+		for _, n := range sortedKeys(used) {
+			if !exported[n] {
+				missing = append(missing, n+" ("+used[n]+")")
+			}
+		}
+		if len(missing) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	for _, n := range missing {
+		t.Errorf("idle for 15s, /metrics still lacks %s", n)
+	}
+	// The pipeline's own series are there with its labels, at zero.
+	body := scrapeText(t, "http://"+x.paddr)
+	for _, want := range []string{
+		`redrive_consumer_lag{pipeline="` + x.p.Name + `",topic="` + x.p.TierTopics()[0] + `"}`,
+		`redrive_retries_scheduled_total{pipeline="` + x.p.Name + `",tier="1s"} 0`,
+		`redrive_dead_letters_total{code="",pipeline="` + x.p.Name + `",reason="exhausted"} 0`,
+		`redrive_delay_lateness_seconds_count{pipeline="` + x.p.Name + `",tier="1s"} 0`,
+		`redrive_handler_duration_seconds_count{outcome="success",pipeline="` + x.p.Name + `"} 0`,
+		`redrive_produce_failures_total{kind="dlq",pipeline="` + x.p.Name + `"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("idle processor's /metrics lacks %s", want)
+		}
+	}
+	abody := scrapeText(t, "http://"+x.aaddr)
+	for _, want := range []string{
+		`redrive_analyzer_dead_letters_total{code="",pipeline="` + x.p.Name + `",reason="permanent"} 0`,
+		`redrive_analyzer_dlq_depth{pipeline="` + x.p.Name + `"} 0`,
+		`redrive_analyzer_republish_failures_total{pipeline="` + x.p.Name + `"} 0`,
+	} {
+		if !strings.Contains(abody, want) {
+			t.Errorf("idle analyzer's /metrics lacks %s", want)
+		}
+	}
+}
+
+// scrapeText is the body of base's /metrics.
+func scrapeText(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestDashboardAndAlertsUseExportedMetrics runs a real processor and a
+// real analyzer, pushes records through them, scrapes both and checks
+// every metric name the dashboard and the alert rules use is exported.
+func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
+	used := usedNames(t)
+	x := startPair(t)
+	c, p, ctx := x.c, x.p, context.Background()
+	paddr, aaddr, prec, arec := x.paddr, x.aaddr, x.prec, x.arec
 
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
 	var rs []*kgo.Record
@@ -262,13 +367,14 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		}
 	}
 	pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
-	err = cl.ProduceSync(pctx, rs...).FirstErr()
+	err := cl.ProduceSync(pctx, rs...).FirstErr()
 	pcancel()
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	// Series that need traffic (and the 10 s lag loop) before they exist.
+	// Series that show traffic (all of them exist from start, see
+	// TestIdleExportsEveryUsedMetric).
 	mustScrape := []string{
 		"redrive_records_consumed_total", "redrive_outcomes_total", "redrive_retries_scheduled_total",
 		"redrive_dead_letters_total", "redrive_handler_duration_seconds_bucket", "redrive_delay_lateness_seconds_bucket",
@@ -287,6 +393,16 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		for _, n := range mustScrape {
 			if !exported[n] {
 				missing = append(missing, n)
+			}
+		}
+		// The counters moved: the series exist from start, so existing
+		// alone does not show the traffic reached them.
+		sums := sampleSums(scrapeText(t, "http://"+paddr) + scrapeText(t, "http://"+aaddr))
+		for _, n := range []string{"redrive_records_consumed_total", "redrive_outcomes_total", "redrive_retries_scheduled_total",
+			"redrive_dead_letters_total", "redrive_handler_duration_seconds_count", "redrive_delay_lateness_seconds_count",
+			"redrive_analyzer_dead_letters_total", "redrive_analyzer_actions_total"} {
+			if sums[n] == 0 {
+				missing = append(missing, n+" > 0")
 			}
 		}
 		if len(missing) == 0 {
@@ -320,4 +436,23 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 			t.Errorf("%s, used by %s, is not exported by the processor or the analyzer", n, used[n])
 		}
 	}
+}
+
+// sampleSums adds up the samples of each name in a /metrics body.
+func sampleSums(body string) map[string]float64 {
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.IndexAny(line, "{ ")
+		j := strings.LastIndexByte(line, ' ')
+		if i <= 0 || j < i {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[j+1:], 64); err == nil {
+			out[line[:i]] += v
+		}
+	}
+	return out
 }

@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redrive/redrive/retry"
 )
 
 // metrics are the processor's Prometheus series. Label values are bounded:
@@ -161,4 +163,48 @@ func (h *hotMetrics) outcomeFor(k Kind, tier int, tierLabel, code string) promet
 	}
 	c, _ := h.outcomes.LoadOrStore(key, h.m.outcomes.WithLabelValues(h.pipeline, k.String(), tierLabel, code))
 	return c.(prometheus.Counter)
+}
+
+// precreate exports every series of pipeline p the dashboard and the alert
+// rules read, at zero, before the first record: a panel shows 0 instead of
+// "no data", and rate() or absent() over a counter that has never counted
+// works. Label values are the known sets (topics, tiers, kinds, reasons);
+// codes come only with traffic.
+func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
+	m, name := h.m, p.Name
+	labels := []string{"main"}
+	for _, d := range p.Schedule.Tiers {
+		labels = append(labels, retry.FormatDelay(d))
+	}
+	h.consumedFor(p.Topic)
+	for _, t := range tiers {
+		h.consumedFor(t)
+	}
+	for _, k := range []Kind{Success, Transient, NotReady, Permanent, Invalid} {
+		h.handlerFor(k)
+		for i, l := range labels {
+			h.outcomeFor(k, i-1, l, "")
+		}
+	}
+	for _, l := range labels {
+		m.outcomes.WithLabelValues(name, "invalid", l, CodeBadHeader)
+		m.outcomes.WithLabelValues(name, "expired", l, CodeTTL)
+		m.outcomes.WithLabelValues(name, "expired", l, CodeNotReadyDeadline)
+	}
+	for i, l := range labels[1:] {
+		m.retries.WithLabelValues(name, l)
+		m.hops.WithLabelValues(name, l)
+		h.latenessFor(i, l)
+	}
+	for _, r := range []string{reasonExhausted, reasonPermanent, reasonInvalid, reasonExpired} {
+		m.deadLetters.WithLabelValues(name, r, "")
+	}
+	m.commitFailures.WithLabelValues(name)
+	for _, k := range []outKind{toRetry, toDLQ, toResults} {
+		m.produceFails.WithLabelValues(name, string(k))
+	}
+	for _, t := range append([]string{p.Topic}, tiers...) {
+		m.lag.WithLabelValues(name, t)
+	}
+	m.pausedParts.WithLabelValues(name)
 }

@@ -124,6 +124,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		p.tierOf[t] = i
 	}
 	p.hot.init(m, cfg.Name)
+	p.hot.precreate(cfg, p.tiers)
 	p.hctx, p.hstop = context.WithCancel(context.Background())
 	p.sched = newScheduler(p.onDue)
 	topics := append([]string{cfg.Topic}, p.tiers...)

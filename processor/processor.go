@@ -16,6 +16,7 @@ import (
 type Processor struct {
 	cfg       Config
 	pipelines []*pipeline
+	hist      histWindows // for Status
 }
 
 // New builds a processor. h handles the records of every pipeline that has
@@ -74,16 +75,22 @@ func (pr *Processor) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// lagLoop publishes consumer lag per topic every 10s.
+// lagEvery is how often consumer lag is published: the first value comes
+// at start, so the lag panels and alerts have data within seconds.
+const lagEvery = 5 * time.Second
+
+// lagLoop publishes consumer lag per topic at start and every lagEvery.
 func (p *pipeline) lagLoop(ctx context.Context) {
 	adm := kadm.NewClient(p.cl)
-	t := time.NewTicker(10 * time.Second)
+	t := time.NewTicker(lagEvery)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		lags, err := adm.Lag(lctx, p.cfg.GroupID())

@@ -1,6 +1,6 @@
 // The redrive analyzer dashboard: plain JavaScript, no build step. It reads
-// GET api/stats and GET api/deadletters every 5 seconds and posts
-// api/replay. Everything from the API is put into the page as text
+// GET api/stats, GET api/pipelines (the flow) and GET api/deadletters every
+// 5 seconds and posts api/replay. Everything from the API is put into the page as text
 // (textContent, never innerHTML): dead letters carry whatever producers
 // wrote.
 "use strict";
@@ -14,6 +14,7 @@
 
   const state = {
     stats: null, // the last GET api/stats
+    flows: null, // the last GET api/pipelines
     selected: "", // the pipeline shown in detail
     filters: {}, // the dead-letter filters last submitted
     open: new Set(), // expanded dead letters, by topic/partition/offset
@@ -199,6 +200,127 @@
       );
     });
     nav.replaceChildren(...cards);
+  }
+
+  // ---- the flow: main → tiers → results / DLQ ----
+
+  // fmtRate shows records per second: "0/s", "0.4/s", "12.5/s", "1,204/s".
+  function fmtRate(r) {
+    if (!r) return "0/s";
+    if (r >= 100) return fmtInt(Math.round(r)) + "/s";
+    return r.toFixed(1) + "/s";
+  }
+
+  const ROLE_TITLE = { main: "main topic", tier: "retry", results: "results", dlq: "dead letters" };
+  const WAITING_LABEL = { main: "lag", tier: "waiting", dlq: "unhandled" };
+
+  // flowNode is one topic's box: what waits in it (end offsets minus the
+  // group's commits) and how fast records come in and are finished.
+  // fmtSeconds shows a latency: "0 ms", "12 ms", "1.25 s".
+  function fmtSeconds(s) {
+    if (s < 1) return Math.round(s * 1000) + " ms";
+    return s.toFixed(2) + " s";
+  }
+
+  // flowNode is one topic's box; extra are the reachable processors'
+  // numbers for it ([label, metric, value, text, title]).
+  function flowNode(pipeline, t, extra) {
+    const id = `flow-${pipeline}-${t.role}-${t.name}`;
+    const consumed = !!t.group;
+    const busy = consumed && t.waiting > 0;
+    const metric = (label, cls, value, text, title) =>
+      el("div", { class: "fm " + cls, title }, el("span", { class: "label", text: label }), el("span", { class: "value", "data-metric": cls.split(" ")[0], "data-value": value, text }));
+    return el(
+      "div",
+      {
+        class: `fnode ${t.role}` + (busy ? " busy" : "") + (t.role === "dlq" && t.in_per_second > 0 ? " hot" : ""),
+        id,
+        "data-role": t.role,
+        "data-name": t.name,
+        "data-topic": t.topic,
+        "data-end": t.end,
+        "data-waiting": consumed ? t.waiting : null,
+        "data-committed": consumed ? t.committed : null,
+        "data-in": t.in_per_second,
+        "data-done": consumed ? t.done_per_second : null,
+      },
+      el("div", { class: "fhead" }, el("span", { class: "ftitle", text: ROLE_TITLE[t.role] + (t.role === "tier" ? " " + t.name : "") })),
+      el("code", { class: "ftopic", title: t.topic, text: t.topic }),
+      consumed
+        ? metric(WAITING_LABEL[t.role], "waiting big", t.waiting, fmtInt(t.waiting), `records written to ${t.topic} and not yet finished by ${t.group} (consumer lag)`)
+        : metric("written", "end big", t.end, fmtInt(t.end), `records in ${t.topic} (sum of end offsets)`),
+      el(
+        "div",
+        { class: "frates" },
+        metric("in", "in", t.in_per_second, fmtRate(t.in_per_second), `records written to ${t.topic} per second`),
+        consumed ? metric("done", "done", t.done_per_second, fmtRate(t.done_per_second), `records ${t.group} finished (committed) per second`) : null
+      ),
+      extra && extra.length ? el("div", { class: "fproc" }, ...extra.map(([label, m, value, text, title]) => metric(label, m, value, text, title))) : null
+    );
+  }
+
+  // flowArrow is an arrow labelled with the rate of records it carries.
+  function flowArrow(rate, title, cls) {
+    return el(
+      "div",
+      { class: "farrow" + (cls ? " " + cls : "") + (rate > 0 ? " moving" : ""), title, "data-rate": rate },
+      el("span", { class: "rate", text: fmtRate(rate) }),
+      el("span", { class: "line" })
+    );
+  }
+
+  function renderFlows() {
+    const box = $("flows");
+    const flows = (state.flows && state.flows.pipelines) || [];
+    box.replaceChildren(
+      ...flows.map((f) => {
+        const procs = f.processors || [];
+        const reached = procs.filter((p) => !p.error).length;
+        const mainExtra = reached
+          ? [
+              ["in flight", "inflight", f.inflight, fmtInt(f.inflight), "records with a handler or being written, summed over the reachable processors"],
+              ["handler p99", "handler-p99", f.handler_p99_seconds, fmtSeconds(f.handler_p99_seconds), "largest p99 handler call over the last minute"],
+            ]
+          : null;
+        const chain = [flowNode(f.name, f.main, mainExtra)];
+        for (const t of f.tiers) {
+          const extra = reached
+            ? [
+                ["held", "held", t.held || 0, fmtInt(t.held || 0), "tier records the processors hold in memory until due"],
+                ["late p99", "lateness-p99", t.lateness_p99_seconds || 0, fmtSeconds(t.lateness_p99_seconds || 0), "how late past due (p99, last minute) the tier's records were handled"],
+              ]
+            : null;
+          chain.push(flowArrow(t.in_per_second, `retries written to ${t.topic}`, "tier"), flowNode(f.name, t, extra));
+        }
+        const sinks = [];
+        if (f.results) sinks.push(el("div", { class: "fsink" }, flowArrow(f.results.in_per_second, "results written", "ok"), flowNode(f.name, f.results)));
+        sinks.push(el("div", { class: "fsink" }, flowArrow(f.dlq.in_per_second, "dead letters written", "bad"), flowNode(f.name, f.dlq)));
+        let note = f.error
+          ? "offsets: " + f.error
+          : f.window_seconds > 0
+            ? `rates over the last ${Math.round(f.window_seconds)} s · group ${f.group}`
+            : `first sample · group ${f.group}`;
+        if (procs.length) note += ` · ${reached} of ${procs.length} processors reached`;
+        const unreachable = procs.filter((p) => p.error).map((p) => `${p.url}: ${p.error}`).join("\n");
+        return el(
+          "div",
+          {
+            class: "panel wide flow",
+            id: "flow-" + f.name,
+            "data-pipeline": f.name,
+            "data-sampled-at": f.sampled_at || "",
+            "data-window": f.window_seconds,
+          },
+          el(
+            "div",
+            { class: "panel-head" },
+            el("h2", {}, f.name + " ", el("small", { text: "flow" })),
+            el("span", { class: "hint" + (f.error ? " error" : ""), id: "flow-note-" + f.name, "data-processors": procs.length, "data-reached": reached, title: unreachable || null, text: note })
+          ),
+          el("div", { class: "fchain" }, ...chain, el("div", { class: "fsinks" }, ...sinks))
+        );
+      })
+    );
   }
 
   // ---- the per-minute chart ----
@@ -694,7 +816,9 @@
     state.busy = true;
     clearTimeout(state.timer);
     try {
+      const flows = api("api/pipelines");
       state.stats = await api("api/stats");
+      state.flows = await flows;
       if (!pipelines().length) throw new Error("the analyzer has no pipelines");
       choosePipeline();
       render();
@@ -716,6 +840,7 @@
 
   function render() {
     renderCards();
+    renderFlows();
     const p = current();
     if (p) renderPipeline(p);
   }

@@ -12,6 +12,7 @@ import (
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
 	"github.com/redrive/redrive/internal/obs"
+	"github.com/redrive/redrive/retry"
 )
 
 func newAnalyzeCmd(g *globals) *cobra.Command {
@@ -39,8 +40,9 @@ and /metrics, /healthz, /readyz on analyzer.http_addr.`,
 	}
 }
 
-// newAnalyzer builds the analyzer for c's pipelines, reporting into o.
-func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
+// newAnalyzer builds the analyzer for c's pipelines, reporting into o;
+// processors (base URLs) add their live state to the flow view.
+func newAnalyzer(c *config.Config, o *obs.Server, processors ...string) (*analyzer.Analyzer, error) {
 	opts, err := kafkaconn.Opts(c)
 	if err != nil {
 		return nil, err
@@ -49,9 +51,13 @@ func newAnalyzer(c *config.Config, o *obs.Server) (*analyzer.Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat}
+	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat, Processors: processors}
 	for _, p := range c.Pipelines {
-		ao.Pipelines = append(ao.Pipelines, analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name)})
+		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results}
+		for i, t := range p.TierTopics() {
+			ap.Tiers = append(ap.Tiers, analyzer.Tier{Name: retry.FormatDelay(p.TierDelays()[i]), Topic: t})
+		}
+		ao.Pipelines = append(ao.Pipelines, ap)
 	}
 	for i, al := range c.Analyzer.Alerts {
 		name := al.Name

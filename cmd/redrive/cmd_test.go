@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -209,38 +212,76 @@ func TestDevRunsEverything(t *testing.T) {
 	go func() {
 		done <- runCtx(ctx, []string{"dev", "--kafka-port", "0", "--http", addr, "--analyzer", anAddr, "--rate", "100", "--duration", "90s"}, &out, &out)
 	}()
+	// The processor's live state on its port, and the whole flow on the
+	// analyzer's: records reach the 1s tier, the results and the DLQ.
+	var ps processor.Status
+	var flow analyzer.FlowResponse
 	deadline := time.Now().Add(60 * time.Second)
-	var snap devSnapshot
 	for time.Now().Before(deadline) {
 		time.Sleep(500 * time.Millisecond)
-		resp, err := http.Get("http://" + addr + "/api/dev")
-		if err != nil {
+		ps, flow = processor.Status{}, analyzer.FlowResponse{}
+		if !getJSON("http://"+addr+"/api/pipelines", &ps) || !getJSON("http://"+anAddr+"/api/pipelines", &flow) {
 			continue
 		}
-		snap = devSnapshot{}
-		_ = decodeJSON(resp.Body, &snap)
-		resp.Body.Close()
-		if sum(snap, "redrive_outcomes_total{", "outcome=success") > 0 && snap.ByReason["permanent"] > 0 && sum(snap, "redrive_retries_scheduled_total{", "tier=1s") > 0 && strings.Contains(out.String(), "handled ") {
+		if len(ps.Pipelines) == 1 && ps.Pipelines[0].HandlerCalls > 0 && len(flow.Pipelines) == 1 && len(flow.Pipelines[0].Tiers) > 0 &&
+			flow.Pipelines[0].Tiers[0].End > 0 && flow.Pipelines[0].Results != nil && flow.Pipelines[0].Results.End > 0 &&
+			flow.Pipelines[0].DLQ.End > 0 && strings.Contains(out.String(), "handled ") {
 			break
 		}
 	}
-	t.Run("the dev dashboard API shows dead letters and retries", func(t *testing.T) {
-		if snap.ByReason["permanent"] == 0 || len(snap.DeadLetters) == 0 {
-			t.Errorf("no dead letters on the dev dashboard after 60s: %+v\n%s", snap, out.String())
-		}
-		if sum(snap, "redrive_retries_scheduled_total{", "tier=1s") == 0 {
-			t.Errorf("no retries in the dev dashboard's counters: %v", snap.Counters)
+	t.Run("the processor serves its live state at /api/pipelines", func(t *testing.T) {
+		if len(ps.Pipelines) != 1 || ps.Pipelines[0].Name != "solve" || !ps.Pipelines[0].Joined || ps.Pipelines[0].HandlerCalls == 0 {
+			t.Errorf("the processor's /api/pipelines shows no handled records after 60s: %+v\n%s", ps, out.String())
 		}
 	})
-	t.Run("the dev dashboard page lists the latest dead letters", func(t *testing.T) {
-		resp, err := http.Get("http://" + addr + "/")
+	t.Run("the dashboard's flow shows tiers, results and the DLQ and reaches the processor", func(t *testing.T) {
+		if len(flow.Pipelines) != 1 {
+			t.Fatalf("the analyzer's /api/pipelines: %+v", flow)
+		}
+		if f := flow.Pipelines[0]; len(f.Tiers) != 3 || f.Tiers[0].Name != "1s" || f.Tiers[0].End == 0 || f.Results == nil || f.Results.End == 0 || f.DLQ.End == 0 {
+			t.Errorf("the dashboard's flow shows no retries in tier 1s, results or dead letters: %+v", f)
+		}
+		if f := flow.Pipelines[0]; len(f.Processors) != 1 || f.Processors[0].Error != "" {
+			t.Errorf("the dashboard's flow does not reach dev's processor: %+v", f.Processors)
+		}
+	})
+	t.Run("the dashboard lists the wrong-key dead letters", func(t *testing.T) {
+		var dls struct {
+			DeadLetters []struct {
+				Code string `json:"code"`
+			} `json:"dead_letters"`
+		}
+		wrongKey := false
+		for i := 0; i < 100 && !wrongKey; i++ {
+			getJSON("http://"+anAddr+"/api/deadletters?limit=1000", &dls)
+			for _, d := range dls.DeadLetters {
+				wrongKey = wrongKey || d.Code == "ERROR_WRONG_USER_KEY"
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !wrongKey {
+			t.Errorf("the dashboard lists no ERROR_WRONG_USER_KEY dead letter")
+		}
+	})
+	t.Run("the dashboard page has the flow view and the processor's / leads there", func(t *testing.T) {
+		resp, err := http.Get("http://" + anAddr + "/")
 		if err != nil {
 			t.Fatal(err)
 		}
 		page, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if !strings.Contains(string(page), "Latest dead letters") || !strings.Contains(string(page), "ERROR_WRONG_USER_KEY") {
-			t.Errorf("dashboard page lacks the dead letters table")
+		if !strings.Contains(string(page), `id="flows"`) {
+			t.Errorf("the dashboard page has no flow view")
+		}
+		// The processor's / leads to the dashboard.
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		if resp, err := noFollow.Get("http://" + addr + "/"); err != nil {
+			t.Error(err)
+		} else {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "http://"+anAddr+"/" {
+				t.Errorf("GET processor / = %d to %q, want 302 to the dashboard", resp.StatusCode, resp.Header.Get("Location"))
+			}
 		}
 	})
 	t.Run("dev prints a summary and the analyzer dashboard URL", func(t *testing.T) {
@@ -256,13 +297,14 @@ func TestDevRunsEverything(t *testing.T) {
 			Pipelines []struct {
 				Ready bool `json:"ready"`
 				Stats struct {
-					Total int64 `json:"total"`
+					Total    int64            `json:"total"`
+					ByReason map[string]int64 `json:"by_reason"`
 				} `json:"stats"`
 			} `json:"pipelines"`
 		}
 		for i := 0; i < 100; i++ {
 			if r, err := http.Get("http://" + anAddr + "/api/stats"); err == nil {
-				_ = decodeJSON(r.Body, &st)
+				_ = json.NewDecoder(r.Body).Decode(&st)
 				r.Body.Close()
 				if len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total > 0 {
 					break
@@ -270,8 +312,8 @@ func TestDevRunsEverything(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		if len(st.Pipelines) != 1 || st.Pipelines[0].Stats.Total == 0 {
-			t.Errorf("the analyzer in dev reports no dead letters: %+v", st)
+		if len(st.Pipelines) != 1 || st.Pipelines[0].Stats.Total == 0 || st.Pipelines[0].Stats.ByReason["permanent"] == 0 {
+			t.Errorf("the analyzer in dev reports no (permanent) dead letters: %+v", st)
 		}
 	})
 	t.Run("dev exits 0 when stopped", func(t *testing.T) {
@@ -311,13 +353,12 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// sum adds the dashboard counters of a metric whose labels include label.
-func sum(s devSnapshot, metric, label string) float64 {
-	var n float64
-	for k, v := range s.Counters {
-		if strings.HasPrefix(k, metric) && strings.Contains(k, label) {
-			n += v
-		}
+// getJSON GETs url into v; false on any failure.
+func getJSON(url string, v any) bool {
+	resp, err := http.Get(url)
+	if err != nil {
+		return false
 	}
-	return n
+	defer resp.Body.Close()
+	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(v) == nil
 }

@@ -9,7 +9,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,7 +42,8 @@ func newDevCmd(g *globals) *cobra.Command {
 		Long: `Starts an embedded Kafka broker (kfake, in memory) on 127.0.0.1, a demo
 CAPTCHA solver that fails, defers and rejects some requests, creates the
 pipeline's topics, runs the processor against the solver, produces sample
-traffic and serves a dashboard. With -c, the config's pipelines are used
+traffic and serves the analyzer's dashboard (the pipeline's flow and its
+DLQ). With -c, the config's pipelines are used
 (their brokers replaced by the embedded one; pipelines without
 handler.http are pointed at the demo solver). Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
@@ -48,7 +51,7 @@ handler.http are pointed at the demo solver). Ctrl-C stops it.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.kafkaPort, "kafka-port", 19092, "port of the embedded broker on 127.0.0.1 (0: any free port)")
-	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:9090", "the processor's status page, /metrics, /healthz, /readyz")
+	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:9090", "the processor's /api/pipelines, /metrics, /healthz, /readyz")
 	fl.StringVar(&f.analyzerAddr, "analyzer", "127.0.0.1:9091", "the analyzer's dashboard and API")
 	fl.StringVar(&f.solverAddr, "solver", "127.0.0.1:0", "demo solver address")
 	fl.Float64Var(&f.rate, "rate", 20, "sample requests per second (0: none)")
@@ -145,20 +148,17 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 		return fmt.Errorf("creating topics on the embedded broker: %w", err)
 	}
 
+	// The processor's endpoints: /metrics, /healthz, /readyz and (mounted
+	// by runProcessor) /api/pipelines. Its status is the analyzer's
+	// dashboard, which / leads to.
 	o := obs.New()
-	dash, err := newDevDashboard(ctx, c, o)
-	if err != nil {
-		return err
-	}
-	o.Mux.Handle("GET /{$}", dash)
-	o.Mux.HandleFunc("GET /api/dev", dash.serveJSON)
 	addr, err := o.Serve(ctx, c.HTTPAddr, slog.Default())
 	if err != nil {
 		return err
 	}
 
 	ao := obs.New()
-	an, err := newAnalyzer(c, ao)
+	an, err := newAnalyzer(c, ao, "http://"+addr) // its flow view shows this processor's in flight and p99s
 	if err != nil {
 		return err
 	}
@@ -172,11 +172,12 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	case err := <-anDone:
 		return fmt.Errorf("analyzer: %w", err)
 	}
+	o.Mux.Handle("GET /{$}", http.RedirectHandler(analyzerURL, http.StatusFound))
 
 	fmt.Fprintf(out, `
 redrive dev is running
-  dashboard     %s   (DLQ analyzer; replay token %q)
-  processor     http://%s/   (status page; /metrics, /healthz, /readyz)
+  dashboard     %s   (the pipeline's flow and its DLQ; replay token %q)
+  processor     http://%s/api/pipelines   (this processor's live state; /metrics, /healthz, /readyz)
   kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s -C -J)
   demo solver   %s
   traffic       %.0f requests/s to %s
@@ -187,7 +188,7 @@ Ctrl-C stops it.
 	if f.rate > 0 {
 		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)
 	}
-	go summaryLoop(ctx, dash, out, 5*time.Second)
+	go summaryLoop(ctx, o, out, 5*time.Second)
 	perr := runProcessor(ctx, c, nil, o)
 	return errors.Join(perr, <-anDone)
 }
@@ -230,8 +231,9 @@ func sampleTraffic(ctx context.Context, brokers, topic string, rate float64, see
 }
 
 // summaryLoop prints one line every interval: handled, retried per tier,
-// dead-lettered, in flight.
-func summaryLoop(ctx context.Context, d *devDashboard, out io.Writer, every time.Duration) {
+// dead-lettered, in flight, waiting, from the processor's own metrics.
+func summaryLoop(ctx context.Context, o *obs.Server, out io.Writer, every time.Duration) {
+	started := time.Now()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -240,6 +242,52 @@ func summaryLoop(ctx context.Context, d *devDashboard, out io.Writer, every time
 			return
 		case <-t.C:
 		}
-		fmt.Fprintln(out, d.snapshot().summary())
+		fmt.Fprintln(out, devSummary(o, time.Since(started)))
 	}
+}
+
+// devSummary is the one-line status `redrive dev` prints.
+func devSummary(o *obs.Server, up time.Duration) string {
+	var handled, dead, inflight, waiting float64
+	tiers := map[string]float64{}
+	mfs, _ := o.Registry.Gather()
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "redrive_outcomes_total":
+				handled += m.GetCounter().GetValue()
+			case "redrive_dead_letters_total":
+				dead += m.GetCounter().GetValue()
+			case "redrive_inflight_records":
+				inflight += m.GetGauge().GetValue()
+			case "redrive_waiting_records":
+				waiting += m.GetGauge().GetValue()
+			case "redrive_retries_scheduled_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tier" {
+						tiers[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	names := make([]string, 0, len(tiers))
+	for t := range tiers {
+		names = append(names, t)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, _ := time.ParseDuration(names[i])
+		b, _ := time.ParseDuration(names[j])
+		return a < b
+	})
+	var rt []string
+	for _, t := range names {
+		rt = append(rt, fmt.Sprintf("%s:%.0f", t, tiers[t]))
+	}
+	ready := "ready"
+	if err := o.IsReady(); err != nil {
+		ready = "not ready: " + err.Error()
+	}
+	return fmt.Sprintf("up %s  handled %.0f  retried [%s]  dead-lettered %.0f  in flight %.0f  waiting %.0f  %s",
+		up.Round(time.Second), handled, strings.Join(rt, " "), dead, inflight, waiting, ready)
 }

@@ -50,6 +50,7 @@ func runProcessor(ctx context.Context, c *config.Config, handlers map[string]pro
 	if err != nil {
 		return &exitError{2, err}
 	}
+	o.Mux.Handle("GET /api/pipelines", pr.StatusHandler())
 	slog.Info("processor starting", "pipelines", len(pc.Pipelines), "brokers", c.Brokers, "instance", pc.Instance)
 	if err := pr.Run(ctx); err != nil {
 		return err

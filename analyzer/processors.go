@@ -1,0 +1,161 @@
+package analyzer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ErrProcessorStatus: a processor's GET /api/pipelines answer is not one.
+var ErrProcessorStatus = errors.New("not a redrive processor status")
+
+// processorStatus is the part of a processor's GET /api/pipelines (the
+// processor package's Status) the flow view shows.
+type processorStatus struct {
+	Instance  string `json:"instance"`
+	Pipelines []struct {
+		Name               string  `json:"name"`
+		Inflight           int64   `json:"inflight"`
+		Waiting            int64   `json:"waiting"`
+		HandlerP99Seconds  float64 `json:"handler_p99_seconds"`
+		LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+		Tiers              []struct {
+			Name               string  `json:"name"`
+			Waiting            int64   `json:"waiting"`
+			LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+		} `json:"tiers"`
+	} `json:"pipelines"`
+}
+
+// maxStatusBytes bounds what is read of one processor's answer.
+const maxStatusBytes = 1 << 20
+
+// decodeProcessorStatus reads a processor's answer, refusing what cannot
+// be one: counts below zero, p99s below zero or not finite.
+func decodeProcessorStatus(r io.Reader) (*processorStatus, error) {
+	var s processorStatus
+	dec := json.NewDecoder(io.LimitReader(r, maxStatusBytes))
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrProcessorStatus, err)
+	}
+	bad := func(n int64, q ...float64) bool {
+		for _, f := range q {
+			if f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+				return true
+			}
+		}
+		return n < 0
+	}
+	for _, p := range s.Pipelines {
+		if bad(p.Inflight, p.HandlerP99Seconds, p.LatenessP99Seconds) || p.Waiting < 0 {
+			return nil, fmt.Errorf("%w: pipeline %q has negative or non-finite numbers", ErrProcessorStatus, p.Name)
+		}
+		for _, t := range p.Tiers {
+			if bad(t.Waiting, t.LatenessP99Seconds) {
+				return nil, fmt.Errorf("%w: pipeline %q tier %q has negative or non-finite numbers", ErrProcessorStatus, p.Name, t.Name)
+			}
+		}
+	}
+	return &s, nil
+}
+
+// processorPoll is the last answer of each processor in Options.Processors.
+type processorPoll struct {
+	mu   sync.Mutex
+	last map[string]processorAnswer // by URL
+}
+
+type processorAnswer struct {
+	s   *processorStatus
+	err error
+}
+
+// pollProcessors asks every processor for its status, in parallel.
+func (a *Analyzer) pollProcessors(ctx context.Context) {
+	if len(a.o.Processors) == 0 {
+		return
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	var wg sync.WaitGroup
+	answers := make([]processorAnswer, len(a.o.Processors))
+	for i, u := range a.o.Processors {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = fetchProcessor(ctx, client, u)
+		}()
+	}
+	wg.Wait()
+	a.procs.mu.Lock()
+	defer a.procs.mu.Unlock()
+	if a.procs.last == nil {
+		a.procs.last = map[string]processorAnswer{}
+	}
+	for i, u := range a.o.Processors {
+		a.procs.last[u] = answers[i]
+	}
+}
+
+func fetchProcessor(ctx context.Context, client *http.Client, base string) processorAnswer {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/api/pipelines", nil)
+	if err != nil {
+		return processorAnswer{err: err}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return processorAnswer{err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return processorAnswer{err: fmt.Errorf("%w: %s", ErrProcessorStatus, resp.Status)}
+	}
+	s, err := decodeProcessorStatus(resp.Body)
+	return processorAnswer{s: s, err: err}
+}
+
+// addProcessors puts the processors' last answers about f's pipeline into f.
+func (a *Analyzer) addProcessors(f *Flow) {
+	if len(a.o.Processors) == 0 {
+		return
+	}
+	a.procs.mu.Lock()
+	defer a.procs.mu.Unlock()
+	for _, u := range a.o.Processors {
+		fp := FlowProcessor{URL: u}
+		ans, ok := a.procs.last[u]
+		switch {
+		case !ok:
+			fp.Error = "not asked yet"
+		case ans.err != nil:
+			fp.Error = ans.err.Error()
+		default:
+			fp.Instance = ans.s.Instance
+			for _, p := range ans.s.Pipelines {
+				if p.Name != f.Name {
+					continue
+				}
+				fp.Inflight, fp.Waiting = p.Inflight, p.Waiting
+				fp.HandlerP99Seconds, fp.LatenessP99Seconds = p.HandlerP99Seconds, p.LatenessP99Seconds
+				f.Inflight += p.Inflight
+				f.HandlerP99Seconds = max(f.HandlerP99Seconds, p.HandlerP99Seconds)
+				f.LatenessP99Seconds = max(f.LatenessP99Seconds, p.LatenessP99Seconds)
+				for _, pt := range p.Tiers {
+					for i := range f.Tiers {
+						if f.Tiers[i].Name == pt.Name {
+							f.Tiers[i].Held += pt.Waiting
+							f.Tiers[i].LatenessP99Seconds = max(f.Tiers[i].LatenessP99Seconds, pt.LatenessP99Seconds)
+						}
+					}
+				}
+			}
+		}
+		f.Processors = append(f.Processors, fp)
+	}
+}

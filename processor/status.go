@@ -1,0 +1,244 @@
+package processor
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// Status is this processor instance's live state, GET /api/pipelines.
+// Other replicas of the same pipelines have their own; what all of them
+// share (rates, records waiting in Kafka, lag) the analyzer derives from
+// the topics' offsets.
+type Status struct {
+	Instance  string           `json:"instance"`
+	Now       time.Time        `json:"now"`
+	Pipelines []PipelineStatus `json:"pipelines"`
+}
+
+// PipelineStatus is one pipeline in Status.
+type PipelineStatus struct {
+	Name    string `json:"name"`
+	Group   string `json:"group"`
+	Topic   string `json:"topic"`
+	Results string `json:"results,omitempty"`
+	DLQ     string `json:"dlq"`
+	// Joined: the instance is in the consumer group.
+	Joined bool `json:"joined"`
+	// Partitions assigned to this instance (main and tiers).
+	Partitions int `json:"partitions"`
+	// Inflight records are with a handler or their outcome is being written.
+	Inflight      int   `json:"inflight"`
+	InflightBytes int64 `json:"inflight_bytes"`
+	// Waiting tier records are held in memory until due.
+	Waiting          int `json:"waiting"`
+	PausedPartitions int `json:"paused_partitions"`
+	// HandlerP99Seconds and LatenessP99Seconds are over the last minute
+	// (since start if younger); 0 with no calls (records) in it.
+	HandlerP99Seconds  float64      `json:"handler_p99_seconds"`
+	HandlerCalls       uint64       `json:"handler_calls"` // in the same window
+	LatenessP99Seconds float64      `json:"lateness_p99_seconds"`
+	Tiers              []TierStatus `json:"tiers"`
+	// WriteError is the outcome write failing right now, if any.
+	WriteError string `json:"write_error,omitempty"`
+}
+
+// TierStatus is one retry tier in PipelineStatus.
+type TierStatus struct {
+	Name               string  `json:"name"` // its delay, as in redrive-tier
+	Topic              string  `json:"topic"`
+	Waiting            int     `json:"waiting"`
+	PausedPartitions   int     `json:"paused_partitions"`
+	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+}
+
+// statusWindow is the window the p99s are taken over.
+const statusWindow = time.Minute
+
+// Status reports every pipeline's live state. It holds each pipeline's
+// lock only to count its partitions.
+func (pr *Processor) Status() Status {
+	now := time.Now()
+	s := Status{Instance: pr.cfg.Instance, Now: now.UTC()}
+	for _, p := range pr.pipelines {
+		s.Pipelines = append(s.Pipelines, pr.hist.pipelineStatus(p, now))
+	}
+	return s
+}
+
+// StatusHandler serves Status as JSON.
+func (pr *Processor) StatusHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(pr.Status())
+	})
+}
+
+func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus {
+	tiers := make([]TierStatus, len(p.tiers))
+	for i, t := range p.tiers {
+		tiers[i] = TierStatus{Name: retry.FormatDelay(p.cfg.Schedule.Tiers[i]), Topic: t}
+	}
+	ps := PipelineStatus{Name: p.cfg.Name, Group: p.cfg.GroupID(), Topic: p.cfg.Topic, Results: p.cfg.Results,
+		DLQ: p.cfg.DLQ, Joined: p.joined.Load(), Tiers: tiers}
+	p.mu.Lock()
+	ps.Inflight, ps.InflightBytes, ps.Waiting = p.inflight, p.bytes, p.waiting
+	for _, st := range p.parts {
+		if st.gone {
+			continue
+		}
+		ps.Partitions++
+		if st.tier >= 0 && st.tier < len(tiers) {
+			tiers[st.tier].Waiting += st.waiting
+			if st.paused {
+				tiers[st.tier].PausedPartitions++
+				ps.PausedPartitions++
+			}
+		}
+	}
+	p.mu.Unlock()
+	if p.writeFails.Load() > 0 {
+		p.lastWriteMu.Lock()
+		if p.lastWrite != nil {
+			ps.WriteError = p.lastWrite.Error()
+		}
+		p.lastWriteMu.Unlock()
+	}
+
+	// The histograms the metrics already keep; their series exist from start.
+	var handler hist
+	for _, k := range []Kind{Success, Transient, NotReady, Permanent, Invalid} {
+		handler.add(readHist(p.hot.handlerFor(k)))
+	}
+	d := hw.delta(p.cfg.Name+"\x00handler", handler, now)
+	ps.HandlerP99Seconds, ps.HandlerCalls = d.quantile(0.99), d.count
+	var all hist
+	for i := range tiers {
+		h := readHist(p.hot.latenessFor(i, tiers[i].Name))
+		all.add(h)
+		tiers[i].LatenessP99Seconds = hw.delta(p.cfg.Name+"\x00tier\x00"+tiers[i].Name, h, now).quantile(0.99)
+	}
+	ps.LatenessP99Seconds = hw.delta(p.cfg.Name+"\x00lateness", all, now).quantile(0.99)
+	return ps
+}
+
+// hist is a histogram's cumulative bucket counts.
+type hist struct {
+	upper []float64
+	cum   []uint64
+	count uint64
+}
+
+func readHist(o prometheus.Observer) hist {
+	m, ok := o.(prometheus.Metric)
+	if !ok {
+		return hist{}
+	}
+	var pb dto.Metric
+	if m.Write(&pb) != nil || pb.Histogram == nil {
+		return hist{}
+	}
+	h := hist{count: pb.Histogram.GetSampleCount()}
+	for _, b := range pb.Histogram.GetBucket() {
+		h.upper = append(h.upper, b.GetUpperBound())
+		h.cum = append(h.cum, b.GetCumulativeCount())
+	}
+	return h
+}
+
+// add sums o into h; both have the same buckets (one vector) or h is empty.
+func (h *hist) add(o hist) {
+	if len(h.upper) == 0 {
+		h.upper, h.cum = append([]float64(nil), o.upper...), make([]uint64, len(o.cum))
+	}
+	for i := range o.cum {
+		if i < len(h.cum) {
+			h.cum[i] += o.cum[i]
+		}
+	}
+	h.count += o.count
+}
+
+func (h hist) sub(o hist) hist {
+	if len(o.cum) != len(h.cum) || o.count > h.count {
+		return h
+	}
+	d := hist{upper: h.upper, cum: make([]uint64, len(h.cum)), count: h.count - o.count}
+	for i := range h.cum {
+		d.cum[i] = h.cum[i] - o.cum[i]
+	}
+	return d
+}
+
+// quantile interpolates within the bucket holding the q-quantile, as
+// Prometheus' histogram_quantile does; past the last bucket it is that
+// bucket's bound.
+func (h hist) quantile(q float64) float64 {
+	if h.count == 0 || len(h.cum) == 0 {
+		return 0
+	}
+	rank := q * float64(h.count)
+	i := sort.Search(len(h.cum), func(i int) bool { return float64(h.cum[i]) >= rank })
+	if i == len(h.cum) {
+		return h.upper[len(h.upper)-1]
+	}
+	lo, below := 0.0, uint64(0)
+	if i > 0 {
+		lo, below = h.upper[i-1], h.cum[i-1]
+	}
+	if math.IsInf(h.upper[i], 1) {
+		return lo
+	}
+	in := h.cum[i] - below
+	if in == 0 {
+		return h.upper[i]
+	}
+	return lo + (h.upper[i]-lo)*(rank-float64(below))/float64(in)
+}
+
+// histWindows keeps snapshots of each histogram so that a p99 is over the
+// last statusWindow, not since start: a slow hour long ago does not hide
+// a fast minute now.
+type histWindows struct {
+	mu    sync.Mutex
+	snaps map[string][]histSnap // oldest first
+}
+
+type histSnap struct {
+	at time.Time
+	h  hist
+}
+
+// delta is cur minus the newest snapshot at least statusWindow old (the
+// oldest one, while younger), and records cur.
+func (hw *histWindows) delta(key string, cur hist, now time.Time) hist {
+	hw.mu.Lock()
+	defer hw.mu.Unlock()
+	if hw.snaps == nil {
+		hw.snaps = map[string][]histSnap{}
+	}
+	ss := hw.snaps[key]
+	for len(ss) > 1 && now.Sub(ss[1].at) >= statusWindow {
+		ss = ss[1:]
+	}
+	d := cur
+	if len(ss) > 0 {
+		d = cur.sub(ss[0].h)
+	}
+	// A snapshot every few seconds bounds the list however often Status is
+	// called.
+	if len(ss) == 0 || now.Sub(ss[len(ss)-1].at) >= 5*time.Second {
+		ss = append(ss, histSnap{at: now, h: cur})
+	}
+	hw.snaps[key] = ss
+	return d
+}
