@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 )
 
@@ -36,7 +37,7 @@ func TestStatusShowsLiveState(t *testing.T) {
 	})
 	reg := prometheus.NewRegistry()
 	pr, err := processor.New(processor.Config{
-		Brokers: e.brokers, Pipelines: []processor.Pipeline{e.p}, SessionTimeout: 6 * time.Second,
+		Brokers: e.Cluster.Brokers, Pipelines: []processor.Pipeline{e.P}, SessionTimeout: 6 * time.Second,
 		ShutdownGrace: 2 * time.Second, CommitInterval: 200 * time.Millisecond, Registerer: reg, Instance: "status-test",
 	}, h)
 	if err != nil {
@@ -57,23 +58,23 @@ func TestStatusShowsLiveState(t *testing.T) {
 
 	// Before any record: the pipeline is there, all zero.
 	s := pr.Status()
-	if s.Instance != "status-test" || len(s.Pipelines) != 1 || s.Pipelines[0].Name != e.p.Name || len(s.Pipelines[0].Tiers) != 1 ||
-		s.Pipelines[0].Tiers[0].Name != "30s" || s.Pipelines[0].Tiers[0].Topic != e.p.TierTopics()[0] || s.Pipelines[0].Inflight != 0 {
+	if s.Instance != "status-test" || len(s.Pipelines) != 1 || s.Pipelines[0].Name != e.P.Name || len(s.Pipelines[0].Tiers) != 1 ||
+		s.Pipelines[0].Tiers[0].Name != "30s" || s.Pipelines[0].Tiers[0].Topic != e.P.TierTopics()[0] || s.Pipelines[0].Inflight != 0 {
 		t.Fatalf("Status at start = %+v", s)
 	}
 
 	start := time.Now()
 	var rs []*kgo.Record
 	for i := 0; i < 3; i++ {
-		rs = append(rs, &kgo.Record{Topic: e.p.Topic, Key: []byte(fmt.Sprintf("hold-%d", i)), Value: []byte("x")})
+		rs = append(rs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("hold-%d", i)), Value: []byte("x")})
 	}
 	for i := 0; i < 4; i++ {
-		rs = append(rs, &kgo.Record{Topic: e.p.Topic, Key: []byte(fmt.Sprintf("retry-%d", i)), Value: []byte("x")})
+		rs = append(rs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("retry-%d", i)), Value: []byte("x")})
 	}
-	e.produce(rs...)
+	e.Produce(rs...)
 
 	var got processor.Status
-	ok := eventually(30*time.Second, func() bool {
+	ok := kafkatest.Eventually(30*time.Second, func() bool {
 		resp, err := http.Get(srv.URL)
 		if err != nil {
 			return false
@@ -94,13 +95,13 @@ func TestStatusShowsLiveState(t *testing.T) {
 	if p.HandlerP99Seconds < 0.01 || p.HandlerP99Seconds > 0.025 {
 		t.Errorf("handler p99 = %v s, want within the 10–25 ms bucket of 20 ms calls", p.HandlerP99Seconds)
 	}
-	if p.Partitions != 4 || p.Group != "redrive."+e.p.Name || p.DLQ != e.p.DLQ {
+	if p.Partitions != 4 || p.Group != "redrive."+e.P.Name || p.DLQ != e.P.DLQ {
 		t.Errorf("partitions %d (want 4: main and tier, 2 each), group %q, dlq %q", p.Partitions, p.Group, p.DLQ)
 	}
 
 	// The held records are not committed: the lag loop reports them on the
 	// main topic well within 15 s of start.
-	if !eventually(15*time.Second-time.Since(start), func() bool {
+	if !kafkatest.Eventually(15*time.Second-time.Since(start), func() bool {
 		v, _ := gaugeValue(t, reg, "redrive_consumer_lag")
 		return v >= 3
 	}) {
