@@ -72,6 +72,8 @@ type Analyzer struct {
 	m     *metrics
 	log   *slog.Logger
 	pipes []*pipe
+	// admin is created in New, not Run, so that the API (served before
+	// Run starts) never reads it while Run writes it; Run closes it.
 	admin *kgo.Client
 	procs processorPoll // Options.Processors' last answers
 }
@@ -92,7 +94,9 @@ type pipe struct {
 	flow flowState // offsets sampled for GET /api/pipelines
 }
 
-// New checks the options; it does not connect.
+// New checks the options and creates the Kafka client it shares between
+// Run and the API; nothing connects before the first request (kgo dials
+// lazily). Run closes the client when it returns.
 func New(o Options) (*Analyzer, error) {
 	if len(o.Pipelines) == 0 {
 		return nil, errors.New("analyzer: no pipelines")
@@ -127,17 +131,17 @@ func New(o Options) (*Analyzer, error) {
 		a.pipes = append(a.pipes, &pipe{cfg: p, stats: dlq.NewStats(10000), recent: make([]*dlq.DeadLetter, o.Recent)})
 	}
 	m.precreate(a.pipes, o.Alerts)
+	admin, err := kgo.NewClient(o.ClientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("analyzer: kafka client: %w", err)
+	}
+	a.admin = admin
 	return a, nil
 }
 
 // Run reads, decides and alerts until ctx is done.
 func (a *Analyzer) Run(ctx context.Context) error {
-	admin, err := kgo.NewClient(a.o.ClientOpts...)
-	if err != nil {
-		return fmt.Errorf("analyzer: kafka client: %w", err)
-	}
-	a.admin = admin
-	defer admin.Close()
+	defer a.admin.Close()
 	var wg sync.WaitGroup
 	errs := make([]error, 2*len(a.pipes))
 	for i, p := range a.pipes {
