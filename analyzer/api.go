@@ -106,10 +106,20 @@ func (a *Analyzer) Handler(token string) http.Handler {
 	return mux
 }
 
+// pipelineFilter is the optional ?pipeline= of a listing: "" for all; a
+// name that is not configured answers 400 and ok is false.
+func (a *Analyzer) pipelineFilter(w http.ResponseWriter, r *http.Request) (name string, ok bool) {
+	name = r.URL.Query().Get("pipeline")
+	if name != "" && a.pipe(name) == nil {
+		httpError(w, http.StatusBadRequest, fmt.Sprintf("pipeline %q is not configured", name))
+		return "", false
+	}
+	return name, true
+}
+
 func (a *Analyzer) serveStats(w http.ResponseWriter, r *http.Request) {
-	want := r.URL.Query().Get("pipeline")
-	if want != "" && a.pipe(want) == nil {
-		httpError(w, http.StatusBadRequest, fmt.Sprintf("pipeline %q is not configured", want))
+	want, ok := a.pipelineFilter(w, r)
+	if !ok {
 		return
 	}
 	now := a.o.Now()

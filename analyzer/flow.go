@@ -250,9 +250,8 @@ func (p *pipe) flowNow() Flow {
 
 // serveFlow is GET /api/pipelines.
 func (a *Analyzer) serveFlow(w http.ResponseWriter, r *http.Request) {
-	want := r.URL.Query().Get("pipeline")
-	if want != "" && a.pipe(want) == nil {
-		httpError(w, http.StatusBadRequest, fmt.Sprintf("pipeline %q is not configured", want))
+	want, ok := a.pipelineFilter(w, r)
+	if !ok {
 		return
 	}
 	resp := FlowResponse{Now: a.o.Now().UTC().Format(time.RFC3339), Pipelines: []Flow{}}
