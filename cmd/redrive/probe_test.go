@@ -119,7 +119,15 @@ func TestReadyzFailsBeforeJoin(t *testing.T) {
 	go func() { done <- runCtx(ctx, []string{"process", "-c", cfg}, io.Discard, io.Discard) }()
 	defer func() { cancel(); <-done }()
 	base := "http://" + addr
-	code, body := waitProbe(base+"/readyz", 503, 10*time.Second)
+	// Until the processor registers its pipeline, /readyz is 503 "starting";
+	// then 503 "not joined". Never 200.
+	var code int
+	var body string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if code, body = probe(base + "/readyz"); code == 200 || strings.Contains(body, "not joined") {
+			break
+		}
+	}
 	if code != 503 || !strings.Contains(body, "not joined") {
 		t.Errorf("/readyz without a broker: %d %s, want 503 'not joined'", code, body)
 	}
