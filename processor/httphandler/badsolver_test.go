@@ -310,8 +310,12 @@ func TestBadSolverEndlessBody(t *testing.T) {
 	}
 	flood := bytes.Repeat([]byte("endless body "), 2500) // 32.5 KB a write
 	variants := map[string]badVariant{
-		"flood":    {serve: stream(http.StatusOK, flood, 0), code: httphandler.CodeBodyTooLarge, errText: "200 OK: body longer than 65536 bytes"},
-		"drip":     {serve: stream(http.StatusOK, []byte("."), 10*time.Millisecond), code: httphandler.CodeTimeout, errText: "no answer within 500ms", timeout: 500 * time.Millisecond},
+		"flood": {serve: stream(http.StatusOK, flood, 0), code: httphandler.CodeBodyTooLarge, errText: "200 OK: body longer than 65536 bytes"},
+		"drip": {serve: stream(http.StatusOK, []byte("."), 10*time.Millisecond), code: httphandler.CodeTimeout, errText: "no answer within 2s",
+			// Long enough that the request reaches the solver before it
+			// fires (at 500ms a loaded machine sometimes timed out first,
+			// and the solver counted one call fewer than the attempts).
+			timeout: 2 * time.Second},
 		"flood503": {serve: stream(http.StatusServiceUnavailable, flood, 0), code: "http_503", errText: "503 Service Unavailable: endless body endless body"},
 	}
 	runBadSolver(t, httphandler.Options{MaxBodyBytes: maxBody}, "", variants, 20)

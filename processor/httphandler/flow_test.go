@@ -264,7 +264,7 @@ func planFor(kind string, k int) plan {
 	case "always", "slow":
 		p := plan{calls: 3, attempts: []int{1, 2, 3}, gaps: []time.Duration{s1, s2}, tiers: []string{"1s", "2s"}, dlq: "exhausted", code: "ERROR_NO_SLOT_AVAILABLE", errText: "503 Service Unavailable: no slot available"}
 		if kind == "slow" {
-			p.code, p.errText = httphandler.CodeTimeout, "no answer within 300ms"
+			p.code, p.errText = httphandler.CodeTimeout, "no answer within 2s"
 		}
 		return p
 	}
@@ -371,7 +371,10 @@ func runFlow(t *testing.T) *flowRun {
 	// rest. On a loaded machine under -race an immediate answer can take
 	// seconds to arrive; with one short timeout for everything such a
 	// spurious timeout would add an attempt the schedule does not have.
-	const slowTimeout = 300 * time.Millisecond
+	// The short one is still long enough that the request reaches the
+	// solver before it fires, or the solver would count one call fewer than
+	// the attempts made (seen at 300ms on a loaded machine).
+	const slowTimeout = 2 * time.Second
 	short, err := httphandler.New(httphandler.Options{URL: url, Timeout: slowTimeout})
 	if err != nil {
 		t.Fatal(err)
