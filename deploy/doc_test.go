@@ -9,8 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/redrive/redrive/internal/kafkatest"
 )
 
 // repoRoot is the module root (the tests run in deploy/).
@@ -26,11 +27,6 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
-func inCI() bool {
-	ci := strings.ToLower(os.Getenv("CI"))
-	return ci == "true" || ci == "1"
-}
-
 // needTool returns the path of a tool, skips the test without it, or fails
 // it under CI=true with how to install it.
 func needTool(t *testing.T, name, install string) string {
@@ -39,9 +35,6 @@ func needTool(t *testing.T, name, install string) string {
 	if err == nil {
 		return p
 	}
-	if inCI() {
-		t.Fatalf("%s is not installed: %s", name, install)
-	}
-	t.Skipf("%s is not installed (%s); skipped outside CI", name, install)
+	kafkatest.Missing(t, name+" is not installed: "+install)
 	return ""
 }

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/redrive/redrive/internal/kafkatest"
 )
 
 // dockerfileRuns returns the Dockerfile's RUN instructions, continuation
@@ -151,7 +153,7 @@ func TestMakeBuildIsStatic(t *testing.T) {
 		}
 	}
 	if _, err := exec.LookPath("file"); err != nil {
-		if inCI() {
+		if kafkatest.InCI() {
 			t.Fatalf("file(1) is not installed: apt-get install file")
 		}
 		t.Logf("file(1) is not installed; checked with go version -m only")

@@ -231,29 +231,6 @@ func ParseHeaderFilter(s string) (name, value string, err error) {
 	return name, value, nil
 }
 
-// ParseHeaderFilters reads repeated --header flags into Filter.Headers. A
-// name given twice (in any case) is an error: a filter asks for one value
-// per header.
-func ParseHeaderFilters(list []string) (map[string]string, error) {
-	if len(list) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(list))
-	lower := make(map[string]string, len(list))
-	for _, s := range list {
-		name, value, err := ParseHeaderFilter(s)
-		if err != nil {
-			return nil, err
-		}
-		if prev, dup := lower[strings.ToLower(name)]; dup {
-			return nil, fmt.Errorf("%w: header %q given twice (header names ignore case)", ErrBadFilter, prev)
-		}
-		lower[strings.ToLower(name)] = name
-		out[name] = value
-	}
-	return out, nil
-}
-
 // Base64Prefix marks a key filter given as base64 (standard alphabet,
 // padding optional), for keys that are not text.
 const Base64Prefix = "base64:"

@@ -257,18 +257,20 @@ func TestParseHeaderFilter(t *testing.T) {
 			t.Errorf("ParseHeaderFilter(%q) = %q, %q, %v", tt.in, n, v, err)
 		}
 	}
-	m, err := ParseHeaderFilters([]string{"a=1", "b=2"})
-	if err != nil || len(m) != 2 || m["a"] != "1" || m["b"] != "2" {
-		t.Errorf("ParseHeaderFilters = %v, %v", m, err)
+	// Repeated header filters, through the one parser.
+	now := time.Now()
+	f, err := ParseFilter(map[string][]string{"header": {"a=1", "b=2"}}, now)
+	if m := f.Headers; err != nil || len(m) != 2 || m["a"] != "1" || m["b"] != "2" {
+		t.Errorf("ParseFilter(header a=1, b=2) = %v, %v", m, err)
 	}
-	if m, err := ParseHeaderFilters(nil); m != nil || err != nil {
-		t.Errorf("ParseHeaderFilters(nil) = %v, %v", m, err)
+	if f, err := ParseFilter(map[string][]string{"header": nil}, now); f.Headers != nil || err != nil {
+		t.Errorf("ParseFilter(no header) = %v, %v", f.Headers, err)
 	}
-	if _, err := ParseHeaderFilters([]string{"Tenant=a", "tenant=b"}); err == nil || !strings.Contains(err.Error(), "given twice") {
-		t.Errorf("ParseHeaderFilters(twice) = %v", err)
+	if _, err := ParseFilter(map[string][]string{"header": {"Tenant=a", "tenant=b"}}, now); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("ParseFilter(header twice) = %v", err)
 	}
-	if _, err := ParseHeaderFilters([]string{"x"}); err == nil {
-		t.Errorf("ParseHeaderFilters(bad) = nil")
+	if _, err := ParseFilter(map[string][]string{"header": {"x"}}, now); err == nil {
+		t.Errorf("ParseFilter(bad header) = nil")
 	}
 }
 

@@ -311,17 +311,13 @@ func TestEveryConfigKeyIsDocumented(t *testing.T) {
 	}
 }
 
-// stringLits returns the string literals of the non-test Go files of dir
-// (relative to the repository root) that keep(value) selects.
-func stringLits(t *testing.T, r, dir string, keep func(string) bool) []string {
+// goFiles parses the non-test Go files of dir (relative to the repository
+// root r).
+func goFiles(t *testing.T, r, dir string) []*ast.File {
 	t.Helper()
 	fset := token.NewFileSet()
-	names, err := filepath.Glob(filepath.Join(r, dir, "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, name := range names {
+	var out []*ast.File
+	for _, name := range mustGlob(t, filepath.Join(r, dir, "*.go")) {
 		if strings.HasSuffix(name, "_test.go") {
 			continue
 		}
@@ -329,6 +325,17 @@ func stringLits(t *testing.T, r, dir string, keep func(string) bool) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// stringLits returns the string literals of the non-test Go files of dir
+// (relative to the repository root) that keep(value) selects.
+func stringLits(t *testing.T, r, dir string, keep func(string) bool) []string {
+	t.Helper()
+	var out []string
+	for _, f := range goFiles(t, r, dir) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			lit, ok := n.(*ast.BasicLit)
 			if !ok || lit.Kind != token.STRING {
@@ -374,17 +381,8 @@ func TestEveryHeaderIsDocumented(t *testing.T) {
 // non-test files of dir.
 func codeConsts(t *testing.T, r, dir string) []string {
 	t.Helper()
-	fset := token.NewFileSet()
-	names, _ := filepath.Glob(filepath.Join(r, dir, "*.go"))
 	var out []string
-	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range goFiles(t, r, dir) {
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
 			if !ok || g.Tok != token.CONST {
@@ -434,17 +432,8 @@ var flagFuncRE = regexp.MustCompile(`^(String|Bool|Int|Float64|Uint64|Duration|S
 func TestEveryFlagIsDocumented(t *testing.T) {
 	r := root(t)
 	doc := read(t, "commands.md")
-	fset := token.NewFileSet()
-	names, _ := filepath.Glob(filepath.Join(r, "cmd", "redrive", "*.go"))
 	var flags []string
-	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, f := range goFiles(t, r, filepath.Join("cmd", "redrive")) {
 		ast.Inspect(f, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/kafkatest"
 )
 
 // Install hints, as .ci/run installs the tools on Debian.
@@ -24,18 +26,10 @@ const (
 	hintJava   = "apt-get install -y openjdk-17-jdk-headless maven (javac and mvn; kafka-clients comes from Maven Central)"
 )
 
-func inCI() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v == "true" || v == "1"
-}
-
 // missing fails the test under CI=true and skips it elsewhere.
 func missing(t *testing.T, what, hint string) {
 	t.Helper()
-	if inCI() {
-		t.Fatalf("interop: %s; under CI=true a missing client is a failure. Install: %s", what, hint)
-	}
-	t.Skipf("interop: %s (install: %s)", what, hint)
+	kafkatest.Missing(t, "interop: "+what+"; install: "+hint)
 }
 
 // run runs name with args and stdin, and returns stdout; a failure or a

@@ -56,10 +56,29 @@ func Choose(getenv func(string) string, dockerHealthy func() bool) (kind string,
 	if getenv("REDRIVE_TEST_NO_DOCKER") == "" && dockerHealthy() {
 		return KindContainer, nil
 	}
-	if ci := strings.ToLower(getenv("CI")); ci == "true" || ci == "1" {
+	if isCI(getenv) {
 		return "", fmt.Errorf("%s", HowToStart)
 	}
 	return KindKfake, nil
+}
+
+// InCI reports whether the tests run under CI (CI=true or CI=1): there,
+// whatever a test needs and lacks is a failure, never a skip.
+func InCI() bool { return isCI(os.Getenv) }
+
+func isCI(getenv func(string) string) bool {
+	ci := strings.ToLower(getenv("CI"))
+	return ci == "true" || ci == "1"
+}
+
+// Missing ends a test that lacks something it needs (a broker, a tool, a
+// client): it fails under CI and is skipped elsewhere, with msg either way.
+func Missing(t testing.TB, msg string) {
+	t.Helper()
+	if InCI() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg + " (skipped outside CI; under CI=true this fails)")
 }
 
 // New returns a broker for t (see the package doc for the order).
