@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,34 +115,22 @@ func TestBuildCutsLargestUserHeaderWhenHeadersAloneDoNotFit(t *testing.T) {
 	}
 }
 
-// Shrink is the fallback when the broker refuses a built dead letter: each
-// call halves the value, and redrive-truncated keeps the size of the value
-// as first consumed, not of the previous cut.
-func TestShrinkHalvesValueAndKeepsOriginalSize(t *testing.T) {
+// The processor rebuilds a refused dead letter at a smaller limit from the
+// consumed record: the marks keep the sizes of the record as consumed.
+func TestBuildAtASmallerLimitKeepsOriginalSizes(t *testing.T) {
 	src, m, user := sample()
-	src.Value = bytes.Repeat([]byte("v"), 1000)
-	r := Build(src, m, user, BuildOptions{Topic: "d", RedactHeaders: []string{"authorization"}, Group: "g", Instance: "i", HeaderStyle: StyleConnect})
-	if d, err := Decode(r); err != nil || d.Truncated != 0 {
-		t.Fatalf("built dead letter: Truncated %d, err %v; want whole", d.Truncated, err)
-	}
-	once := Shrink(r)
-	if len(r.Value) != 1000 {
-		t.Fatalf("Shrink changed its argument: value %d bytes", len(r.Value))
-	}
-	twice := Shrink(once)
-	for _, c := range []struct {
-		r    *kgo.Record
-		size int
-	}{{once, 500}, {twice, 250}} {
-		if len(c.r.Value) != c.size || !bytes.HasPrefix(src.Value, c.r.Value) || c.r.Topic != "d" || !bytes.Equal(c.r.Key, src.Key) {
-			t.Errorf("shrunk to %d bytes (topic %s key %q), want a %d-byte prefix on d", len(c.r.Value), c.r.Topic, c.r.Key, c.size)
+	src.Value = bytes.Repeat([]byte("v"), 30_000)
+	for _, limit := range []int{20_000, 10_000, 5_000} {
+		r := Build(src, m, user, BuildOptions{Topic: "d", RedactHeaders: []string{"authorization"}, Group: "g", Instance: "i", HeaderStyle: StyleConnect, MaxRecordBytes: limit})
+		if n := EncodedSize(r); n > limit {
+			t.Errorf("limit %d: %d bytes", limit, n)
 		}
-		d, err := Decode(c.r)
+		d, err := Decode(r)
 		if err != nil {
 			t.Fatalf("Decode: %v", err)
 		}
-		if d.Truncated != 1000 {
-			t.Errorf("Truncated = %d, want the original 1000", d.Truncated)
+		if d.Truncated != 30_000 || !bytes.HasPrefix(src.Value, d.Value) || len(d.Value) < limit-3000 {
+			t.Errorf("limit %d: value %d bytes, Truncated %d; want a prefix near the limit and 30000", limit, len(d.Value), d.Truncated)
 		}
 		if d.ID != m.ID || d.Reason != ReasonExhausted || d.Error != m.Error || d.Group != "g" || d.Instance != "i" || d.Attempt != 4 {
 			t.Errorf("redrive headers changed: %+v", d)
@@ -153,6 +142,189 @@ func TestShrinkHalvesValueAndKeepsOriginalSize(t *testing.T) {
 		if want := "Authorization=[redacted] trace=a trace=b " + ConnectTopic + "=solve"; !strings.HasPrefix(strings.Join(got, " "), want) {
 			t.Errorf("user headers %v, want them (redacted, compatibility ones too) kept in order: %s ...", got, want)
 		}
+	}
+}
+
+// EncodedSize is what the producer and the broker count, never less: the
+// record as the one record of a v2 batch, plus the 4 bytes of length
+// before the batch that franz-go counts too.
+func TestEncodedSizeBoundsTheBatch(t *testing.T) {
+	for _, r := range []*kgo.Record{
+		{},
+		{Key: []byte("k"), Value: []byte("v")},
+		{Value: make([]byte, 63)}, {Value: make([]byte, 64)}, {Value: make([]byte, 8191)}, {Value: make([]byte, 8192)},
+		{Key: make([]byte, 1<<20), Value: make([]byte, 3<<20)},
+		{Headers: []kgo.RecordHeader{{Key: "a"}, {Key: strings.Repeat("h", 200), Value: make([]byte, 70_000)}}},
+		{Headers: make([]kgo.RecordHeader, 5000)},
+	} {
+		exact := batchSize(r) + 4
+		if got := EncodedSize(r); got < exact || got > exact+20 {
+			t.Errorf("key %d value %d headers %d: EncodedSize %d, batch (with its length) %d", len(r.Key), len(r.Value), len(r.Headers), got, exact)
+		}
+	}
+}
+
+// big is n bytes that do not compress.
+func big(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rand.Uint32())
+	}
+	return b
+}
+
+// Whatever is too large — value, key, user headers, redrive's own texts —
+// the dead letter fits the limit, decodes with its reason, class, attempts
+// and origin, and says what was cut; what fits is not cut.
+func TestBuildFitsEveryLimit(t *testing.T) {
+	type tc struct {
+		name    string
+		key     []byte
+		value   []byte
+		user    []kgo.RecordHeader
+		meta    func(*retry.Meta)
+		cutVal  bool
+		cutKey  bool
+		cutHdrs []string // names expected in redrive-truncated-headers
+	}
+	mb := 1 << 20
+	many := make([]kgo.RecordHeader, 0, 100_000)
+	for i := range 100_000 {
+		many = append(many, kgo.RecordHeader{Key: fmt.Sprintf("h%d", i), Value: []byte("0123456789")})
+	}
+	cases := []tc{
+		{name: "fits", key: []byte("k"), value: []byte("v"), user: []kgo.RecordHeader{{Key: "a", Value: []byte("b")}}},
+		{name: "value", key: []byte("k"), value: big(2 * mb), cutVal: true},
+		{name: "headers", key: []byte("k"), value: []byte("v"),
+			user:   []kgo.RecordHeader{{Key: "small", Value: []byte("s")}, {Key: "huge", Value: big(mb)}, {Key: "x y,z=", Value: big(mb / 2)}},
+			cutVal: true, cutHdrs: []string{"huge="}},
+		{name: "header name", value: []byte("v"), user: []kgo.RecordHeader{{Key: strings.Repeat("n", mb), Value: []byte("x")}}, cutVal: true, cutHdrs: []string{"+1"}},
+		{name: "many headers", value: []byte("v"), user: many, cutVal: true, cutHdrs: []string{"h10000=10", ",+"}},
+		{name: "key", key: big(2 * mb), value: []byte("v"), cutKey: true, cutVal: true},
+		{name: "all", key: big(mb), value: big(mb), user: []kgo.RecordHeader{{Key: "huge", Value: big(mb)}}, cutKey: true, cutVal: true, cutHdrs: []string{"huge"}},
+		{name: "headers and malformed attempt", value: []byte("v"), user: []kgo.RecordHeader{{Key: "huge", Value: big(mb)}},
+			meta: func(m *retry.Meta) {
+				m.Attempt, m.Error, m.ErrorCode = 0, `header redrive-attempt="x": not a decimal integer`, "bad_header"
+			},
+			cutVal: true, cutHdrs: []string{"huge"}},
+		{name: "huge texts", value: []byte("v"), meta: func(m *retry.Meta) {
+			m.ID, m.ErrorCode, m.Error = strings.Repeat("i", 2*mb), strings.Repeat("c", mb), strings.Repeat("é", mb)
+		}, cutVal: true, cutHdrs: []string{retry.HeaderID}},
+	}
+	for _, c := range cases {
+		for _, style := range []string{StyleRedrive, StyleSpring, StyleConnect} {
+			for _, limit := range []int{MinRecordBytes, 20_000, DefaultProducerBatchBytes} {
+				src, m, _ := sample()
+				src.Key, src.Value = c.key, c.value
+				if c.meta != nil {
+					c.meta(&m)
+				}
+				r := Build(src, m, c.user, BuildOptions{Topic: "d", Group: "redrive.solve", Instance: "pod-1", HeaderStyle: style, MaxRecordBytes: limit})
+				name := fmt.Sprintf("%s/%q/%d", c.name, style, limit)
+				if n := EncodedSize(r); n > limit {
+					t.Errorf("%s: %d bytes over the limit", name, n)
+				}
+				d, err := Decode(r)
+				if err != nil {
+					t.Errorf("%s: Decode: %v", name, err)
+					continue
+				}
+				if d.ID == "" || d.Reason != ReasonExhausted || d.Class != m.ErrorClass || d.Attempt != m.Attempt || d.OriginTopic != "solve" ||
+					d.OriginOffset != 10 || d.Group != "redrive.solve" || d.Instance != "pod-1" || !strings.HasPrefix(m.ID, d.ID) {
+					t.Errorf("%s: redrive headers lost: %+v", name, d.Meta)
+				}
+				if got := d.Truncated > 0; got != c.cutVal || got && (d.Truncated != int64(len(c.value)) || !bytes.HasPrefix(c.value, d.Value)) {
+					t.Errorf("%s: value %d bytes, Truncated %d; want cut %v", name, len(d.Value), d.Truncated, c.cutVal)
+				}
+				if !c.cutVal && !bytes.Equal(d.Value, c.value) {
+					t.Errorf("%s: value changed", name)
+				}
+				if got := d.TruncatedKey > 0; got != c.cutKey || got && (d.TruncatedKey != int64(len(c.key)) || !bytes.HasPrefix(c.key, d.Key)) {
+					t.Errorf("%s: key %d bytes, TruncatedKey %d; want cut %v", name, len(d.Key), d.TruncatedKey, c.cutKey)
+				}
+				if !c.cutKey && !bytes.Equal(d.Key, c.key) {
+					t.Errorf("%s: key changed", name)
+				}
+				if (d.TruncatedHeaders != "") != (len(c.cutHdrs) > 0) {
+					t.Errorf("%s: redrive-truncated-headers %q, want %q", name, d.TruncatedHeaders, c.cutHdrs)
+				}
+				if len(d.TruncatedHeaders) > MaxTruncatedHeadersBytes {
+					t.Errorf("%s: redrive-truncated-headers is %d bytes", name, len(d.TruncatedHeaders))
+				}
+				for _, h := range c.cutHdrs {
+					if !strings.Contains(d.TruncatedHeaders, h) {
+						t.Errorf("%s: redrive-truncated-headers %.100q does not list %s", name, d.TruncatedHeaders, h)
+					}
+				}
+				if _, err := Republish(d, "solve"); (err != nil) != d.IsTruncated() {
+					t.Errorf("%s: Republish: %v (truncated %v)", name, err, d.IsTruncated())
+				}
+			}
+		}
+	}
+}
+
+// Headers are cut largest first, and only as many as needed: the smaller
+// ones stay whole. (The value goes first; here it is empty.)
+func TestBuildCutsHeadersLargestFirst(t *testing.T) {
+	for _, c := range []struct {
+		limit  int
+		cut    string // the header whose value is cut, not dropped
+		marker string
+	}{{12_000, "b", "b=9000"}, {8_000, "c", "b=9000,c=6000"}} {
+		src, m, _ := sample()
+		src.Value = []byte{}
+		user := []kgo.RecordHeader{{Key: "a", Value: big(3000)}, {Key: "b", Value: big(9000)}, {Key: "c", Value: big(6000)}, {Key: "d", Value: big(100)}}
+		r := Build(src, m, user, BuildOptions{Topic: "d", MaxRecordBytes: c.limit})
+		d, err := Decode(r)
+		if err != nil || EncodedSize(r) > c.limit {
+			t.Fatalf("limit %d: Decode: %v, %d bytes", c.limit, err, EncodedSize(r))
+		}
+		sizes := map[string]int{}
+		for _, h := range d.UserHeaders {
+			sizes[h.Key] = len(h.Value)
+		}
+		want := map[string]int{"a": 3000, "b": 9000, "c": 6000, "d": 100}
+		for k, n := range want {
+			switch {
+			case k == c.cut:
+				if sizes[k] == 0 || sizes[k] >= n {
+					t.Errorf("limit %d: %s is %d bytes, want cut", c.limit, k, sizes[k])
+				}
+			case strings.Contains(c.marker, k+"="):
+				if _, ok := sizes[k]; ok {
+					t.Errorf("limit %d: %s kept, want it dropped", c.limit, k)
+				}
+			case sizes[k] != n:
+				t.Errorf("limit %d: %s is %d bytes, want whole", c.limit, k, sizes[k])
+			}
+		}
+		if d.TruncatedHeaders != c.marker {
+			t.Errorf("limit %d: redrive-truncated-headers = %q, want %q", c.limit, d.TruncatedHeaders, c.marker)
+		}
+		if d.Truncated != 0 || d.TruncatedKey != 0 || !bytes.Equal(d.Key, src.Key) {
+			t.Errorf("limit %d: key marked cut though only headers needed to be: %d %d", c.limit, d.Truncated, d.TruncatedKey)
+		}
+	}
+}
+
+func TestFormatCutsIsBounded(t *testing.T) {
+	var cuts []cut
+	for i := range 1000 {
+		cuts = append(cuts, cut{fmt.Sprintf("header-%d", i), i})
+	}
+	s := formatCuts(cuts)
+	if len(s) > MaxTruncatedHeadersBytes {
+		t.Fatalf("%d bytes", len(s))
+	}
+	parts := strings.Split(s, ",")
+	last := parts[len(parts)-1]
+	n, err := strconv.Atoi(strings.TrimPrefix(last, "+"))
+	if !strings.HasPrefix(last, "+") || err != nil || len(parts)-1+n != 1000 {
+		t.Errorf("last entry %q after %d: want +N counting the rest of 1000", last, len(parts)-1)
+	}
+	if got := formatCuts([]cut{{"a b", 3}, {"é", 1}}); got != "a%20b=3,%C3%A9=1" {
+		t.Errorf("formatCuts = %q", got)
 	}
 }
 

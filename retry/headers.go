@@ -20,27 +20,29 @@ const (
 	// HeaderPrefix starts every header that redrive owns.
 	HeaderPrefix = "redrive-"
 
-	HeaderID              = "redrive-id"               // stable id of the request across all hops
-	HeaderAttempt         = "redrive-attempt"          // handler attempts made so far (polls excluded)
-	HeaderPolls           = "redrive-polls"            // not-ready polls so far
-	HeaderDue             = "redrive-due"              // not to be handled before this time (ms)
-	HeaderTier            = "redrive-tier"             // the tier's delay, e.g. "30s"
-	HeaderOriginTopic     = "redrive-origin-topic"     // topic the request first entered
-	HeaderOriginPartition = "redrive-origin-partition" // its partition
-	HeaderOriginOffset    = "redrive-origin-offset"    // its offset
-	HeaderOriginTimestamp = "redrive-origin-timestamp" // its record timestamp (ms)
-	HeaderFirstErrorAt    = "redrive-first-error-at"   // time of the first failure (ms)
-	HeaderLastErrorAt     = "redrive-last-error-at"    // time of the last failure (ms)
-	HeaderError           = "redrive-error"            // last error message, <= 1 KiB
-	HeaderErrorCode       = "redrive-error-code"       // machine code, e.g. ERROR_NO_SLOT_AVAILABLE or http_503
-	HeaderErrorClass      = "redrive-error-class"      // transient, not-ready, permanent, invalid, expired
-	HeaderState           = "redrive-state"            // opaque handler state, <= 4 KiB
-	HeaderReason          = "redrive-reason"           // DLQ only: exhausted, permanent, invalid, expired
-	HeaderRedrives        = "redrive-redrives"         // times republished out of the DLQ
-	HeaderGroup           = "redrive-group"            // DLQ only: consumer group that dead-lettered it
-	HeaderInstance        = "redrive-instance"         // DLQ only: instance that dead-lettered it
-	HeaderTruncated       = "redrive-truncated"        // DLQ only: original value size when the value was cut to fit
-	HeaderNotReadySince   = "redrive-not-ready-since"  // retry: time of the first not-ready answer (ms); not_ready_deadline counts from it
+	HeaderID               = "redrive-id"                // stable id of the request across all hops
+	HeaderAttempt          = "redrive-attempt"           // handler attempts made so far (polls excluded)
+	HeaderPolls            = "redrive-polls"             // not-ready polls so far
+	HeaderDue              = "redrive-due"               // not to be handled before this time (ms)
+	HeaderTier             = "redrive-tier"              // the tier's delay, e.g. "30s"
+	HeaderOriginTopic      = "redrive-origin-topic"      // topic the request first entered
+	HeaderOriginPartition  = "redrive-origin-partition"  // its partition
+	HeaderOriginOffset     = "redrive-origin-offset"     // its offset
+	HeaderOriginTimestamp  = "redrive-origin-timestamp"  // its record timestamp (ms)
+	HeaderFirstErrorAt     = "redrive-first-error-at"    // time of the first failure (ms)
+	HeaderLastErrorAt      = "redrive-last-error-at"     // time of the last failure (ms)
+	HeaderError            = "redrive-error"             // last error message, <= 1 KiB
+	HeaderErrorCode        = "redrive-error-code"        // machine code, e.g. ERROR_NO_SLOT_AVAILABLE or http_503
+	HeaderErrorClass       = "redrive-error-class"       // transient, not-ready, permanent, invalid, expired
+	HeaderState            = "redrive-state"             // opaque handler state, <= 4 KiB
+	HeaderReason           = "redrive-reason"            // DLQ only: exhausted, permanent, invalid, expired
+	HeaderRedrives         = "redrive-redrives"          // times republished out of the DLQ
+	HeaderGroup            = "redrive-group"             // DLQ only: consumer group that dead-lettered it
+	HeaderInstance         = "redrive-instance"          // DLQ only: instance that dead-lettered it
+	HeaderTruncated        = "redrive-truncated"         // DLQ only: original value size when the value was cut to fit
+	HeaderNotReadySince    = "redrive-not-ready-since"   // retry: time of the first not-ready answer (ms); not_ready_deadline counts from it
+	HeaderTruncatedKey     = "redrive-truncated-key"     // DLQ only: original key size when the key was cut to fit
+	HeaderTruncatedHeaders = "redrive-truncated-headers" // DLQ only: the headers cut or dropped to fit, name=original size, comma-separated
 )
 
 // Size limits of the contract.
@@ -115,6 +117,11 @@ type Meta struct {
 	Instance        string
 	Truncated       int64 // original value size, when the DLQ value was truncated
 	NotReadySince   time.Time
+	// TruncatedKey is the original key size, when the DLQ key was cut.
+	TruncatedKey int64
+	// TruncatedHeaders lists the headers cut or dropped to fit the DLQ
+	// (package dlq writes and reads the list).
+	TruncatedHeaders string
 }
 
 // header is one redrive-* header: its name and how its value is read into
@@ -196,6 +203,10 @@ var headers = [...]header{
 		func(m *Meta, b []byte) []byte { return appendInt(b, m.Truncated, false) }},
 	{HeaderNotReadySince, func(m *Meta, v string, _ []byte) (err error) { m.NotReadySince, err = millis(v); return err },
 		func(m *Meta, b []byte) []byte { return appendTime(b, m.NotReadySince) }},
+	{HeaderTruncatedKey, func(m *Meta, v string, _ []byte) (err error) { m.TruncatedKey, err = nonNegInt64(v); return err },
+		func(m *Meta, b []byte) []byte { return appendInt(b, m.TruncatedKey, false) }},
+	{HeaderTruncatedHeaders, func(m *Meta, v string, _ []byte) error { m.TruncatedHeaders = v; return nil },
+		func(m *Meta, b []byte) []byte { return append(b, m.TruncatedHeaders...) }},
 }
 
 // headerIndex finds a header's entry in headers by name.
