@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -97,7 +98,15 @@ type pipeline struct {
 
 	commitMu sync.Mutex
 
-	dlqMaxBytes atomic.Int64 // the DLQ's max.message.bytes, learned at start
+	out outputs // builds outcome records (deadletter.go)
+	// topicMax holds each output topic's max.message.bytes, learned at
+	// start (probe); a topic missing from it gets Kafka's default.
+	topicMax atomic.Pointer[map[string]int]
+	// batchMax is the client's ProducerBatchMaxBytesFn: redrive's (the
+	// smaller of the default and the topic's limit) unless ClientOpts set
+	// one; brokerMax its BrokerMaxWriteBytes.
+	batchMax    func(string) int32
+	brokerMax   int32
 	joined      atomic.Bool
 	writeFails  atomic.Int64 // outcome writes failing right now
 	lastWriteMu sync.Mutex
@@ -150,6 +159,13 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		kgo.UnknownTopicRetries(3),
 		kgo.ProducerLinger(2 * time.Millisecond),
 	}
+	// A batch never holds more than a topic takes, so that several dead
+	// letters batched together are not refused as one. franz-go asks once
+	// per partition, on its first produce: after probe. ClientOpts may
+	// replace it (then batches are as large as the caller says).
+	opts = append(opts, kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+		return int32(max(minBatchBytes, min(dlq.DefaultProducerBatchBytes, p.topicLimit(topic))))
+	}))
 	opts = append(opts, pc.ClientOpts...)
 	opts = append(opts, extra...)
 	cl, err := kgo.NewClient(opts...)
@@ -157,6 +173,20 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)
 	}
 	p.cl = cl
+	p.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
+	p.brokerMax, _ = cl.OptValue(kgo.BrokerMaxWriteBytes).(int32)
+	p.out = outputs{
+		tiers:   p.tiers,
+		results: cfg.Results,
+		dead: dlq.BuildOptions{
+			Topic:         cfg.DLQ,
+			RedactHeaders: cfg.RedactHeaders,
+			Group:         cfg.GroupID(),
+			Instance:      pc.Instance,
+			HeaderStyle:   cfg.DLQHeaderStyle,
+		},
+		limit: p.limit,
+	}
 	return p, nil
 }
 
@@ -181,7 +211,6 @@ func (p *pipeline) ready() {
 // run polls until ctx is done, then drains within the grace period,
 // commits and leaves the group.
 func (p *pipeline) run(ctx context.Context) error {
-	p.dlqMaxBytes.Store(defaultMaxMessageBytes)
 	p.probe(ctx)
 	p.ready()
 	schedCtx, schedStop := context.WithCancel(context.Background())

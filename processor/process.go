@@ -110,31 +110,26 @@ func userRecord(r *kgo.Record, user []kgo.RecordHeader) *kgo.Record {
 	return &c
 }
 
-// record is d's outcome record for w.
-func (p *pipeline) record(w *work, d decision) *kgo.Record {
-	switch d.to {
-	case toRetry:
-		p.m.retries.WithLabelValues(p.cfg.Name, d.meta.Tier).Inc()
-		return &kgo.Record{Topic: p.tiers[d.tier], Key: w.rec.Key, Value: w.rec.Value, Headers: retry.Encode(d.meta, w.user)}
-	case toResults:
-		return &kgo.Record{Topic: p.cfg.Results, Key: w.rec.Key, Value: d.result, Headers: retry.Encode(d.meta, w.user)}
-	default:
-		return p.deadLetter(w, d.meta)
-	}
-}
-
 // send produces d's outcome record without waiting; the acknowledgement
-// finishes w. A failed produce goes on in write, off kgo's goroutine.
+// finishes w. A failed produce goes on in write, off kgo's goroutine. A
+// retry or results record too large for its topic is dead-lettered
+// (outputs.build) before it is sent.
 func (p *pipeline) send(ctx context.Context, w *work, d decision) {
-	rec := p.record(w, d)
-	if d.to == toDLQ {
-		p.countDeadLetter(d.meta)
+	rec, out := p.out.build(w.rec, w.user, d, time.Now())
+	if out.to != d.to {
+		p.log.Warn("outcome record larger than its topic takes; dead-lettering it", "topic", p.topicOf(d), "src", srcOf(w), "err", out.meta.Error)
+	}
+	switch out.to {
+	case toRetry:
+		p.m.retries.WithLabelValues(p.cfg.Name, out.meta.Tier).Inc()
+	case toDLQ:
+		p.countDeadLetter(out.meta)
 	}
 	// The consumed record's headers are not needed any more: w keeps the
 	// outcome record's for write, and the callback stays small (a decision
 	// captured in it would cost ~450 bytes per record).
-	w.meta = d.meta
-	to := d.to
+	w.meta = out.meta
+	to := out.to
 	p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 		if err == nil {
 			p.complete(w, true)
@@ -144,15 +139,34 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	})
 }
 
+// topicOf is the topic d's record goes to.
+func (p *pipeline) topicOf(d decision) string {
+	switch d.to {
+	case toRetry:
+		return p.tiers[d.tier]
+	case toResults:
+		return p.cfg.Results
+	}
+	return p.cfg.DLQ
+}
+
 func (p *pipeline) countDeadLetter(meta retry.Meta) {
 	p.m.deadLetters.WithLabelValues(p.cfg.Name, meta.Reason, p.m.code(meta.ErrorCode)).Inc()
 }
 
+// maxShrinks bounds how often write rebuilds a dead letter the broker
+// refuses as too large at half its size: 10 halvings take the default
+// limit below dlq.MinRecordBytes.
+const maxShrinks = 10
+
 // write retries a failed outcome write with backoff for as long as the
 // partition is ours and the process runs, and reports true once the broker
 // acknowledged it. A record too large for its topic is dead-lettered
-// instead (the DLQ builder truncates the value to fit), so it is never
-// dropped.
+// instead (the DLQ builder cuts it to fit), so it is never dropped. A dead
+// letter refused as too large although it fits the limit redrive learned
+// (the topic's limit was lowered, or a broker counts differently) is
+// rebuilt at half its size, at most maxShrinks times; only then does the
+// write wait and retry like any other failure.
 func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Record, err error) bool {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval = 100*time.Millisecond, 10*time.Second
@@ -162,6 +176,7 @@ func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Reco
 			p.clearWriteErr()
 		}
 	}()
+	shrinks := 0
 	for {
 		if err == nil {
 			return true
@@ -171,18 +186,23 @@ func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Reco
 		}
 		if isTooLarge(err) && to != toDLQ {
 			p.log.Warn("outcome record too large for its topic; dead-lettering it", "topic", rec.Topic, "src", srcOf(w), "err", err)
-			meta := w.meta // the outcome record's headers (send)
-			fail(&meta, time.Now(), retry.ClassPermanent, CodeRecordTooLarge, fmt.Sprintf("writing to %s: %v", rec.Topic, err))
-			d := dead(meta, reasonPermanent, "")
-			rec, to = p.deadLetter(w, d.meta), d.to
+			// w.meta: the outcome record's headers (send).
+			d := tooLarge(w.meta, time.Now(), fmt.Sprintf("writing to %s: %v", rec.Topic, err))
+			w.meta = d.meta
+			rec, to = p.out.deadLetter(w.rec, w.user, d.meta, 0), toDLQ
 			p.countDeadLetter(d.meta)
 			err = p.cl.ProduceSync(ctx, rec).FirstErr()
 			continue
 		}
-		if isTooLarge(err) && to == toDLQ && len(rec.Value) > 0 {
-			// The builder's estimate was not enough (the topic's limit may be
-			// lower than configured): halve the value and say so.
-			rec = dlq.Shrink(rec)
+		if isTooLarge(err) && to == toDLQ && shrinks < maxShrinks {
+			// The limit learned at start is wrong: rebuild the dead letter
+			// from the consumed record (w.meta: the decision's headers, so
+			// the marks keep the sizes as consumed) at half its size.
+			shrinks++
+			size := dlq.EncodedSize(rec)
+			p.log.Error("dead letter refused as too large although it fits the limit learned at start; the DLQ's max.message.bytes or the producer's batch limit is lower: cutting it to half its size",
+				"topic", rec.Topic, "src", srcOf(w), "size", size, "limit", p.limit(rec.Topic), "target", size/2, "try", shrinks, "of", maxShrinks, "err", err)
+			rec = p.out.deadLetter(w.rec, w.user, w.meta, size/2)
 			err = p.cl.ProduceSync(ctx, rec).FirstErr()
 			continue
 		}
