@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
@@ -29,6 +30,13 @@ func TestMalformedRedriveHeadersAreDeadLetteredInvalid(t *testing.T) {
 		{retry.HeaderErrorClass, "sometimes"},
 		{retry.HeaderOriginPartition, "x"},
 		{retry.HeaderPolls, "1e3"},
+		// Issue 12 point 10: canonical decimal within a range, bounded ids.
+		{retry.HeaderAttempt, "9223372036854775807"},
+		{retry.HeaderAttempt, "+3"},
+		{retry.HeaderAttempt, " 3"},
+		{retry.HeaderAttempt, "00003"},
+		{retry.HeaderAttempt, "10000"}, // readable, but no attempt can follow
+		{retry.HeaderID, strings.Repeat("k", 200<<10)},
 	}
 	for i, b := range bad {
 		e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte{0xff, byte(i)}, Value: []byte("ok"), Headers: []kgo.RecordHeader{
@@ -58,6 +66,10 @@ func TestMalformedRedriveHeadersAreDeadLetteredInvalid(t *testing.T) {
 		}
 		if !bytes.Equal(r.Key, []byte{0xff, byte(i)}) || string(r.Value) != "ok" {
 			t.Errorf("%s: key/value changed: %q %q", id, r.Key, r.Value)
+		}
+		// The dead letter itself is valid: the analyzer and the CLI read it.
+		if _, err := dlq.Decode(r); err != nil {
+			t.Errorf("%s: dead letter does not decode: %v", id, err)
 		}
 	}
 	s.mu.Lock()

@@ -3,6 +3,7 @@ package processor
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -63,20 +64,19 @@ func identify(meta retry.Meta, r *kgo.Record) retry.Meta {
 }
 
 // screen decides what it can before the handler is called: a malformed
-// redrive header (DLQ invalid, decodeErr names it), a tier record not due
-// yet (hop to the tier covering the rest), past the TTL or the not-ready
-// deadline (DLQ expired). call is true when none applies. tier is the
-// consumed record's tier index, -1 for the main topic.
+// redrive header (DLQ invalid, decodeErr or outOfRange names it), past the
+// TTL or the not-ready deadline (DLQ expired), a tier record not due yet
+// (hop to the tier covering the rest). Expiry is checked before the hop, so
+// that a record past its TTL is dead-lettered, not hopped (issue 12 point
+// 3). call is true when none applies. tier is the consumed record's tier
+// index, -1 for the main topic.
 func screen(meta retry.Meta, decodeErr error, tier int, p policy, now time.Time) (d decision, call bool) {
+	if decodeErr == nil {
+		decodeErr = outOfRange(meta, tier, p, now)
+	}
 	if decodeErr != nil {
 		fail(&meta, now, retry.ClassInvalid, CodeBadHeader, decodeErr.Error())
 		return dead(meta, reasonInvalid, "invalid"), false
-	}
-	if tier >= 0 && now.Before(meta.Due) {
-		// Due later than this tier's delay: re-queue, no attempt spent.
-		idx, _ := p.sched.TierForDelay(meta.Due.Sub(now))
-		meta.Tier = retry.FormatDelay(p.sched.Tiers[idx])
-		return retryTo(meta, idx, true), false
 	}
 	if p.ttl > 0 && now.Sub(meta.OriginTimestamp) > p.ttl {
 		fail(&meta, now, retry.ClassExpired, CodeTTL, fmt.Sprintf("request older than ttl %s", p.ttl))
@@ -87,7 +87,85 @@ func screen(meta retry.Meta, decodeErr error, tier int, p policy, now time.Time)
 			now.Sub(meta.NotReadySince).Round(time.Second), p.notReadyDeadline))
 		return dead(meta, reasonExpired, "expired"), false
 	}
+	if tier >= 0 && now.Before(meta.Due) {
+		// Due later than this tier's delay: re-queue, no attempt spent.
+		idx, _ := p.sched.TierForDelay(meta.Due.Sub(now))
+		meta.Tier = retry.FormatDelay(p.sched.Tiers[idx])
+		return retryTo(meta, idx, true), false
+	}
 	return decision{}, true
+}
+
+// DefaultDueHorizon is how far beyond the largest tier (with its jitter) a
+// retry record's redrive-due may lie when neither max_due, ttl nor (for a
+// not-ready record) not_ready_deadline bounds it: the HTTP handler's
+// largest Retry-After.
+const DefaultDueHorizon = 24 * time.Hour
+
+// dueSkew is the clock difference between processes that outOfRange
+// allows on top of the due limit: a record written at the limit by a
+// process whose clock is ahead is not invalid.
+const dueSkew = time.Minute
+
+// dueLimit is how far ahead of now a retry record with headers meta may be
+// due (issue 12 point 3): max_due when configured; else the largest tier
+// with its jitter plus what bounds the record's life: ttl when set, and
+// for a not-ready record not_ready_deadline, whichever is smaller, or
+// DefaultDueHorizon when neither applies. A record due later would never be
+// handled before it expires (or at all): it is invalid.
+func (p policy) dueLimit(meta retry.Meta) time.Duration {
+	d, _ := p.dueLimitWhy(meta)
+	return d
+}
+
+func (p policy) dueLimitWhy(meta retry.Meta) (time.Duration, string) {
+	if p.sched.MaxDue > 0 {
+		return p.sched.MaxDue, "max_due " + p.sched.MaxDue.String()
+	}
+	h, why := DefaultDueHorizon, "24h0m0s"
+	if p.ttl > 0 {
+		h, why = p.ttl, "ttl "+p.ttl.String()
+	}
+	if meta.ErrorClass == retry.ClassNotReady && p.notReadyDeadline > 0 && p.notReadyDeadline < h {
+		h, why = p.notReadyDeadline, "not_ready_deadline "+p.notReadyDeadline.String()
+	}
+	w := p.sched.LongestWait()
+	return w + h, "the largest tier with its jitter " + w.String() + " plus " + why
+}
+
+// capDue keeps a due time redrive writes within dueLimit, so that redrive
+// never writes a record it would refuse to read: a minimum delay (a long
+// Retry-After) beyond it is cut to it.
+func (p policy) capDue(meta retry.Meta, now, due time.Time) time.Time {
+	if lim := now.Add(p.dueLimit(meta)); due.After(lim) {
+		return lim.Truncate(time.Millisecond)
+	}
+	return due
+}
+
+// outOfRange says why meta, decoded without error, cannot be handled
+// (issue 12 points 3 and 10), or nil: a count at the top of its range (the
+// next one would not be readable), or a tier record due further ahead than
+// dueLimit (plus dueSkew).
+func outOfRange(meta retry.Meta, tier int, p policy, now time.Time) error {
+	if meta.Attempt >= retry.MaxAttempt {
+		return &retry.BadHeaderError{Header: retry.HeaderAttempt, Value: strconv.Itoa(meta.Attempt),
+			Reason: fmt.Sprintf("at its maximum %d: no further attempt can be counted", retry.MaxAttempt)}
+	}
+	if meta.Polls >= retry.MaxCount {
+		return &retry.BadHeaderError{Header: retry.HeaderPolls, Value: strconv.Itoa(meta.Polls),
+			Reason: fmt.Sprintf("at its maximum %d: no further poll can be counted", retry.MaxCount)}
+	}
+	if tier < 0 || meta.Due.IsZero() {
+		return nil
+	}
+	if ahead := meta.Due.Sub(now); ahead > p.dueLimit(meta)+dueSkew {
+		lim, why := p.dueLimitWhy(meta)
+		return &retry.BadHeaderError{Header: retry.HeaderDue, Value: strconv.FormatInt(meta.Due.UnixMilli(), 10),
+			Reason: fmt.Sprintf("due %s, %s ahead: further than the limit %s (%s)",
+				meta.Due.UTC().Format(time.RFC3339), ahead.Round(time.Second), lim, why)}
+	}
+	return nil
 }
 
 // attemptOf is the attempt number, whether the call is a not-ready poll, and
@@ -142,7 +220,7 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 		}
 		meta.State = out.State
 		idx, due := p.sched.Next(now, 0, out.MinDelay, p.rnd)
-		meta.Due, meta.Tier = due, retry.FormatDelay(p.sched.Tiers[idx])
+		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 
 	case Transient:
@@ -154,7 +232,7 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 			return dead(meta, reasonExhausted, "")
 		}
 		idx, due := p.sched.Next(now, meta.Attempt+1, out.MinDelay, p.rnd)
-		meta.Due, meta.Tier = due, retry.FormatDelay(p.sched.Tiers[idx])
+		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 
 	case Invalid:

@@ -204,6 +204,17 @@ func TestScreen(t *testing.T) {
 		{"not-ready within the deadline: poll", polled(), nil, 0, pol, true, decision{}},
 		{"the deadline only counts for not-ready records", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.NotReadySince = t0.Add(-time.Hour) }),
 			nil, 0, pol, true, decision{}},
+		// Issue 12 point 10: a count at the top of its range is invalid, so
+		// that the next one is never out of range (or negative).
+		{"attempt at its maximum: invalid", failed(retry.MaxAttempt, retry.ClassTransient), nil, 1, pol, false,
+			with(toDead(marked(failed(retry.MaxAttempt, retry.ClassTransient), retry.ClassInvalid, CodeBadHeader,
+				`header redrive-attempt="10000": at its maximum 10000: no further attempt can be counted`), reasonInvalid),
+				func(d *decision) { d.early = "invalid" })},
+		{"attempt just below its maximum: call", failed(retry.MaxAttempt-1, retry.ClassTransient), nil, 1, pol, true, decision{}},
+		{"polls at their maximum: invalid", with(polled(), func(m *retry.Meta) { m.Polls = retry.MaxCount }), nil, 0, pol, false,
+			with(toDead(marked(with(polled(), func(m *retry.Meta) { m.Polls = retry.MaxCount }), retry.ClassInvalid, CodeBadHeader,
+				`header redrive-polls="1000000000": at its maximum 1000000000: no further poll can be counted`), reasonInvalid),
+				func(d *decision) { d.early = "invalid" })},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

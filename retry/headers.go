@@ -13,7 +13,9 @@ import (
 )
 
 // Header names of the wire contract (see docs/headers.md). All
-// values are UTF-8 text; times are Unix milliseconds; integers are decimal.
+// values are UTF-8 text; times are Unix milliseconds; integers are
+// canonical decimal (digits only, no sign, spaces or leading zeros) within
+// the ranges below.
 // Each has one row in the headers table (how it is decoded and encoded); a
 // new header is a constant, a Meta field and a row.
 const (
@@ -49,6 +51,29 @@ const (
 const (
 	MaxErrorBytes = 1024
 	MaxStateBytes = 4096
+	// MaxIDBytes bounds a request id (redrive-id, and the producer's
+	// idempotency-key that becomes it): it is sent as the HTTP
+	// Idempotency-Key. The fallback id "<topic>/<partition>/<offset>" is at
+	// most 249+1+10+1+19 = 280 bytes.
+	MaxIDBytes = 512
+)
+
+// Ranges of the numbers in redrive-* headers (docs/headers.md). A value
+// outside its range is malformed, so that no count can overflow when it is
+// incremented and no time is beyond what time.Time arithmetic handles.
+const (
+	// MaxAttempt is the largest redrive-attempt (a Schedule's MaxAttempts
+	// is at most MaxMaxAttempts, far below it).
+	MaxAttempt = 10000
+	// MaxCount is the largest redrive-polls and redrive-redrives.
+	MaxCount = 1_000_000_000
+	// MaxMillis is the latest time a time header may hold,
+	// 2200-01-01T00:00:00Z in Unix milliseconds (int64 nanoseconds end in
+	// 2262).
+	MaxMillis = 7_258_118_400_000
+	// MaxTruncated is the largest redrive-truncated: a Kafka value's
+	// length is an int32.
+	MaxTruncated = 1<<31 - 1
 )
 
 // Class is the error class of a failed attempt.
@@ -137,12 +162,18 @@ type header struct {
 
 // headers is in the order Encode writes them.
 var headers = [...]header{
-	{HeaderID, func(m *Meta, v string, _ []byte) error { m.ID = v; return notEmpty(v) },
+	{HeaderID, func(m *Meta, v string, _ []byte) error {
+		if err := CheckID(v); err != nil {
+			return err // m.ID stays empty: a dead letter gets the fallback id
+		}
+		m.ID = v
+		return nil
+	},
 		func(m *Meta, b []byte) []byte { return append(b, m.ID...) }},
-	{HeaderAttempt, func(m *Meta, v string, _ []byte) (err error) { m.Attempt, err = nonNegInt(v); return err },
+	{HeaderAttempt, func(m *Meta, v string, _ []byte) (err error) { m.Attempt, err = count(v, MaxAttempt); return err },
 		// Written as 0 too once the request has an id: "not attempted yet".
 		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Attempt), m.ID != "") }},
-	{HeaderPolls, func(m *Meta, v string, _ []byte) (err error) { m.Polls, err = nonNegInt(v); return err },
+	{HeaderPolls, func(m *Meta, v string, _ []byte) (err error) { m.Polls, err = count(v, MaxCount); return err },
 		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Polls), false) }},
 	{HeaderDue, func(m *Meta, v string, _ []byte) (err error) { m.Due, err = millis(v); return err },
 		func(m *Meta, b []byte) []byte { return appendTime(b, m.Due) }},
@@ -152,14 +183,15 @@ var headers = [...]header{
 	{HeaderOriginTopic, func(m *Meta, v string, _ []byte) error { m.OriginTopic = v; return notEmpty(v) },
 		func(m *Meta, b []byte) []byte { return appendIf(b, m.HasOrigin, m.OriginTopic) }},
 	{HeaderOriginPartition, func(m *Meta, v string, _ []byte) error {
-		p, err := nonNegInt(v)
-		if err == nil && p > 1<<31-1 {
-			err = errors.New("out of range")
-		}
+		p, err := decimal(v, 1<<31-1, "a decimal integer")
 		m.OriginPartition = int32(p)
 		return err
 	}, func(m *Meta, b []byte) []byte { return appendOrigin(b, m, int64(m.OriginPartition)) }},
-	{HeaderOriginOffset, func(m *Meta, v string, _ []byte) (err error) { m.OriginOffset, err = nonNegInt64(v); return err },
+	{HeaderOriginOffset, func(m *Meta, v string, _ []byte) error {
+		n, err := decimal(v, 1<<63-1, "a decimal integer")
+		m.OriginOffset = int64(n)
+		return err
+	},
 		func(m *Meta, b []byte) []byte { return appendOrigin(b, m, m.OriginOffset) }},
 	{HeaderOriginTimestamp, func(m *Meta, v string, _ []byte) (err error) { m.OriginTimestamp, err = millis(v); return err },
 		func(m *Meta, b []byte) []byte {
@@ -193,13 +225,17 @@ var headers = [...]header{
 	}, func(m *Meta, b []byte) []byte { return append(b, m.State...) }},
 	{HeaderReason, func(m *Meta, v string, _ []byte) error { m.Reason = v; return nil },
 		func(m *Meta, b []byte) []byte { return append(b, m.Reason...) }},
-	{HeaderRedrives, func(m *Meta, v string, _ []byte) (err error) { m.Redrives, err = nonNegInt(v); return err },
+	{HeaderRedrives, func(m *Meta, v string, _ []byte) (err error) { m.Redrives, err = count(v, MaxCount); return err },
 		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Redrives), false) }},
 	{HeaderGroup, func(m *Meta, v string, _ []byte) error { m.Group = v; return nil },
 		func(m *Meta, b []byte) []byte { return append(b, m.Group...) }},
 	{HeaderInstance, func(m *Meta, v string, _ []byte) error { m.Instance = v; return nil },
 		func(m *Meta, b []byte) []byte { return append(b, m.Instance...) }},
-	{HeaderTruncated, func(m *Meta, v string, _ []byte) (err error) { m.Truncated, err = nonNegInt64(v); return err },
+	{HeaderTruncated, func(m *Meta, v string, _ []byte) error {
+		n, err := decimal(v, MaxTruncated, "a size in bytes")
+		m.Truncated = int64(n)
+		return err
+	},
 		func(m *Meta, b []byte) []byte { return appendInt(b, m.Truncated, false) }},
 	{HeaderNotReadySince, func(m *Meta, v string, _ []byte) (err error) { m.NotReadySince, err = millis(v); return err },
 		func(m *Meta, b []byte) []byte { return appendTime(b, m.NotReadySince) }},
@@ -322,37 +358,75 @@ func notEmpty(v string) error {
 	return nil
 }
 
-func nonNegInt(v string) (int, error) {
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, errors.New("not a decimal integer")
+// CheckID says why id cannot be a request id, or nil: an id is 1 to
+// MaxIDBytes bytes of UTF-8 without control characters (it is sent as an
+// HTTP header value).
+func CheckID(id string) error {
+	switch {
+	case id == "":
+		return errors.New("empty")
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("%d bytes, longer than %d", len(id), MaxIDBytes)
+	case !utf8.ValidString(id):
+		return errors.New("not valid UTF-8")
 	}
-	if n < 0 {
-		return 0, errors.New("negative")
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("control character %#02x at byte %d", c, i)
+		}
+	}
+	return nil
+}
+
+// decimal reads a canonical decimal integer from 0 to max: digits only, no
+// sign, spaces or leading zeros ("0" itself is fine), so that every number
+// has one spelling. want describes the value in the error.
+func decimal(v string, max uint64, want string) (uint64, error) {
+	want = fmt.Sprintf("want %s from 0 to %d, digits only", want, max)
+	if v == "" {
+		return 0, errors.New("empty; " + want)
+	}
+	digits := v
+	if v[0] == '-' || v[0] == '+' {
+		digits = v[1:]
+	}
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, errors.New("not a canonical decimal integer; " + want)
+		}
+	}
+	switch {
+	case digits == "":
+		return 0, errors.New("not a canonical decimal integer; " + want)
+	case v[0] == '-' && strings.Trim(digits, "0") != "":
+		return 0, errors.New("negative; " + want)
+	case v[0] == '-' || v[0] == '+':
+		return 0, errors.New("signed, not a canonical decimal integer; " + want)
+	case len(v) > 1 && v[0] == '0':
+		return 0, errors.New("leading zero, not a canonical decimal integer; " + want)
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || n > max {
+		return 0, errors.New("out of range; " + want)
 	}
 	return n, nil
 }
 
-func nonNegInt64(v string) (int64, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, errors.New("not a decimal integer")
-	}
-	if n < 0 {
-		return 0, errors.New("negative")
-	}
-	return n, nil
+// count reads a count from 0 to max (max fits an int on every platform
+// Go supports).
+func count(v string, max uint64) (int, error) {
+	n, err := decimal(v, max, "a decimal integer")
+	return int(n), err
 }
 
+// millis reads a time: canonical decimal Unix milliseconds from 0 to
+// MaxMillis.
 func millis(v string) (time.Time, error) {
-	n, err := strconv.ParseInt(v, 10, 64)
+	n, err := decimal(v, MaxMillis, "Unix milliseconds, a decimal integer")
 	if err != nil {
-		return time.Time{}, errors.New("not Unix milliseconds")
+		return time.Time{}, err
 	}
-	if n < 0 {
-		return time.Time{}, errors.New("negative time")
-	}
-	return time.UnixMilli(n), nil
+	return time.UnixMilli(int64(n)), nil
 }
 
 func appendInt(b []byte, n int64, keepZero bool) []byte {
@@ -443,10 +517,12 @@ func TruncateUTF8(s string, n int) string {
 }
 
 // RequestID is the stable id of a request first seen at topic/partition/offset:
-// the producer's idempotency-key header when set, else "<topic>/<partition>/<offset>".
+// the producer's idempotency-key header when it is a valid id (CheckID: at
+// most MaxIDBytes of UTF-8 without control characters), else
+// "<topic>/<partition>/<offset>".
 func RequestID(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == "idempotency-key" && len(h.Value) > 0 && utf8.Valid(h.Value) {
+		if h.Key == "idempotency-key" && CheckID(string(h.Value)) == nil {
 			return string(h.Value)
 		}
 	}

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -177,8 +179,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 			State: []byte{0, 1, 2, 0x7f}, NotReadySince: time.UnixMilli(0)}}, // the epoch is a time, not "absent"
 		{"republished", retry.Meta{ID: "k", Redrives: 3}},
 		{"attempt 0 with id", retry.Meta{ID: "k"}},
-		{"largest values", retry.Meta{ID: "k", Attempt: int(^uint(0) >> 1), HasOrigin: true, OriginTopic: "t",
-			OriginPartition: 1<<31 - 1, OriginOffset: 1<<63 - 1, Due: time.UnixMilli(1<<63 - 1), Truncated: 1<<63 - 1}},
+		{"largest values", retry.Meta{ID: strings.Repeat("i", retry.MaxIDBytes), Attempt: retry.MaxAttempt, Polls: retry.MaxCount, Redrives: retry.MaxCount,
+			HasOrigin: true, OriginTopic: "t", OriginPartition: 1<<31 - 1, OriginOffset: 1<<63 - 1, Due: time.UnixMilli(retry.MaxMillis),
+			OriginTimestamp: time.UnixMilli(retry.MaxMillis), Truncated: retry.MaxTruncated}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hs := retry.Encode(tc.m, user)
@@ -389,9 +392,16 @@ func TestDecodeAccepts(t *testing.T) {
 		hs    []kgo.RecordHeader
 		check func(retry.Meta) bool
 	}{
-		{"attempt with a plus sign", []kgo.RecordHeader{h(retry.HeaderAttempt, "+3")}, func(m retry.Meta) bool { return m.Attempt == 3 }},
-		{"attempt with leading zeros", []kgo.RecordHeader{h(retry.HeaderAttempt, "007")}, func(m retry.Meta) bool { return m.Attempt == 7 }},
 		{"attempt 0", []kgo.RecordHeader{h(retry.HeaderAttempt, "0")}, func(m retry.Meta) bool { return m.Attempt == 0 }},
+		{"attempt at its maximum", []kgo.RecordHeader{h(retry.HeaderAttempt, "10000")}, func(m retry.Meta) bool { return m.Attempt == retry.MaxAttempt }},
+		{"polls at their maximum", []kgo.RecordHeader{h(retry.HeaderPolls, "1000000000")}, func(m retry.Meta) bool { return m.Polls == retry.MaxCount }},
+		{"due at the latest time", []kgo.RecordHeader{h(retry.HeaderDue, "7258118400000")}, func(m retry.Meta) bool {
+			return m.Due.Equal(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
+		}},
+		{"id of the largest size", []kgo.RecordHeader{h(retry.HeaderID, strings.Repeat("é", retry.MaxIDBytes/2))}, func(m retry.Meta) bool {
+			return len(m.ID) == retry.MaxIDBytes
+		}},
+		{"id with spaces, punctuation and non-ASCII", []kgo.RecordHeader{h(retry.HeaderID, "order 7/ä:{x}")}, func(m retry.Meta) bool { return m.ID == "order 7/ä:{x}" }},
 		{"due at the epoch", []kgo.RecordHeader{h(retry.HeaderDue, "0")}, func(m retry.Meta) bool { return m.Due.Equal(time.Unix(0, 0)) }},
 		{"tier in a long spelling", []kgo.RecordHeader{h(retry.HeaderTier, "1h0m0s")}, func(m retry.Meta) bool { return m.Tier == "1h0m0s" }},
 		{"empty class is none", []kgo.RecordHeader{h(retry.HeaderErrorClass, "")}, func(m retry.Meta) bool { return m.ErrorClass == retry.ClassNone }},
@@ -445,6 +455,29 @@ func TestDecodeMalformed(t *testing.T) {
 		{"attempt hex", []kgo.RecordHeader{h(retry.HeaderAttempt, "0x2")}, retry.HeaderAttempt, "decimal"},
 		{"attempt negative", []kgo.RecordHeader{h(retry.HeaderAttempt, "-1")}, retry.HeaderAttempt, "negative"},
 		{"attempt overflows", []kgo.RecordHeader{h(retry.HeaderAttempt, "99999999999999999999")}, retry.HeaderAttempt, "decimal"},
+		// Issue 12 point 10: numbers are canonical decimal within a range.
+		{"attempt at int64's maximum", []kgo.RecordHeader{h(retry.HeaderAttempt, "9223372036854775807")}, retry.HeaderAttempt, "out of range; want a decimal integer from 0 to 10000"},
+		{"attempt above its maximum", []kgo.RecordHeader{h(retry.HeaderAttempt, "10001")}, retry.HeaderAttempt, "out of range"},
+		{"attempt with a plus sign", []kgo.RecordHeader{h(retry.HeaderAttempt, "+3")}, retry.HeaderAttempt, "signed"},
+		{"attempt with a leading space", []kgo.RecordHeader{h(retry.HeaderAttempt, " 3")}, retry.HeaderAttempt, "not a canonical decimal"},
+		{"attempt with a trailing space", []kgo.RecordHeader{h(retry.HeaderAttempt, "3 ")}, retry.HeaderAttempt, "not a canonical decimal"},
+		{"attempt with leading zeros", []kgo.RecordHeader{h(retry.HeaderAttempt, "00003")}, retry.HeaderAttempt, "leading zero"},
+		{"attempt minus zero", []kgo.RecordHeader{h(retry.HeaderAttempt, "-0")}, retry.HeaderAttempt, "signed"},
+		{"attempt a sign alone", []kgo.RecordHeader{h(retry.HeaderAttempt, "+")}, retry.HeaderAttempt, "not a canonical decimal"},
+		{"attempt full-width digits", []kgo.RecordHeader{h(retry.HeaderAttempt, "３")}, retry.HeaderAttempt, "not a canonical decimal"},
+		{"polls above the maximum", []kgo.RecordHeader{h(retry.HeaderPolls, "1000000001")}, retry.HeaderPolls, "out of range"},
+		{"redrives with leading zero", []kgo.RecordHeader{h(retry.HeaderRedrives, "01")}, retry.HeaderRedrives, "leading zero"},
+		{"due beyond 2200", []kgo.RecordHeader{h(retry.HeaderDue, "7258118400001")}, retry.HeaderDue, "out of range; want Unix milliseconds"},
+		{"due in 2262", []kgo.RecordHeader{h(retry.HeaderDue, "9223372036854")}, retry.HeaderDue, "out of range"},
+		{"due 9999999999999 ms", []kgo.RecordHeader{h(retry.HeaderDue, "9999999999999")}, retry.HeaderDue, "out of range"},
+		{"due int64's maximum", []kgo.RecordHeader{h(retry.HeaderDue, "9223372036854775807")}, retry.HeaderDue, "out of range"},
+		{"due with a plus sign", []kgo.RecordHeader{h(retry.HeaderDue, "+1740830400000")}, retry.HeaderDue, "signed"},
+		{"origin offset leading zero", []kgo.RecordHeader{h(retry.HeaderOriginTopic, "t"), h(retry.HeaderOriginPartition, "1"), h(retry.HeaderOriginOffset, "042")}, retry.HeaderOriginOffset, "leading zero"},
+		{"truncated beyond int32", []kgo.RecordHeader{h(retry.HeaderTruncated, "2147483648")}, retry.HeaderTruncated, "out of range"},
+		{"id of 200 KB", []kgo.RecordHeader{h(retry.HeaderID, strings.Repeat("k", 200<<10))}, retry.HeaderID, "204800 bytes, longer than 512"},
+		{"id one byte too long", []kgo.RecordHeader{h(retry.HeaderID, strings.Repeat("k", retry.MaxIDBytes+1))}, retry.HeaderID, "longer than 512"},
+		{"id with a newline", []kgo.RecordHeader{h(retry.HeaderID, "a\r\nX-Evil: 1")}, retry.HeaderID, "control character"},
+		{"id with a tab", []kgo.RecordHeader{h(retry.HeaderID, "a\tb")}, retry.HeaderID, "control character"},
 		{"polls exponent", []kgo.RecordHeader{h(retry.HeaderPolls, "1e3")}, retry.HeaderPolls, "decimal"},
 		{"polls negative", []kgo.RecordHeader{h(retry.HeaderPolls, "-3")}, retry.HeaderPolls, "negative"},
 		{"redrives negative", []kgo.RecordHeader{h(retry.HeaderRedrives, "-2")}, retry.HeaderRedrives, "negative"},
@@ -673,6 +706,14 @@ func TestRequestID(t *testing.T) {
 		{"header names are case-sensitive", rec(h("Idempotency-Key", "upper")), fallback},
 		{"first usable key wins", rec(h("idempotency-key", ""), h("idempotency-key", "second"), h("idempotency-key", "third")), "second"},
 		{"redrive-id is not consulted", rec(h(retry.HeaderID, "from-header")), fallback},
+		// Issue 12 point 10: the id is sent as Idempotency-Key; a key that
+		// cannot be an id (CheckID) is not used.
+		{"key of 200 KB falls back", rec(h("idempotency-key", strings.Repeat("k", 200<<10))), fallback},
+		{"key one byte too long falls back", rec(h("idempotency-key", strings.Repeat("k", retry.MaxIDBytes+1))), fallback},
+		{"key of the largest size", rec(h("idempotency-key", strings.Repeat("k", retry.MaxIDBytes))), strings.Repeat("k", retry.MaxIDBytes)},
+		{"key with a newline falls back", rec(h("idempotency-key", "a\r\nX-Evil: 1")), fallback},
+		{"longest topic", &kgo.Record{Topic: strings.Repeat("t", 249), Partition: 1<<31 - 1, Offset: 1<<63 - 1},
+			strings.Repeat("t", 249) + "/2147483647/9223372036854775807"},
 		{"partition 0 offset 0", &kgo.Record{Topic: "t"}, "t/0/0"},
 		{"large offset", &kgo.Record{Topic: "t", Partition: 1<<31 - 1, Offset: 1<<63 - 1}, "t/2147483647/9223372036854775807"},
 	} {
@@ -681,6 +722,29 @@ func TestRequestID(t *testing.T) {
 				t.Errorf("RequestID = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// Every id RequestID makes is a valid redrive-id, the fallback for the
+// longest topic name too.
+func TestRequestIDIsAValidID(t *testing.T) {
+	r := &kgo.Record{Topic: strings.Repeat("t", 249), Partition: 1<<31 - 1, Offset: 1<<63 - 1,
+		Headers: []kgo.RecordHeader{h("idempotency-key", strings.Repeat("k", retry.MaxIDBytes+1))}}
+	id := retry.RequestID(r)
+	if err := retry.CheckID(id); err != nil {
+		t.Fatalf("RequestID = %q: %v", id, err)
+	}
+}
+
+// A malformed redrive-id is not kept in Meta: the record's dead letter gets
+// the fallback id (identify), not the 200 KB value.
+func TestDecodeDropsABadID(t *testing.T) {
+	m, _, err := retry.Decode([]kgo.RecordHeader{h(retry.HeaderID, strings.Repeat("k", 200<<10))})
+	if err == nil || m.ID != "" {
+		t.Fatalf("Decode = ID of %d bytes, %v; want no ID and an error", len(m.ID), err)
+	}
+	if n := len(err.Error()); n > 200 {
+		t.Errorf("error message of %d bytes", n)
 	}
 }
 
@@ -821,6 +885,65 @@ func fuzzSeeds() [][]kgo.RecordHeader {
 		{h(retry.HeaderOriginPartition, "1"), h(retry.HeaderOriginOffset, "2")},
 		{h(retry.HeaderErrorClass, "sometimes"), {Key: retry.HeaderError, Value: []byte{0xff}}},
 		{h(retry.HeaderTruncated, "-1"), h("redrive-future", "x"), {Key: "nil"}},
+		// Issue 12 point 10: non-canonical and out-of-range numbers, long ids.
+		{h(retry.HeaderAttempt, "9223372036854775807")},
+		{h(retry.HeaderAttempt, " 3")},
+		{h(retry.HeaderAttempt, "00003"), h(retry.HeaderPolls, "0")},
+		{h(retry.HeaderAttempt, "10000"), h(retry.HeaderRedrives, "1000000000")},
+		{h(retry.HeaderDue, "9999999999999")},
+		{h(retry.HeaderDue, "9223372036854"), h(retry.HeaderTier, "5s")},
+		{h(retry.HeaderDue, "7258118400000"), h(retry.HeaderLastErrorAt, "-0")},
+		{h(retry.HeaderID, strings.Repeat("k", retry.MaxIDBytes+1))},
+		{h(retry.HeaderID, strings.Repeat("k", retry.MaxIDBytes)), h("idempotency-key", strings.Repeat("x", 600))},
+		{h(retry.HeaderID, "a\nb")},
+	}
+}
+
+// numericHeaders are the headers whose value is a canonical decimal.
+var numericHeaders = []string{retry.HeaderAttempt, retry.HeaderPolls, retry.HeaderDue, retry.HeaderOriginPartition, retry.HeaderOriginOffset,
+	retry.HeaderOriginTimestamp, retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt, retry.HeaderRedrives, retry.HeaderTruncated, retry.HeaderNotReadySince}
+
+// canonicalRE is a canonical decimal: digits only, no leading zero.
+var canonicalRE = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
+
+// checkCanonical fails unless every number Decode accepted from hs is
+// canonical decimal within its range and every id is a valid id.
+func checkCanonical(t *testing.T, hs []kgo.RecordHeader, m retry.Meta) {
+	t.Helper()
+	for _, k := range numericHeaders {
+		v, ok := value(hs, k)
+		if !ok {
+			continue
+		}
+		if !canonicalRE.MatchString(v) {
+			t.Fatalf("Decode accepted %s=%q, not canonical decimal", k, v)
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("Decode accepted %s=%q: %v", k, v, err)
+		}
+		var max uint64
+		switch k {
+		case retry.HeaderAttempt:
+			max = retry.MaxAttempt
+		case retry.HeaderPolls, retry.HeaderRedrives:
+			max = retry.MaxCount
+		case retry.HeaderOriginPartition, retry.HeaderTruncated:
+			max = 1<<31 - 1
+		case retry.HeaderOriginOffset:
+			max = 1<<63 - 1
+		default: // times
+			max = retry.MaxMillis
+		}
+		if n > max {
+			t.Fatalf("Decode accepted %s=%q, above %d", k, v, max)
+		}
+	}
+	if v, ok := value(hs, retry.HeaderID); ok && (len(v) > retry.MaxIDBytes || m.ID != v || retry.CheckID(v) != nil) {
+		t.Fatalf("Decode accepted an id of %d bytes (%q)", len(v), retry.TruncateUTF8(v, 40))
+	}
+	if len(m.ID) > retry.MaxIDBytes {
+		t.Fatalf("Meta.ID of %d bytes", len(m.ID))
 	}
 }
 
@@ -847,8 +970,12 @@ func FuzzDecode(f *testing.F) {
 			if !errors.Is(err, retry.ErrBadHeader) || !errors.As(err, &bad) || !slices.Contains(knownHeaders, bad.Header) {
 				t.Fatalf("error %v (%T) is not a BadHeaderError naming a redrive header", err, err)
 			}
+			if len(m.ID) > retry.MaxIDBytes || (m.ID != "" && retry.CheckID(m.ID) != nil) {
+				t.Fatalf("Meta.ID of %d bytes kept on error", len(m.ID))
+			}
 			return
 		}
+		checkCanonical(t, hs, m)
 
 		out := retry.Encode(m, user)
 		for _, k := range knownHeaders {

@@ -61,6 +61,21 @@ type Schedule struct {
 	MaxAttempts int
 	// Jitter adds up to this fraction of a tier's delay on top of it (0.1: +10%).
 	Jitter float64
+	// MaxDue bounds how far ahead of now a retry record's redrive-due may
+	// lie: a record due later is invalid. 0: the processor's default,
+	// derived from the tiers, ttl and not_ready_deadline (see
+	// processor.Pipeline). When set, at least LongestWait.
+	MaxDue time.Duration
+}
+
+// LongestWait is the largest tier's delay with its largest jitter: the
+// longest a retry record waits when no minimum delay asks for more.
+func (s Schedule) LongestWait() time.Duration {
+	if len(s.Tiers) == 0 {
+		return 0
+	}
+	d := s.Tiers[len(s.Tiers)-1]
+	return d + time.Duration(float64(d)*max(s.Jitter, 0))
 }
 
 // Defaults of a pipeline's schedule (the configuration file's defaults).
@@ -68,6 +83,10 @@ const (
 	DefaultMaxAttempts = 4
 	DefaultJitter      = 0.1
 )
+
+// MaxMaxAttempts is the largest MaxAttempts, well inside redrive-attempt's
+// range (MaxAttempt), so that a count redrive writes is always one it reads.
+const MaxMaxAttempts = 1000
 
 // DefaultTiers are the tiers of a pipeline that lists none: 5s, 30s, 5m.
 func DefaultTiers() []time.Duration {
@@ -116,9 +135,17 @@ func (s Schedule) Validate() error {
 	}
 	if s.MaxAttempts < 1 {
 		bad("max_attempts", "%d: must be at least 1 (1: no retries)", s.MaxAttempts)
+	} else if s.MaxAttempts > MaxMaxAttempts {
+		bad("max_attempts", "%d: must be at most %d", s.MaxAttempts, MaxMaxAttempts)
 	}
-	if !(s.Jitter >= 0 && s.Jitter <= 1) { // NaN too
+	jitterOK := s.Jitter >= 0 && s.Jitter <= 1 // false for NaN too
+	if !jitterOK {
 		bad("jitter", "%v: must be between 0 and 1", s.Jitter)
+	}
+	if s.MaxDue < 0 {
+		bad("max_due", "%s: must not be negative (0: the default)", s.MaxDue)
+	} else if w := s.LongestWait(); s.MaxDue > 0 && jitterOK && s.MaxDue < w {
+		bad("max_due", "%s: must be at least the largest tier plus its jitter, %s", s.MaxDue, w)
 	}
 	return errors.Join(errs...)
 }

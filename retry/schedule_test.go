@@ -160,6 +160,15 @@ func TestValidate(t *testing.T) {
 		{"jitter above 1", with(func(s *retry.Schedule) { s.Jitter = 1.5 }), "jitter"},
 		{"jitter +Inf", with(func(s *retry.Schedule) { s.Jitter = math.Inf(1) }), "jitter"},
 		{"jitter NaN (YAML .nan)", with(func(s *retry.Schedule) { s.Jitter = math.NaN() }), "jitter"},
+		// Issue 12 points 3 and 10.
+		{"max_attempts at its maximum", with(func(s *retry.Schedule) { s.MaxAttempts = retry.MaxMaxAttempts }), ""},
+		{"max_attempts above its maximum", with(func(s *retry.Schedule) { s.MaxAttempts = retry.MaxMaxAttempts + 1 }), "max_attempts: 1001: must be at most 1000"},
+		{"max_attempts int's maximum", with(func(s *retry.Schedule) { s.MaxAttempts = int(^uint(0) >> 1) }), "must be at most 1000"},
+		{"max_due 0 is the default", with(func(s *retry.Schedule) { s.MaxDue = 0 }), ""},
+		{"max_due the longest wait", with(func(s *retry.Schedule) { s.MaxDue = 5*time.Minute + 30*time.Second }), ""},
+		{"max_due a day", with(func(s *retry.Schedule) { s.MaxDue = 24 * time.Hour }), ""},
+		{"max_due below the longest wait", with(func(s *retry.Schedule) { s.MaxDue = 5 * time.Minute }), "max_due: 5m0s: must be at least the largest tier plus its jitter, 5m30s"},
+		{"max_due negative", with(func(s *retry.Schedule) { s.MaxDue = -time.Second }), "max_due: -1s: must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.s.Validate()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
 )
 
 // Request and response headers of the protocol.
@@ -329,6 +330,12 @@ func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.
 	if req.ID != "" && !validValue(req.ID) {
 		return processor.Reject(CodeBadID,
 			fmt.Errorf("request id %q cannot be sent as %s: it holds control characters", truncate(req.ID, 200), HeaderIdempotencyKey))
+	}
+	if len(req.ID) > retry.MaxIDBytes {
+		// The processor never passes one (redrive-id is bounded); a Go
+		// caller might.
+		return processor.Reject(CodeBadID,
+			fmt.Errorf("request id of %d bytes cannot be sent as %s: longer than %d bytes", len(req.ID), HeaderIdempotencyKey, retry.MaxIDBytes))
 	}
 	actx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()

@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
 )
 
 // serve starts a 127.0.0.1 server answering with f and a Handler for it.
@@ -248,6 +249,26 @@ func TestBadRequestID(t *testing.T) {
 	req.ID = "id\r\nX-Evil: 1"
 	if out := h.Handle(context.Background(), req); out.Kind != processor.Invalid || out.Code != CodeBadID {
 		t.Fatalf("%+v", out)
+	}
+	// Issue 12 point 10: a 200 KB id is never sent as Idempotency-Key.
+	req.ID = strings.Repeat("k", 200<<10)
+	out := h.Handle(context.Background(), req)
+	if out.Kind != processor.Invalid || out.Code != CodeBadID || !strings.Contains(out.Err.Error(), "longer than 512 bytes") {
+		t.Fatalf("%+v", out)
+	}
+	if n := len(out.Err.Error()); n > 200 {
+		t.Errorf("error of %d bytes", n)
+	}
+}
+
+// The longest valid id is sent whole.
+func TestLongestRequestIDIsSent(t *testing.T) {
+	var got string
+	h := serve(t, Options{}, func(w http.ResponseWriter, r *http.Request) { got = r.Header.Get(HeaderIdempotencyKey) })
+	req := request("v")
+	req.ID = strings.Repeat("k", retry.MaxIDBytes)
+	if out := h.Handle(context.Background(), req); out.Kind != processor.Success || got != req.ID {
+		t.Fatalf("%+v, sent %d bytes", out, len(got))
 	}
 }
 
