@@ -53,8 +53,9 @@ type Options struct {
 	Ready func(name string, err error)
 	Beat  func(name string)
 	// Recent is how many dead letters per pipeline are kept for browsing
-	// (default 10000).
+	// (default 10000); Limits bound them, and the API, by bytes.
 	Recent int
+	Limits
 	// FlowEvery is how often the flow view samples the pipelines' offsets
 	// (default 3s).
 	FlowEvery time.Duration
@@ -76,16 +77,21 @@ type Analyzer struct {
 	// Run starts) never reads it while Run writes it; Run closes it.
 	admin *kgo.Client
 	procs processorPoll // Options.Processors' last answers
+	busy  chan struct{} // one per expensive request being answered (limit.go)
 }
 
 // pipe is one pipeline's state.
 type pipe struct {
-	cfg    Pipeline
-	stats  *dlq.Stats
-	mu     sync.Mutex
-	recent []*dlq.DeadLetter // ring, newest at (head-1)
+	cfg   Pipeline
+	stats *dlq.Stats
+	mu    sync.Mutex
+	// recent is a ring of the newest dead letters, newest at head-1: at
+	// most len(recent) of them (Options.Recent), n now, costing bytes in
+	// all, at most Limits.RecentBytes; the oldest go first.
+	recent []*kept
 	head   int
-	filled bool
+	n      int
+	bytes  int64
 	ready  bool // the statistics reader reached the end offsets seen at start
 
 	depth        int64     // DLQ records not yet handled by the rule worker
@@ -110,6 +116,10 @@ func New(o Options) (*Analyzer, error) {
 	if o.Recent <= 0 {
 		o.Recent = 10000
 	}
+	if err := o.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	o.Limits = o.Limits.WithDefaults()
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -123,12 +133,12 @@ func New(o Options) (*Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Analyzer{o: o, m: m, log: o.Logger.With("component", "analyzer")}
+	a := &Analyzer{o: o, m: m, log: o.Logger.With("component", "analyzer"), busy: make(chan struct{}, o.MaxRequests)}
 	for _, p := range o.Pipelines {
 		if p.Name == "" || p.DLQ == "" {
 			return nil, fmt.Errorf("analyzer: pipeline %q needs a name and a DLQ", p.Name)
 		}
-		a.pipes = append(a.pipes, &pipe{cfg: p, stats: dlq.NewStats(10000), recent: make([]*dlq.DeadLetter, o.Recent)})
+		a.pipes = append(a.pipes, &pipe{cfg: p, stats: dlq.NewStats(10000), recent: make([]*kept, o.Recent)})
 	}
 	m.precreate(a.pipes, o.Alerts)
 	admin, err := kgo.NewClient(o.ClientOpts...)
@@ -245,37 +255,30 @@ func (a *Analyzer) add(p *pipe, r *kgo.Record) {
 	default:
 		p.stats.Kept(dec.Rule)
 	}
+	k := keep(d, a.o.RecentValueBytes)
 	p.mu.Lock()
-	p.recent[p.head] = d
-	p.head = (p.head + 1) % len(p.recent)
-	if p.head == 0 {
-		p.filled = true
-	}
+	p.push(k, a.o.RecentBytes)
 	p.mu.Unlock()
 }
 
 // find returns p's kept dead letters matching f, newest (by dead-lettering
 // time) first, at most limit.
-func (p *pipe) find(f dlq.Filter, limit int) []*dlq.DeadLetter {
+func (p *pipe) find(f dlq.Filter, limit int) []*kept {
 	p.mu.Lock()
-	n := p.head
-	if p.filled {
-		n = len(p.recent)
-	}
-	var out []*dlq.DeadLetter
-	for i := 1; i <= n; i++ {
-		d := p.recent[(p.head-i+len(p.recent))%len(p.recent)]
-		if d != nil && f.Match(d) {
-			out = append(out, d)
+	var out []*kept
+	for i := 1; i <= p.n; i++ {
+		k := p.recent[(p.head-i+len(p.recent))%len(p.recent)]
+		if f.Match(k.d) {
+			out = append(out, k)
 		}
 	}
 	p.mu.Unlock()
 	// Arrival order interleaves partitions; order by time, then offset.
 	sort.SliceStable(out, func(i, j int) bool {
-		if !out[i].Timestamp.Equal(out[j].Timestamp) {
-			return out[i].Timestamp.After(out[j].Timestamp)
+		if !out[i].d.Timestamp.Equal(out[j].d.Timestamp) {
+			return out[i].d.Timestamp.After(out[j].d.Timestamp)
 		}
-		return out[i].Offset > out[j].Offset
+		return out[i].d.Offset > out[j].d.Offset
 	})
 	if len(out) > limit {
 		out = out[:limit]

@@ -41,8 +41,27 @@ type StatsResponse struct {
 
 // DeadLettersResponse is GET /api/deadletters.
 type DeadLettersResponse struct {
-	Pipeline    string     `json:"pipeline"`
-	DeadLetters []dlq.View `json:"dead_letters"`
+	Pipeline    string           `json:"pipeline"`
+	DeadLetters []DeadLetterView `json:"dead_letters"`
+	// Matched is how many dead letters matched, at most limit; more than
+	// len(DeadLetters) when Truncated.
+	Matched int `json:"matched"`
+	// Truncated says the answer stopped before Limits.ResponseBytes was
+	// passed: ask with a smaller limit or a narrower filter (until=) for
+	// the rest.
+	Truncated bool `json:"truncated"`
+}
+
+// DeadLetterView is one dead letter of GET /api/deadletters: dlq.View
+// with the value the recent list keeps, which may be only its first bytes
+// (Limits.RecentValueBytes).
+type DeadLetterView struct {
+	dlq.View
+	// ValueSize is the value's size in the DLQ record, in bytes.
+	ValueSize int `json:"value_size"`
+	// ValueCut says Value holds only the first bytes of it; GET
+	// /api/deadletters/{partition}/{offset} reads it whole.
+	ValueCut bool `json:"value_cut"`
 }
 
 // ReplayRequest is the body of POST /api/replay. Its filter fields go
@@ -88,7 +107,8 @@ func (a *Analyzer) Handler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/stats", a.serveStats)
 	mux.HandleFunc("GET /api/deadletters", a.serveDeadLetters)
-	mux.HandleFunc("GET /api/pipelines", a.serveFlow) // flow.go
+	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", a.serveDeadLetter) // fetch.go
+	mux.HandleFunc("GET /api/pipelines", a.serveFlow)                              // flow.go
 	mux.HandleFunc("POST /api/replay", func(w http.ResponseWriter, r *http.Request) {
 		if token == "" {
 			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
@@ -216,11 +236,46 @@ func (a *Analyzer) serveDeadLetters(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
-	resp := DeadLettersResponse{Pipeline: p.cfg.Name, DeadLetters: []dlq.View{}}
-	for _, d := range p.find(f, limit) {
-		resp.DeadLetters = append(resp.DeadLetters, dlq.NewView(d))
+	if !a.enter(w) {
+		return
 	}
-	writeJSON(w, resp)
+	defer a.leave()
+	a.writeDeadLetters(w, p.cfg.Name, p.find(f, limit))
+}
+
+// writeDeadLetters writes a DeadLettersResponse of ks, item by item, and
+// stops before the answer passes Limits.ResponseBytes: its memory is one
+// item, its size bounded, whatever limit asked for.
+func (a *Analyzer) writeDeadLetters(w http.ResponseWriter, pipeline string, ks []*kept) {
+	name, _ := json.Marshal(pipeline)
+	head := append(append([]byte(`{"pipeline":`), name...), `,"dead_letters":[`...)
+	const tailMax = len(`],"matched":,"truncated":false}`) + 20 + 1
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	used := int64(len(head) + tailMax)
+	_, err := w.Write(head)
+	truncated := false
+	for i, k := range ks {
+		if err != nil {
+			return // the client is gone
+		}
+		b, merr := json.Marshal(k.view())
+		if merr != nil { // cannot happen: strings and numbers
+			b = []byte("null")
+		}
+		if used+int64(len(b))+1 > a.o.ResponseBytes {
+			truncated = true
+			break
+		}
+		if i > 0 {
+			b = append([]byte{','}, b...)
+		}
+		used += int64(len(b))
+		_, err = w.Write(b)
+	}
+	if err == nil {
+		_, _ = fmt.Fprintf(w, "],\"matched\":%d,\"truncated\":%t}\n", len(ks), truncated)
+	}
 }
 
 func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {

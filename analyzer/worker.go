@@ -138,6 +138,7 @@ func (w *worker) handleDue(ctx context.Context) time.Duration {
 			w.next[part] = q[i].r.Offset + 1
 			i++
 		}
+		clear(q[:i]) // a handled record (and the fetch buffer under it) is not kept alive by the array
 		q = q[i:]
 		w.queues[part] = q
 		switch {
