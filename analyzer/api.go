@@ -108,7 +108,7 @@ func (a *Analyzer) Handler(token string) http.Handler {
 		a.serveReplay(w, r)
 	})
 	mux.Handle("GET /", webHandler())
-	return mux
+	return a.guard(mux) // httpsafe.go
 }
 
 // pipelineFilter is the optional ?pipeline= of a listing: "" for all; a

@@ -93,3 +93,45 @@ func TestReplayBodyStrict(t *testing.T) {
 		t.Errorf("%s holds %d after an explicit all, want 3", e.main, n)
 	}
 }
+
+// Point 9: a query string that does not parse (a bad escape, more
+// parameters than Go allows) lost its filters and limit silently and
+// answered 200, unfiltered. Now it is a 400 on every endpoint.
+func TestQueryParseErrorIs400(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	for i := range 3 {
+		e.deadLetter(fmt.Sprintf("d%d", i), "exhausted", "http_503", 0, now)
+	}
+	base, _ := e.start(nil, nil, "secret")
+	waitStats(t, base, 3)
+	many := strings.Repeat("code=x&", 10001) + "limit=1"
+	for _, path := range []string{"/api/deadletters", "/api/stats", "/api/pipelines", "/"} {
+		for name, q := range map[string]string{"bad escape": "code=nomatch&limit=1&x=%zz", "too many": many} {
+			var body map[string]any
+			resp, err := http.Get(base + path + "?" + q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if resp.StatusCode != 400 || !strings.Contains(fmt.Sprint(body["error"]), "query string") {
+				t.Errorf("GET %s with %s: %d %v, want 400 naming the query string", path, name, resp.StatusCode, body)
+			}
+		}
+	}
+	code, body := postReplay(t, base, "secret", `{"dry_run":true}`)
+	if code != 200 {
+		t.Fatalf("replay without a query: %d %s", code, body)
+	}
+	req, _ := http.NewRequest("POST", base+"/api/replay?%zz", strings.NewReader(`{"dry_run":true}`))
+	req.Header.Set("Authorization", "Bearer secret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Errorf("POST /api/replay?%%zz: %d, want 400", resp.StatusCode)
+	}
+}
