@@ -1,11 +1,13 @@
 package analyzer
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -83,6 +85,9 @@ type ReplayRequest struct {
 	Limit  int    `json:"limit"`
 	To     string `json:"to"` // default the pipeline's main topic
 	DryRun bool   `json:"dry_run"`
+	// All must be true to republish with no filter at all (every dead
+	// letter); a dry run needs no All. All with a filter is a 400.
+	All bool `json:"all"`
 }
 
 // ReplayResponse is the answer of POST /api/replay.
@@ -123,7 +128,7 @@ func (a *Analyzer) Handler(token string) http.Handler {
 		a.serveReplay(w, r)
 	})
 	mux.Handle("GET /", webHandler())
-	return mux
+	return a.guard(mux) // httpsafe.go
 }
 
 // pipelineFilter is the optional ?pipeline= of a listing: "" for all; a
@@ -279,11 +284,9 @@ func (a *Analyzer) writeDeadLetters(w http.ResponseWriter, pipeline string, ks [
 }
 
 func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {
-	var req ReplayRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		httpError(w, http.StatusBadRequest, "body: "+err.Error())
+	req, err := decodeReplayRequest(http.MaxBytesReader(w, r.Body, maxReplayBody))
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	p, err := a.pipeParam(req.Pipeline)
@@ -305,7 +308,15 @@ func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if req.Limit <= 0 || req.Limit > MaxReplay {
+	switch {
+	case f.IsZero() && !req.All && !req.DryRun:
+		httpError(w, http.StatusBadRequest, `no filter: this would republish every dead letter; set "all": true to mean it, or give a filter (codes, reasons, classes, origins, since, until, key, headers)`)
+		return
+	case !f.IsZero() && req.All:
+		httpError(w, http.StatusBadRequest, `"all": true and a filter: give one or the other`)
+		return
+	}
+	if req.Limit == 0 || req.Limit > MaxReplay {
 		req.Limit = MaxReplay
 	}
 	to := req.To
@@ -322,6 +333,41 @@ func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, resp)
+}
+
+// maxReplayBody bounds a POST /api/replay body.
+const maxReplayBody = 1 << 20
+
+// decodeReplayRequest reads a POST /api/replay body: exactly one JSON
+// object (not null, not an array, nothing after it) with known fields
+// only, and a limit that is not negative. Every error starts with "body".
+func decodeReplayRequest(r io.Reader) (ReplayRequest, error) {
+	var req ReplayRequest
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			return req, errors.New("body: empty; want a JSON object")
+		}
+		return req, fmt.Errorf("body: %w", err)
+	}
+	if b := bytes.TrimLeft(raw, " \t\r\n"); len(b) == 0 || b[0] != '{' {
+		return req, errors.New("body: want one JSON object ({...}), not null, an array or a single value")
+	}
+	var extra json.RawMessage
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return req, errors.New("body: want exactly one JSON object; something follows it")
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(&req); err != nil {
+		return ReplayRequest{}, fmt.Errorf("body: %w", err)
+	}
+	if req.Limit < 0 {
+		return ReplayRequest{}, fmt.Errorf("body: limit %d: want 0 (the default, %d) to %d", req.Limit, MaxReplay, MaxReplay)
+	}
+	return req, nil
 }
 
 // replay scans p's DLQ and republishes what f matches, with replay.Run,

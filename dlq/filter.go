@@ -97,6 +97,13 @@ func (f Filter) Match(d *DeadLetter) bool {
 	return true
 }
 
+// IsZero reports whether f selects nothing out: it matches every dead
+// letter. Replay asks for an explicit "all" before it republishes with one.
+func (f Filter) IsZero() bool {
+	return len(f.Codes) == 0 && len(f.Reasons) == 0 && len(f.Classes) == 0 && len(f.Origins) == 0 &&
+		f.Since.IsZero() && f.Until.IsZero() && f.Key == "" && len(f.Headers) == 0
+}
+
 // Validate reports what is wrong with f, every problem joined, each
 // wrapping ErrBadFilter: an empty list entry, an unknown reason or class,
 // an empty header name, Since not before Until.

@@ -709,11 +709,15 @@
       return;
     }
     if (!req.dry_run) {
+      const noFilter = !req.codes && !req.reasons && !req.since && !req.until && !req.key;
       const ok = window.confirm(
-        `Republish the matching dead letters of pipeline ${req.pipeline} to ${req.to || "its main topic"}? ` +
+        (noFilter
+          ? `No filter: republish EVERY dead letter of pipeline ${req.pipeline} to ${req.to || "its main topic"}? `
+          : `Republish the matching dead letters of pipeline ${req.pipeline} to ${req.to || "its main topic"}? `) +
           "This writes to Kafka; a dry run shows what would be republished."
       );
       if (!ok) return;
+      if (noFilter) req.all = true; // the API asks for it explicitly
     }
     const token = $("replay-token").value;
     const headers = { "Content-Type": "application/json" };

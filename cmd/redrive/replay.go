@@ -31,6 +31,7 @@ type replayFlags struct {
 	rate   string
 	dryRun bool
 	json   bool
+	all    bool
 }
 
 func newReplayCmd(g *globals) *cobra.Command {
@@ -51,6 +52,9 @@ never republished; records that are not redrive dead letters are skipped.
 The DLQ is left as it is: running replay twice republishes twice (the
 handler dedupes by Idempotency-Key = redrive-id).
 
+With no filter flag, replay republishes every dead letter only when given
+--all (a dry run needs no --all).
+
 --limit N takes the first N to republish (truncated ones do not count) in
 the order read (offset order within a partition, partitions interleaved)
 and stops reading.
@@ -69,6 +73,7 @@ says how many were written), 2 bad flags or config.`,
 	fl.StringVar(&f.rate, "rate", "", "at most this many per second: N or N/s, N/m, N/h (default: no limit)")
 	fl.BoolVar(&f.dryRun, "dry-run", false, "list what would be republished; write nothing")
 	fl.BoolVar(&f.json, "json", false, "list as JSON lines (as dlq export) instead of a table")
+	fl.BoolVar(&f.all, "all", false, "with no filter flag: republish every dead letter (required then, unless --dry-run)")
 	return cmd
 }
 
@@ -110,6 +115,12 @@ func runReplay(cmd *cobra.Command, g *globals, f *replayFlags) error {
 	}
 	if to == s.pipe.DLQTopic() {
 		return &exitError{2, fmt.Errorf("--to %s is the DLQ replay reads: pick the main topic or another one", to)}
+	}
+	switch {
+	case s.filter.IsZero() && !f.all && !f.dryRun:
+		return &exitError{2, errors.New("no filter flag: this would republish every dead letter; pass --all to mean it, or a filter (--code, --reason, --class, --origin, --since, --until, --key, --header)")}
+	case !s.filter.IsZero() && f.all:
+		return &exitError{2, errors.New("--all and a filter flag: give one or the other")}
 	}
 	ctx := cmd.Context()
 	if err := topicExists(ctx, s.cl, to); err != nil {

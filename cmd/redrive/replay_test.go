@@ -448,6 +448,9 @@ func TestReplayAndDLQBadFlagsExit2(t *testing.T) {
 		{[]string{"replay", "--limit", "-1"}, "--limit -1"},
 		{[]string{"replay", "--to", topic + ".dlq"}, "is the DLQ replay reads"},
 		{[]string{"replay", "--frobnicate"}, "unknown flag"},
+		{[]string{"replay"}, "no filter flag: this would republish every dead letter; pass --all"},
+		{[]string{"replay", "--to", topic}, "pass --all"},
+		{[]string{"replay", "--all", "--code", "http_503"}, "--all and a filter flag"},
 		{[]string{"dlq", "stats", "--class", "sad"}, `unknown error class "sad"`},
 		{[]string{"dlq", "export", "--format", "xml"}, `--format "xml": want jsonl or csv`},
 		{[]string{"dlq", "tail", "--since", "-2h"}, "without a sign"},
@@ -462,7 +465,7 @@ func TestReplayAndDLQBadFlagsExit2(t *testing.T) {
 	if code != 1 || !strings.Contains(out, "DLQ "+topic+".dlq does not exist") || !strings.Contains(out, "topics ensure") {
 		t.Errorf("missing DLQ: exit %d:\n%s", code, out)
 	}
-	code, out = runOut(ctx, "replay", "-c", cfg, "--to", "no.such.topic."+topic)
+	code, out = runOut(ctx, "replay", "-c", cfg, "--all", "--to", "no.such.topic."+topic)
 	if code != 1 || !strings.Contains(out, "does not exist") {
 		t.Errorf("missing --to topic: exit %d:\n%s", code, out)
 	}
