@@ -171,6 +171,10 @@ func post(ctx context.Context, client *http.Client, url string, m *Message) erro
 	body, _ := json.Marshal(m)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			ue.URL = "(webhook)" // the URL is a credential; keep it out of logs
+		}
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")

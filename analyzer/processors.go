@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redrive/redrive/internal/redact"
 )
 
 // ErrProcessorStatus: a processor's GET /api/pipelines answer is not one.
@@ -106,11 +108,11 @@ func (a *Analyzer) pollProcessors(ctx context.Context) {
 func fetchProcessor(ctx context.Context, client *http.Client, base string) processorAnswer {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/api/pipelines", nil)
 	if err != nil {
-		return processorAnswer{err: err}
+		return processorAnswer{err: errors.New(redact.Text(err.Error()))}
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return processorAnswer{err: err}
+		return processorAnswer{err: errors.New(redact.Text(err.Error()))} // it quotes the URL
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -128,7 +130,7 @@ func (a *Analyzer) addProcessors(f *Flow) {
 	a.procs.mu.Lock()
 	defer a.procs.mu.Unlock()
 	for _, u := range a.o.Processors {
-		fp := FlowProcessor{URL: u}
+		fp := FlowProcessor{URL: redact.URL(u)}
 		ans, ok := a.procs.last[u]
 		switch {
 		case !ok:

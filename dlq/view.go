@@ -191,7 +191,9 @@ func CSVHeader() []string { return append([]string(nil), csvColumns...) }
 // (empty when absent), a null key or value as an empty field (key_encoding
 // tells nothing apart then: use JSON lines when that matters), the origin
 // columns empty without an origin, and headers as the JSON array View
-// writes ([{"key":..,"value":..,"encoding":..}]).
+// writes ([{"key":..,"value":..,"encoding":..}]). Every field is
+// spreadsheet-safe (SpreadsheetSafe): one a spreadsheet would take for a
+// formula gets a leading single quote.
 func (v View) CSVRecord() []string {
 	str := func(s *string) string {
 		if s == nil {
@@ -211,7 +213,7 @@ func (v View) CSVRecord() []string {
 	if o := v.Origin; o != nil {
 		ot, op, oo, ots = o.Topic, strconv.Itoa(int(o.Partition)), strconv.FormatInt(o.Offset, 10), o.Timestamp.String()
 	}
-	return []string{
+	rec := []string{
 		v.Topic, strconv.Itoa(int(v.Partition)), strconv.FormatInt(v.Offset, 10), v.Timestamp.String(),
 		str(v.Key), v.KeyEncoding, str(v.Value), v.ValueEncoding,
 		v.ID, v.Reason, v.Code, v.Class, v.Error, strconv.Itoa(v.Attempt), strconv.Itoa(v.Polls), strconv.Itoa(v.Redrives),
@@ -219,4 +221,24 @@ func (v View) CSVRecord() []string {
 		v.FirstErrorAt.String(), v.LastErrorAt.String(), v.Group, v.Instance, strconv.FormatInt(v.Truncated, 10),
 		string(headers),
 	}
+	for i, f := range rec {
+		rec[i] = SpreadsheetSafe(f)
+	}
+	return rec
+}
+
+// SpreadsheetSafe is a CSV field as text a spreadsheet does not evaluate:
+// a field starting with =, +, -, @, a tab or a carriage return (a formula,
+// or DDE, to Excel, LibreOffice and Google Sheets) gets a leading single
+// quote, so that it is text; any other field is unchanged (the OWASP rule
+// for CSV injection). JSON lines carry the values unchanged.
+func SpreadsheetSafe(f string) string {
+	if f == "" {
+		return f
+	}
+	switch f[0] {
+	case '=', '+', '-', '@', '\t', '\r':
+		return "'" + f
+	}
+	return f
 }

@@ -218,3 +218,17 @@ func ExampleNewView() {
 	//   "truncated": 0
 	// }
 }
+
+// Issue 12 point 12: a field a spreadsheet would evaluate starts with a
+// single quote; ordinary fields are unchanged.
+func TestViewCSVSpreadsheetSafe(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"=HYPERLINK(\"http://x\")", "'=HYPERLINK(\"http://x\")"}, {"+1+1", "'+1+1"}, {"-2+3", "'-2+3"}, {"@SUM(A1)", "'@SUM(A1)"},
+		{"\t=1", "'\t=1"}, {"\r=1", "'\r=1"},
+		{"", ""}, {"plain", "plain"}, {"a=1", "a=1"}, {"'quoted", "'quoted"}, {"42", "42"}, {" =1", " =1"},
+	} {
+		if got := SpreadsheetSafe(c.in); got != c.want {
+			t.Errorf("SpreadsheetSafe(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

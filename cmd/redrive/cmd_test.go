@@ -362,3 +362,63 @@ func getJSON(url string, v any) bool {
 	defer resp.Body.Close()
 	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(v) == nil
 }
+
+// devBanner runs redrive dev with args until it has printed its banner,
+// stops it and returns all it printed.
+func devBanner(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	var out syncBuf
+	go func() {
+		done <- runCtx(ctx, append([]string{"dev", "--kafka-port", "0", "--http", "127.0.0.1:0", "--analyzer", "127.0.0.1:0", "--rate", "0", "--duration", "60s"}, args...), &out, &out)
+	}()
+	printed := kafkatest.Eventually(45*time.Second, func() bool { return strings.Contains(out.String(), "Ctrl-C stops it.") })
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("dev did not stop")
+	}
+	if !printed {
+		t.Fatalf("dev printed no banner:\n%s", out.String())
+	}
+	return out.String()
+}
+
+// Issue 12 point 8: a replay token from the environment is a secret; dev
+// says where it is set, not what it is. The one dev picks itself is shown
+// (README: "replay token `dev`").
+func TestDevDoesNotPrintTheTokenFromTheEnvironment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	const secret = "env-t0ken-s3cret"
+	t.Run("from REDRIVE_ANALYZER_TOKEN", func(t *testing.T) {
+		t.Setenv("REDRIVE_ANALYZER_TOKEN", secret)
+		out := devBanner(t, "-c", writeConfig(t, []string{"127.0.0.1:1"}, "tok.env", "", ""))
+		if strings.Contains(out, secret) {
+			t.Errorf("dev printed the replay token from the environment:\n%s", out)
+		}
+		if !strings.Contains(out, "replay token: the one set by the environment (REDRIVE_ANALYZER_TOKEN)") {
+			t.Errorf("dev does not say where the replay token is set:\n%s", out)
+		}
+	})
+	t.Run("from ${VAR} in the file", func(t *testing.T) {
+		t.Setenv("MY_TOKEN", secret)
+		out := devBanner(t, "-c", writeConfig(t, []string{"127.0.0.1:1"}, "tok.file", "", "analyzer: {token: \"${MY_TOKEN}\"}\n"))
+		if strings.Contains(out, secret) {
+			t.Errorf("dev printed the replay token from the environment:\n%s", out)
+		}
+		if !strings.Contains(out, "replay token: the one set by ${MY_TOKEN} on line 12 of the file") {
+			t.Errorf("dev does not say where the replay token is set:\n%s", out)
+		}
+	})
+	t.Run("its own", func(t *testing.T) {
+		out := devBanner(t)
+		if !strings.Contains(out, `replay token "dev"`) {
+			t.Errorf("dev does not print the token it chose:\n%s", out)
+		}
+	})
+}

@@ -82,14 +82,14 @@ pipelines:
         not_ready: [CAPCHA_NOT_READY]
         permanent: [ERROR_WRONG_USER_KEY]
 analyzer:
-  token: dev
+  token: %s
   rules:
     - name: no-slot-later
       match: {codes: [ERROR_NO_SLOT_AVAILABLE]}
       action: republish
       after: 10s
       max_redrives: 1
-`, brokers, solverURL)
+`, brokers, solverURL, devToken)
 	c, err := config.Parse([]byte(yaml), func(string) string { return "" })
 	if err != nil {
 		panic("redrive dev's built-in config is invalid: " + err.Error()) // a bug, caught by tests
@@ -136,8 +136,13 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	}
 	c.HTTPAddr = f.httpAddr
 	c.Analyzer.HTTPAddr = f.analyzerAddr
+	// The replay token is printed only when dev chose it: one from the
+	// environment or the file is a secret, said to be set, not shown.
+	tokenNote := fmt.Sprintf("replay token %q", devToken)
 	if c.Analyzer.Token == "" {
-		c.Analyzer.Token = "dev"
+		c.Analyzer.Token = devToken
+	} else if g.configPath != "" {
+		tokenNote = "replay token: the one set by " + tokenOrigin(c)
 	}
 
 	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -176,14 +181,14 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 
 	fmt.Fprintf(out, `
 redrive dev is running
-  dashboard     %s   (the pipeline's flow and its DLQ; replay token %q)
+  dashboard     %s   (the pipeline's flow and its DLQ; %s)
   processor     http://%s/api/pipelines   (this processor's live state; /metrics, /healthz, /readyz)
   kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s -C -J)
   demo solver   %s
   traffic       %.0f requests/s to %s
 Ctrl-C stops it.
 
-`, analyzerURL, c.Analyzer.Token, addr, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, f.rate, c.Pipelines[0].Topic)
+`, analyzerURL, tokenNote, addr, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, f.rate, c.Pipelines[0].Topic)
 
 	if f.rate > 0 {
 		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)
@@ -191,6 +196,18 @@ Ctrl-C stops it.
 	go summaryLoop(ctx, o, out, 5*time.Second)
 	perr := runProcessor(ctx, c, nil, o)
 	return errors.Join(perr, <-anDone)
+}
+
+// devToken is the replay token dev uses when the config sets none.
+const devToken = "dev"
+
+// tokenOrigin says where the config's analyzer.token came from, without
+// its value.
+func tokenOrigin(c *config.Config) string {
+	if o := c.Origin("analyzer.token"); o != "" {
+		return o
+	}
+	return "the config"
 }
 
 // sampleTraffic produces solve requests until ctx is done: mostly good

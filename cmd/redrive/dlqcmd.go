@@ -230,8 +230,10 @@ func newDLQExportCmd(g *globals) *cobra.Command {
 header row, then the same fields in fixed columns, the user headers as a
 JSON array in the last column. Keys, values and header values are text
 when they are UTF-8 without control characters, else base64 (the
-*_encoding field says which). With -o the file appears only when the
-export is complete.`,
+*_encoding field says which). A CSV cell starting with =, +, -, @, a tab
+or a carriage return gets a leading ' so that a spreadsheet takes it as
+text, not a formula. With -o the file appears only when the export is
+complete.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "jsonl" && format != "csv" {

@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/redrive/redrive/internal/redact"
 )
 
 // decoder walks a YAML node tree into a Config. It is strict where
@@ -22,6 +24,7 @@ type decoder struct {
 	getenv func(string) string
 	errs   []error
 	lines  map[string]int        // path → line of its key or list item
+	vars   map[string][]string   // path → the ${NAME}s expanded in its value
 	text   map[*yaml.Node]string // scalars already expanded
 	bad    map[*yaml.Node]bool   // scalars whose expansion failed (reported once)
 	steps  int                   // nodes visited, aliases counted each time
@@ -40,7 +43,7 @@ var durationType = reflect.TypeFor[Duration]()
 // decodeFile fills c from data. It reports decoding problems only; it does
 // not apply overrides or defaults and does not validate.
 func decodeFile(data []byte, getenv func(string) string, c *Config) error {
-	c.src = &sources{lines: map[string]int{}, from: map[string]string{}}
+	c.src = &sources{lines: map[string]int{}, from: map[string]string{}, vars: map[string][]string{}}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
@@ -65,6 +68,7 @@ func decodeFile(data []byte, getenv func(string) string, c *Config) error {
 	d := &decoder{
 		getenv: getenv,
 		lines:  c.src.lines,
+		vars:   c.src.vars,
 		text:   map[*yaml.Node]string{},
 		bad:    map[*yaml.Node]bool{},
 	}
@@ -80,7 +84,7 @@ func decodeFile(data []byte, getenv func(string) string, c *Config) error {
 }
 
 func syntaxError(err error) error {
-	return &Error{Msg: strings.TrimPrefix(err.Error(), "yaml: "), Err: ErrSyntax}
+	return &Error{Msg: redact.Text(strings.TrimPrefix(err.Error(), "yaml: ")), Err: ErrSyntax}
 }
 
 func (d *decoder) fail(n *yaml.Node, path string, kind error, format string, args ...any) {
@@ -88,7 +92,7 @@ func (d *decoder) fail(n *yaml.Node, path string, kind error, format string, arg
 	if n != nil {
 		line = n.Line
 	}
-	d.errs = append(d.errs, &Error{Line: line, Path: path, Msg: fmt.Sprintf(format, args...), Err: kind})
+	d.errs = append(d.errs, &Error{Line: line, Path: path, Msg: redact.Text(fmt.Sprintf(format, args...)), Err: kind})
 }
 
 // step counts a node against maxSteps; false means stop.
@@ -218,10 +222,19 @@ func (d *decoder) scalar(n *yaml.Node, path string) (s string, null, ok bool) {
 		var err error
 		if s, err = expand(n.Value, d.getenv); err != nil {
 			d.bad[n] = true
+			var bn badNameError
+			if errors.As(err, &bn) && secretPath(path) {
+				err = errors.New("bad variable name in ${...} (not shown: a secret): want letters, digits and _, not starting with a digit")
+			}
 			d.fail(n, path, ErrExpand, "%v", err)
 			return "", false, false
 		}
 		d.text[n] = s
+	}
+	if _, seen := d.vars[path]; !seen && strings.Contains(n.Value, "${") {
+		if names := refs(n.Value); len(names) > 0 {
+			d.vars[path] = names
+		}
 	}
 	return s, isNull(n, s), true
 }
@@ -248,20 +261,25 @@ func isNull(n *yaml.Node, s string) bool {
 // want is n's expanded text, or a type error when n is not a scalar.
 func (d *decoder) want(n *yaml.Node, path, what string) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
-		d.fail(n, path, ErrType, "want %s, got %s", what, kindName(n))
+		d.fail(n, path, ErrType, "want %s, got %s", what, kindName(n, path))
 		return "", false
 	}
 	s, _, ok := d.scalar(n, path)
 	return s, ok
 }
 
-func kindName(n *yaml.Node) string {
+// kindName names what n is for a message: its text when it is a scalar,
+// unless path is a secret's.
+func kindName(n *yaml.Node, path string) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
 	case yaml.SequenceNode:
 		return "a list"
 	case yaml.ScalarNode:
+		if secretPath(path) {
+			return "a string (not shown: a secret)"
+		}
 		return strconv.Quote(n.Value)
 	}
 	return "something else"
@@ -330,7 +348,7 @@ func (d *decoder) key(k *yaml.Node, path string) (string, bool) {
 
 func (d *decoder) structValue(n *yaml.Node, path string, v reflect.Value) {
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, ErrType, "want a mapping (key: value), got %s", kindName(n))
+		d.fail(n, path, ErrType, "want a mapping (key: value), got %s", kindName(n, path))
 		return
 	}
 	fs := fieldsOf(v.Type())
@@ -380,7 +398,7 @@ func (d *decoder) sliceValue(n *yaml.Node, path string, v reflect.Value, opts st
 		return
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.fail(n, path, ErrType, "want a list, got %s", kindName(n))
+		d.fail(n, path, ErrType, "want a list, got %s", kindName(n, path))
 		return
 	}
 	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
@@ -395,7 +413,7 @@ func (d *decoder) sliceValue(n *yaml.Node, path string, v reflect.Value, opts st
 func (d *decoder) mapValue(n *yaml.Node, path string, v reflect.Value) {
 	t := v.Type()
 	if n.Kind != yaml.MappingNode {
-		d.fail(n, path, ErrType, "want a mapping (key: value), got %s", kindName(n))
+		d.fail(n, path, ErrType, "want a mapping (key: value), got %s", kindName(n, path))
 		return
 	}
 	m := reflect.MakeMap(t)

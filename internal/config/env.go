@@ -56,7 +56,7 @@ func (c *Config) SetBrokers(csv string) {
 
 func (c *Config) sources() *sources {
 	if c.src == nil {
-		c.src = &sources{lines: map[string]int{}, from: map[string]string{}}
+		c.src = &sources{lines: map[string]int{}, from: map[string]string{}, vars: map[string][]string{}}
 	}
 	return c.src
 }

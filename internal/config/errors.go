@@ -87,6 +87,7 @@ func join(errs []error) error {
 type sources struct {
 	lines map[string]int
 	from  map[string]string
+	vars  map[string][]string // path → the ${NAME}s its value was expanded from
 }
 
 // at finds where path (or its nearest ancestor that is known) came from.
@@ -121,4 +122,34 @@ func parent(p string) string {
 		return p[:i]
 	}
 	return ""
+}
+
+// Origin says where the value at path (a key's path, as in errors:
+// "analyzer.token", "sasl.password") came from, never what it is: "the
+// environment (REDRIVE_ANALYZER_TOKEN)", "${NAME} on line 12 of the file",
+// "line 12 of the file", or "" when the file did not set it (a default, or
+// a Config built in Go).
+func (c *Config) Origin(path string) string {
+	s := c.src
+	if s == nil {
+		return ""
+	}
+	if f, ok := s.from[path]; ok {
+		if strings.HasPrefix(f, "REDRIVE_") {
+			return "the environment (" + f + ")"
+		}
+		return f
+	}
+	l, ok := s.lines[path]
+	if !ok {
+		return ""
+	}
+	if vs := s.vars[path]; len(vs) > 0 {
+		refs := make([]string, len(vs))
+		for i, v := range vs {
+			refs[i] = "${" + v + "}"
+		}
+		return strings.Join(refs, ", ") + " on line " + strconv.Itoa(l) + " of the file"
+	}
+	return "line " + strconv.Itoa(l) + " of the file"
 }

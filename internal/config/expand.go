@@ -26,7 +26,7 @@ func expand(s string, getenv func(string) string) (string, error) {
 			}
 			name := s[i+2 : i+2+end]
 			if !envName(name) {
-				return "", fmt.Errorf("bad variable name %q in ${%s}: want letters, digits and _, not starting with a digit", name, name)
+				return "", badNameError(name)
 			}
 			b.WriteString(getenv(name))
 			i += 2 + end + 1
@@ -36,6 +36,13 @@ func expand(s string, getenv func(string) string) (string, error) {
 		}
 	}
 	return b.String(), nil
+}
+
+// badNameError is a ${NAME} whose NAME is not a variable's name.
+type badNameError string
+
+func (e badNameError) Error() string {
+	return fmt.Sprintf("bad variable name %q in ${%s}: want letters, digits and _, not starting with a digit", string(e), string(e))
 }
 
 func envName(s string) bool {
@@ -52,4 +59,27 @@ func envName(s string) bool {
 		}
 	}
 	return true
+}
+
+// refs lists the names of the ${NAME} references in s, in order.
+func refs(s string) []string {
+	var names []string
+	for i := 0; i < len(s); {
+		switch {
+		case strings.HasPrefix(s[i:], "$${"):
+			i += 3
+		case strings.HasPrefix(s[i:], "${"):
+			end := strings.IndexByte(s[i+2:], '}')
+			if end < 0 {
+				return names
+			}
+			if name := s[i+2 : i+2+end]; envName(name) {
+				names = append(names, name)
+			}
+			i += 2 + end + 1
+		default:
+			i++
+		}
+	}
+	return names
 }

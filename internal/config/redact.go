@@ -1,6 +1,11 @@
 package config
 
-import "net/url"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/redrive/redrive/internal/redact"
+)
 
 // RedactedValue is what replaces a secret in Config.Redacted.
 const RedactedValue = "[redacted]"
@@ -8,17 +13,18 @@ const RedactedValue = "[redacted]"
 // Redacted is a copy of c fit for printing: the SASL password, the
 // analyzer token and every handler.http header value are replaced by
 // "[redacted]" (empty values stay empty, so that a missing secret still
-// shows), a password in a handler URL by "xxxxx" (url.URL.Redacted), and
+// shows), a password in a handler URL and the values of its
+// secret-looking query parameters by "xxxxx" (redact.URL), and
 // everything after the host of an alert webhook URL by "[redacted]"
 // (RedactedURL). c itself is not changed.
 func (c Config) Redacted() Config {
 	r := c
 	if c.SASL != nil {
 		s := *c.SASL
-		s.Password = redact(s.Password)
+		s.Password = secretValue(s.Password)
 		r.SASL = &s
 	}
-	r.Analyzer.Token = redact(c.Analyzer.Token)
+	r.Analyzer.Token = secretValue(c.Analyzer.Token)
 	if c.Analyzer.Alerts != nil {
 		r.Analyzer.Alerts = make([]AlertRule, len(c.Analyzer.Alerts))
 		copy(r.Analyzer.Alerts, c.Analyzer.Alerts)
@@ -39,22 +45,46 @@ func (c Config) Redacted() Config {
 		if h.Headers != nil {
 			hc.Headers = make(map[string]string, len(h.Headers))
 			for k, v := range h.Headers {
-				hc.Headers[k] = redact(v)
+				hc.Headers[k] = secretValue(v)
 			}
 		}
-		if u, err := url.Parse(h.URL); err == nil && u.User != nil {
-			if _, has := u.User.Password(); has {
-				hc.URL = u.Redacted()
-			}
-		}
+		hc.URL = redact.URL(h.URL)
 		r.Pipelines[i].Handler.HTTP = &hc
 	}
 	return r
 }
 
-func redact(s string) string {
+func secretValue(s string) string {
 	if s == "" {
 		return ""
 	}
 	return RedactedValue
+}
+
+// secretPath reports whether the value at a key's path is a secret that no
+// message may quote: sasl.password, analyzer.token, every handler.http
+// header, an alert's webhook, and any key whose own name looks secret
+// (redact.SecretName: a map key such as min_delay.api_key too).
+func secretPath(path string) bool {
+	if strings.Contains(path, ".handler.http.headers") || strings.HasSuffix(path, ".webhook") {
+		return true
+	}
+	return redact.SecretName(lastKey(path))
+}
+
+// lastKey is the last element of a path: b of a.b, "X.Y" of a["X.Y"], ""
+// of a[2].
+func lastKey(path string) string {
+	if strings.HasSuffix(path, "\"]") {
+		if i := strings.LastIndex(path, "[\""); i >= 0 {
+			if k, err := strconv.Unquote(path[i+1 : len(path)-1]); err == nil {
+				return k
+			}
+		}
+		return ""
+	}
+	if strings.HasSuffix(path, "]") {
+		return ""
+	}
+	return path[strings.LastIndexByte(path, '.')+1:]
 }

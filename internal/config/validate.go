@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redrive/redrive/internal/redact"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 	"github.com/redrive/redrive/topics"
@@ -65,13 +66,13 @@ type validator struct {
 
 func (v *validator) add(path, format string, args ...any) {
 	line, from := v.src.at(path)
-	v.errs = append(v.errs, &Error{Line: line, Path: path, Source: from, Msg: fmt.Sprintf(format, args...), Err: ErrInvalid})
+	v.errs = append(v.errs, &Error{Line: line, Path: path, Source: from, Msg: redact.Text(fmt.Sprintf(format, args...)), Err: ErrInvalid})
 }
 
 // addCause adds msg at path for cause, a package validator's error.
 func (v *validator) addCause(path, msg string, cause error) {
 	line, from := v.src.at(path)
-	v.errs = append(v.errs, &Error{Line: line, Path: path, Source: from, Msg: msg, Err: ErrInvalid, Cause: cause})
+	v.errs = append(v.errs, &Error{Line: line, Path: path, Source: from, Msg: redact.Text(msg), Err: ErrInvalid, Cause: cause})
 }
 
 func (v *validator) positive(path string, d Duration) {

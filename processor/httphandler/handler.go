@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redrive/redrive/internal/redact"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -152,9 +153,13 @@ func (o Options) Validate() error {
 	if o.URL == "" {
 		bad("URL", "required")
 	} else if u, err := url.Parse(o.URL); err != nil {
-		bad("URL", "%v", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // its text quotes the whole URL, secrets included
+		}
+		bad("URL", "%q: %v", redact.URL(o.URL), err)
 	} else if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("URL", "%q: want an absolute http:// or https:// URL", u.Redacted())
+		bad("URL", "%q: want an absolute http:// or https:// URL", redact.URL(o.URL))
 	}
 	if o.Timeout <= 0 {
 		bad("Timeout", "%s: must be more than 0", o.Timeout)
@@ -275,7 +280,7 @@ func New(o Options) (*Handler, error) {
 	u, _ := url.Parse(o.URL) // checked by Validate
 	h := &Handler{
 		url:      o.URL,
-		safeURL:  redact(u),
+		safeURL:  messageURL(u),
 		timeout:  o.Timeout,
 		maxBody:  o.MaxBodyBytes,
 		headers:  http.Header{},
@@ -482,8 +487,8 @@ func validToken(s string) bool {
 	return true
 }
 
-// redact is u for messages: without user info, query and fragment.
-func redact(u *url.URL) string {
+// messageURL is u for messages: without user info, query and fragment.
+func messageURL(u *url.URL) string {
 	c := *u
 	c.User, c.RawQuery, c.ForceQuery, c.Fragment, c.RawFragment = nil, "", false, "", ""
 	return c.String()
