@@ -239,7 +239,11 @@ var headers = [...]header{
 		func(m *Meta, b []byte) []byte { return appendInt(b, m.Truncated, false) }},
 	{HeaderNotReadySince, func(m *Meta, v string, _ []byte) (err error) { m.NotReadySince, err = millis(v); return err },
 		func(m *Meta, b []byte) []byte { return appendTime(b, m.NotReadySince) }},
-	{HeaderTruncatedKey, func(m *Meta, v string, _ []byte) (err error) { m.TruncatedKey, err = nonNegInt64(v); return err },
+	{HeaderTruncatedKey, func(m *Meta, v string, _ []byte) error {
+		n, err := decimal(v, MaxTruncated, "a size in bytes")
+		m.TruncatedKey = int64(n)
+		return err
+	},
 		func(m *Meta, b []byte) []byte { return appendInt(b, m.TruncatedKey, false) }},
 	{HeaderTruncatedHeaders, func(m *Meta, v string, _ []byte) error { m.TruncatedHeaders = v; return nil },
 		func(m *Meta, b []byte) []byte { return append(b, m.TruncatedHeaders...) }},
