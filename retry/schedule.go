@@ -88,6 +88,11 @@ const (
 // range (MaxAttempt), so that a count redrive writes is always one it reads.
 const MaxMaxAttempts = 1000
 
+// MaxTiers bounds the tiers of a schedule: each tier is a topic that every
+// processor of the pipeline consumes and topics.Ensure creates, so a long
+// list costs partitions, fetches and memory on every instance.
+const MaxTiers = 16
+
 // DefaultTiers are the tiers of a pipeline that lists none: 5s, 30s, 5m.
 func DefaultTiers() []time.Duration {
 	return []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}
@@ -119,10 +124,14 @@ func (s Schedule) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, &ScheduleError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
-	if len(s.Tiers) == 0 {
+	tiers := s.Tiers
+	if len(tiers) == 0 {
 		bad("tiers", "at least one tier is required")
+	} else if len(tiers) > MaxTiers {
+		bad("tiers", "%d tiers: at most %d (each tier is a topic)", len(tiers), MaxTiers)
+		tiers = nil // one problem, not one per tier
 	}
-	for i, t := range s.Tiers {
+	for i, t := range tiers {
 		field := "tiers[" + strconv.Itoa(i) + "]"
 		switch {
 		case t <= 0:

@@ -488,3 +488,27 @@ func FuzzParseDelay(f *testing.F) {
 		}
 	})
 }
+
+// Issue 12 point 13: at most MaxTiers tiers, reported once (not once per
+// tier).
+func TestValidateBoundsTiers(t *testing.T) {
+	tiers := func(n int) []time.Duration {
+		ds := make([]time.Duration, n)
+		for i := range ds {
+			ds[i] = time.Duration(i+1) * time.Second
+		}
+		return ds
+	}
+	if err := (retry.Schedule{Tiers: tiers(retry.MaxTiers), MaxAttempts: 4}).Validate(); err != nil {
+		t.Errorf("%d tiers: %v", retry.MaxTiers, err)
+	}
+	bad := tiers(10000)
+	bad[5] = 0
+	err := (retry.Schedule{Tiers: bad, MaxAttempts: 4}).Validate()
+	if err == nil || !strings.Contains(err.Error(), "tiers: 10000 tiers: at most 16") {
+		t.Fatalf("10000 tiers: %v", err)
+	}
+	if n := len(err.(interface{ Unwrap() []error }).Unwrap()); n != 1 {
+		t.Errorf("10000 tiers: %d problems, want 1: %v", n, err)
+	}
+}

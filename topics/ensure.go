@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/redrive/redrive/retry"
 )
 
 // ErrProblems is wrapped by the error of Ensure and Check when a topic is
@@ -126,12 +128,13 @@ func Check(ctx context.Context, adm *kadm.Client, specs []Spec) (Report, error) 
 	return rep, outcome(rep, errs)
 }
 
-// normalize rejects nameless specs and drops later specs that name a topic
-// again (a results topic that is another pipeline's main topic): the first
-// one wins.
+// normalize rejects nameless specs and more than retry.MaxTiers tiers of
+// one main topic, and drops later specs that name a topic again (a results
+// topic that is another pipeline's main topic): the first one wins.
 func normalize(specs []Spec) ([]Spec, error) {
 	seen := make(map[string]bool, len(specs))
 	out := make([]Spec, 0, len(specs))
+	tiers := map[string]int{}
 	for i, s := range specs {
 		if s.Name == "" {
 			return nil, fmt.Errorf("topics: %w: spec %d (role %q) has no topic name", ErrBadSpec, i, s.Role)
@@ -140,6 +143,11 @@ func normalize(specs []Spec) ([]Spec, error) {
 			continue
 		}
 		seen[s.Name] = true
+		if s.Role == RoleRetry {
+			if tiers[s.Main]++; tiers[s.Main] > retry.MaxTiers {
+				return nil, fmt.Errorf("topics: %w: more than %d tiers for %s", ErrBadSpec, retry.MaxTiers, s.Main)
+			}
+		}
 		out = append(out, s)
 	}
 	return out, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/retry"
 	"github.com/redrive/redrive/topics"
 )
 
@@ -576,5 +577,34 @@ func TestNames(t *testing.T) {
 		if !errors.Is(err, topics.ErrBadName) || !strings.Contains(err.Error(), want) {
 			t.Errorf("ValidateName(%q) = %v, want %q", name, err, want)
 		}
+	}
+}
+
+// Issue 12 point 13: the tiers topics are created for are bounded by
+// retry.MaxTiers, the bound Schedule.Validate holds the config to.
+func TestEnsureBoundsTiers(t *testing.T) {
+	tiers := func(n int) []time.Duration {
+		ds := make([]time.Duration, n)
+		for i := range ds {
+			ds[i] = time.Duration(i+1) * time.Second
+		}
+		return ds
+	}
+	c := kafkatest.New(t)
+	adm := c.Admin(t)
+	ctx := context.Background()
+	over := kafkatest.Topic(t, "tiers-over")
+	for _, run := range []func(context.Context, *kadm.Client, []topics.Spec) (topics.Report, error){topics.Ensure, topics.Check} {
+		_, err := run(ctx, adm, topics.ForPipeline(topics.PipelineSpec{Topic: over, Tiers: tiers(retry.MaxTiers + 1), Partitions: 1}))
+		if !errors.Is(err, topics.ErrBadSpec) {
+			t.Fatalf("%d tiers: err %v, want ErrBadSpec", retry.MaxTiers+1, err)
+		}
+	}
+	if md, err := adm.Metadata(ctx); err == nil && md.Topics.Has(over) {
+		t.Errorf("Ensure created %s for a spec it refused", over)
+	}
+	at := kafkatest.Topic(t, "tiers-at")
+	if _, err := topics.Ensure(ctx, adm, topics.ForPipeline(topics.PipelineSpec{Topic: at, Tiers: tiers(retry.MaxTiers), Partitions: 1})); err != nil {
+		t.Fatalf("%d tiers: %v", retry.MaxTiers, err)
 	}
 }

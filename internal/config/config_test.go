@@ -547,7 +547,7 @@ func TestValidationErrors(t *testing.T) {
 		{"dlq is main", pipe("dlq: {topic: solve.requests}"), []string{"line 4: pipelines[0].dlq.topic: \"solve.requests\" is the main topic too"}},
 		{"dlq is tier", pipe("dlq: {topic: solve.requests.retry.30s}"), []string{"pipelines[0].dlq.topic: \"solve.requests.retry.30s\" is a tier topic too"}},
 		{"dlq is results", pipe("results: r", "dlq: {topic: r}"), []string{"line 5: pipelines[0].dlq.topic: \"r\" is the results topic too"}},
-		{"default dlq is results", pipe("results: solve.requests.dlq"), []string{"line 3: pipelines[0].dlq.topic: \"solve.requests.dlq\" is the results topic too"}},
+		{"default dlq is results", pipe("results: solve.requests.dlq"), []string{"line 4: pipelines[0].results: dlq.topic (not in the file; default \"<topic>.dlq\"): \"solve.requests.dlq\" is the results topic too; set dlq.topic"}},
 		{"dlq illegal", pipe("dlq: {topic: 'a b'}"), []string{"pipelines[0].dlq.topic", "a topic name uses only"}},
 		{"results is main", pipe("results: solve.requests"), []string{"line 4: pipelines[0].results: \"solve.requests\" is the main topic too"}},
 		{"results is tier", pipe("results: solve.requests.retry.5m"), []string{"pipelines[0].results", "is a tier topic too"}},

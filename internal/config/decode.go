@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -50,7 +51,7 @@ func decodeFile(data []byte, getenv func(string) string, c *Config) error {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file: all defaults (and Validate says what is missing)
 		}
-		return syntaxError(err)
+		return syntaxError(data, err)
 	}
 	for {
 		var more yaml.Node
@@ -59,7 +60,7 @@ func decodeFile(data []byte, getenv func(string) string, c *Config) error {
 			break
 		}
 		if err != nil {
-			return syntaxError(err)
+			return syntaxError(data, err)
 		}
 		if len(more.Content) > 0 && !(more.Content[0].Kind == yaml.ScalarNode && more.Content[0].ShortTag() == "!!null") {
 			return &Error{Line: more.Line, Msg: "a second YAML document (after ---); the configuration is one document", Err: ErrSyntax}
@@ -83,8 +84,64 @@ func decodeFile(data []byte, getenv func(string) string, c *Config) error {
 	return errors.Join(d.errs...) // capped by Parse
 }
 
-func syntaxError(err error) error {
-	return &Error{Msg: redact.Text(strings.TrimPrefix(err.Error(), "yaml: ")), Err: ErrSyntax}
+// syntaxError is yaml.v3's error as an *Error. yaml.v3 gives no line for
+// a character it refuses (a NUL, another control character, a byte that is
+// not UTF-8); then the first such character's line and column are found.
+func syntaxError(data []byte, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if !strings.HasPrefix(msg, "line ") {
+		if line, col, what, ok := badChar(data); ok {
+			return &Error{Line: line, Column: col, Msg: what + ": the file must be UTF-8 text without control characters (tabs and line breaks are fine)", Err: ErrSyntax}
+		}
+	}
+	return &Error{Msg: redact.Text(msg), Err: ErrSyntax}
+}
+
+// badChar finds the first character YAML does not allow in data (as
+// yaml.v3 reads UTF-8: printable characters, tab and line breaks), with
+// its line and column (1-based, in characters) and what it is. A UTF-16
+// file (byte order mark) is not searched.
+func badChar(data []byte) (line, col int, what string, ok bool) {
+	if bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.HasPrefix(data, []byte{0xfe, 0xff}) {
+		return 0, 0, "", false
+	}
+	i := 0
+	if bytes.HasPrefix(data, []byte("\xef\xbb\xbf")) {
+		i = 3
+	}
+	line, col = 1, 1
+	for i < len(data) {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			return line, col, fmt.Sprintf("byte 0x%02x is not UTF-8", data[i]), true
+		case r == 0:
+			return line, col, "a NUL byte", true
+		case !printable(r):
+			return line, col, fmt.Sprintf("control character %U", r), true
+		case r == '\n', r == '\r' && (i+1 >= len(data) || data[i+1] != '\n'):
+			line, col = line+1, 1
+		case r == '\r':
+			// the \r of \r\n: the \n counts the line
+		default:
+			col++
+		}
+		i += size
+	}
+	return 0, 0, "", false
+}
+
+// printable is YAML's printable set, tab and line breaks included.
+func printable(r rune) bool {
+	switch {
+	case r == '\t', r == '\n', r == '\r', r == 0x85:
+		return true
+	case 0x20 <= r && r <= 0x7e, 0xa0 <= r && r <= 0xd7ff, 0x10000 <= r && r <= 0x10ffff:
+		return true
+	case 0xe000 <= r && r <= 0xfffd:
+		return r != 0xfeff
+	}
+	return false
 }
 
 func (d *decoder) fail(n *yaml.Node, path string, kind error, format string, args ...any) {

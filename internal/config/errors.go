@@ -29,6 +29,9 @@ type Error struct {
 	// enclosing key's. 0 when the value came from an override (see
 	// Source) or the Config was not parsed from a file.
 	Line int
+	// Column in the line, 1-based, counting characters, when the problem
+	// is a single character (a NUL byte, a byte that is not UTF-8); else 0.
+	Column int
 	// Path is the key's path: "pipelines[0].retry.tiers[1]".
 	Path string
 	// Source names where the value came from when it was not the file:
@@ -47,7 +50,11 @@ type Error struct {
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.Line > 0 {
-		b.WriteString("line " + strconv.Itoa(e.Line) + ": ")
+		b.WriteString("line " + strconv.Itoa(e.Line))
+		if e.Column > 0 {
+			b.WriteString(", column " + strconv.Itoa(e.Column))
+		}
+		b.WriteString(": ")
 	}
 	if e.Path != "" {
 		b.WriteString(e.Path)

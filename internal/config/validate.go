@@ -108,6 +108,7 @@ func (v *validator) processor(c *Config) {
 	for _, p := range c.Pipelines {
 		pc.Pipelines = append(pc.Pipelines, p.processorPipeline().WithDefaults())
 	}
+	var found []problem
 	for _, err := range unjoin(pc.Validate()) {
 		var fe *processor.FieldError
 		if !errors.As(err, &fe) {
@@ -128,7 +129,7 @@ func (v *validator) processor(c *Config) {
 		case field == "Schedule":
 			var se *retry.ScheduleError
 			if errors.As(fe, &se) {
-				v.addCause(at+"retry."+se.Field, se.Msg, fe)
+				found = append(found, problem{at + "retry." + se.Field, se.Msg, fe})
 				continue
 			}
 			path = "retry"
@@ -139,8 +140,80 @@ func (v *validator) processor(c *Config) {
 			v.addCause(strings.TrimSuffix(at, "."), fe.Error(), fe)
 			continue
 		}
-		v.addCause(fieldPath(at+path, fe), fe.Msg, fe)
+		found = append(found, problem{fieldPath(at+path, fe), fe.Msg, fe})
 	}
+	v.attribute(c, found)
+}
+
+// problem is a package validator's problem at a key's path.
+type problem struct {
+	path, msg string
+	cause     error
+}
+
+// derivedKeys are the pipeline keys whose default comes from another key,
+// with that key and how: a problem with such a value is the other key's
+// when the file does not set this one (concurrency: -5 is one problem, at
+// concurrency, not also one at a max_inflight the file does not have).
+var derivedKeys = map[string]struct{ from, how string }{
+	"name":         {"topic", "the topic"},
+	"dlq.topic":    {"topic", `"<topic>.dlq"`},
+	"max_inflight": {"concurrency", strconv.Itoa(processor.DefaultInflightPerSlot) + " × concurrency"},
+}
+
+// attribute reports the pipelines' problems, each at a key the user
+// wrote: a problem with a derived default (derivedKeys) the file does not
+// set goes to the key it derives from (for a DLQ that is the results
+// topic too, to results), and is left out when that key has a problem of
+// its own, so that each key gets one error. A Config built in Go (no
+// sources) gets every problem where it is.
+func (v *validator) attribute(c *Config, found []problem) {
+	derived := func(p problem) (i int, key string, ok bool) {
+		if v.src == nil || v.written(p.path) {
+			return 0, "", false
+		}
+		rest, isPipe := strings.CutPrefix(p.path, "pipelines[")
+		n, key, _ := strings.Cut(rest, "].")
+		i, err := strconv.Atoi(n)
+		if !isPipe || err != nil || i < 0 || i >= len(c.Pipelines) {
+			return 0, "", false
+		}
+		_, ok = derivedKeys[key]
+		return i, key, ok
+	}
+	has := map[string]bool{}
+	for _, p := range found {
+		if _, _, ok := derived(p); !ok {
+			has[p.path] = true
+		}
+	}
+	for _, p := range found {
+		i, key, ok := derived(p)
+		if !ok {
+			v.addCause(p.path, p.msg, p.cause)
+			continue
+		}
+		d := derivedKeys[key]
+		to := index("pipelines", i) + "." + d.from
+		if pl := c.Pipelines[i]; key == "dlq.topic" && pl.Results != "" && pl.Results == pl.DLQ.Topic {
+			to = index("pipelines", i) + ".results"
+		}
+		if has[to] {
+			continue
+		}
+		has[to] = true
+		v.addCause(to, fmt.Sprintf("%s (not in the file; default %s): %s; set %s", key, d.how, p.msg, key), p.cause)
+	}
+}
+
+// written reports whether the file or an override set the key at path.
+func (v *validator) written(path string) bool {
+	if v.src == nil {
+		return true
+	}
+	_, inFile := v.src.lines[path]
+	_, set := v.src.from[path]
+	return inFile || set
 }
 
 // processorKeys are the file's keys of processor.Config and

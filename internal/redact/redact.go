@@ -24,7 +24,7 @@ var secretWords = []string{"token", "secret", "passw", "apikey", "auth", "signat
 
 // secretNames are names that are secret-looking only as a whole: "sig" is,
 // "design" is not.
-var secretNames = map[string]bool{"key": true, "pass": true, "pwd": true, "sig": true, "jwt": true, "session": true, "code": false}
+var secretNames = map[string]bool{"key": true, "pass": true, "pwd": true, "sig": true, "jwt": true, "session": true}
 
 // SecretName reports whether a query parameter, header or configuration
 // key of this name holds a secret, in any case: key, api_key, apikey,
