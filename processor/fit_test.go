@@ -196,6 +196,8 @@ func TestMegabyteOfHeadersWithMalformedAttempt(t *testing.T) {
 	}
 	if n := dlq.EncodedSize(dead[0]); n > dlq.DefaultProducerBatchBytes {
 		t.Errorf("dead letter of %d bytes", n)
+	} else {
+		t.Logf("dead letter of %d bytes (EncodedSize), limit %d", n, dlq.DefaultProducerBatchBytes)
 	}
 	d, err := dlq.Decode(dead[0])
 	if err != nil || d.Reason != dlq.ReasonInvalid || d.Code != processor.CodeBadHeader || d.TruncatedHeaders == "" {

@@ -201,8 +201,8 @@ func (r *replayer) report(res replay.Result) error {
 	d := res.DeadLetter
 	switch {
 	case errors.Is(res.Err, dlq.ErrTruncated):
-		fmt.Fprintf(r.errw, "not republishing %s/%d/%d: its value was cut to fit the DLQ (%d of %d bytes kept)\n",
-			d.Topic, d.Partition, d.Offset, len(d.Value), d.Truncated)
+		// The error says what was cut: the value, the key or headers.
+		fmt.Fprintf(r.errw, "not republishing %s/%d/%d: %v\n", d.Topic, d.Partition, d.Offset, res.Err)
 		return nil
 	case res.Err != nil:
 		r.skipped.add(res.Err)
