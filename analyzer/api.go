@@ -112,8 +112,8 @@ func (a *Analyzer) Handler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/stats", a.serveStats)
 	mux.HandleFunc("GET /api/deadletters", a.serveDeadLetters)
-	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", a.serveDeadLetter) // fetch.go
-	mux.HandleFunc("GET /api/pipelines", a.serveFlow)                              // flow.go
+	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", a.serveDeadLetter)
+	mux.HandleFunc("GET /api/pipelines", a.serveFlow) // flow.go
 	mux.HandleFunc("POST /api/replay", func(w http.ResponseWriter, r *http.Request) {
 		if token == "" {
 			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")

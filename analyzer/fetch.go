@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -39,7 +40,11 @@ var (
 // and offset, read from Kafka (the recent list keeps only a prefix of each
 // value).
 func (a *Analyzer) serveDeadLetter(w http.ResponseWriter, r *http.Request) {
-	qs := r.URL.Query()
+	qs, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		httpError(w, http.StatusBadRequest, "query: "+err.Error())
+		return
+	}
 	for k := range qs {
 		if k != "pipeline" {
 			httpError(w, http.StatusBadRequest, fmt.Sprintf("unknown parameter %q (known: pipeline)", k))

@@ -121,6 +121,7 @@ func TestDeadLetterByOffsetHasTheWholeValue(t *testing.T) {
 		"/api/deadletters/0/-1":                                              400,
 		"/api/deadletters/0/0?limit=3":                                       400,
 		"/api/deadletters/0/0?pipeline=nope":                                 400,
+		"/api/deadletters/0/0?pipeline=%zz":                                  400, // a query that does not parse
 	} {
 		resp, err := http.Get(base + path)
 		if err != nil {

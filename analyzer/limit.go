@@ -69,14 +69,22 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// Validate reports every problem of l, each a *LimitError, joined: a
-// negative field, a ResponseBytes outside MinResponseBytes to
-// MaxResponseBytes, a RecentValueBytes larger than RecentBytes (after
-// defaults).
+// Validate reports every problem of l (Problems), joined, or nil.
 func (l Limits) Validate() error {
 	var errs []error
+	for _, p := range l.Problems() {
+		errs = append(errs, p)
+	}
+	return errors.Join(errs...)
+}
+
+// Problems are what is wrong with l: a negative field, a ResponseBytes
+// outside MinResponseBytes to MaxResponseBytes, a RecentValueBytes larger
+// than RecentBytes (after defaults).
+func (l Limits) Problems() []*LimitError {
+	var out []*LimitError
 	bad := func(field, format string, args ...any) {
-		errs = append(errs, &LimitError{Field: field, Msg: fmt.Sprintf(format, args...)})
+		out = append(out, &LimitError{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	for _, f := range []struct {
 		name string
@@ -93,7 +101,7 @@ func (l Limits) Validate() error {
 	if l.RecentValueBytes > 0 && l.RecentBytes >= 0 && d.RecentValueBytes > d.RecentBytes {
 		bad("RecentValueBytes", "%d: more than the whole recent list may hold (%d)", d.RecentValueBytes, d.RecentBytes)
 	}
-	return errors.Join(errs...)
+	return out
 }
 
 // enter takes one of the MaxRequests places for an expensive request, or

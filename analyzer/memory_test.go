@@ -3,6 +3,7 @@ package analyzer_test
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,11 @@ import (
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/retry"
+)
+
+var (
+	probeN     = flag.Int("memprobe.n", 2000, "dead letters of TestDeadLettersMemoryBoundedByBytes")
+	probeValue = flag.Int("memprobe.value", 64<<10, "their value size in bytes (the issue's probe: -memprobe.n 200 -memprobe.value 900000)")
 )
 
 // heapBytes is the Go heap's object bytes (live and not yet collected),
@@ -66,9 +72,8 @@ func (e *env) fillBig(n, valueSize int) {
 // list held every full value (≈ 128 MiB retained) and each response
 // carried all of them (peak ≈ 1 GiB).
 func TestDeadLettersMemoryBoundedByBytes(t *testing.T) {
+	n, valueSize := *probeN, *probeValue
 	const (
-		n         = 2000
-		valueSize = 64 << 10
 		// The stated bounds: the recent list keeps ~1 KiB per dead letter
 		// (a few MiB here) and each response is bounded by bytes.
 		maxRetained = 24 << 20
@@ -81,7 +86,7 @@ func TestDeadLettersMemoryBoundedByBytes(t *testing.T) {
 	base0 := heapBytes()
 
 	base, _ := e.start(nil, nil, "")
-	waitStats(t, base, n)
+	waitStats(t, base, int64(n))
 	runtime.GC()
 	retained := heapBytes() - base0
 

@@ -290,3 +290,34 @@ func TestLimitsValidate(t *testing.T) {
 		}
 	}
 }
+
+// FuzzKeep drives record bytes from anywhere through keep: the kept value
+// is a prefix of the value, at most prefix bytes, cut exactly when the
+// value is longer, valid UTF-8 when the value is, and the key and headers
+// are whole; the cost counts at least the bytes kept.
+func FuzzKeep(f *testing.F) {
+	f.Add([]byte("key"), []byte("abcdefghé-and-more"), []byte("t"), uint16(10))
+	f.Add([]byte(nil), []byte("€€€€"), []byte(nil), uint16(4))
+	f.Add([]byte{0xff}, []byte{0xe2, 0x82, 0xac, 0x80, 0x80}, []byte{0}, uint16(1))
+	f.Fuzz(func(t *testing.T, key, value, header []byte, prefix uint16) {
+		r := deadLetterRecord(7, key, value, []kgo.RecordHeader{{Key: "h", Value: header}}, time.UnixMilli(1))
+		d, _ := dlq.Decode(r)
+		k := keep(d, int64(prefix))
+		got := k.d.Value
+		if !bytes.HasPrefix(value, got) || len(got) > int(prefix) || k.cut != (len(value) > int(prefix)) || k.valueSize != len(value) {
+			t.Fatalf("value %q, prefix %d: kept %q, cut %v, size %d", value, prefix, got, k.cut, k.valueSize)
+		}
+		if k.cut && len(got) < int(prefix)-(utf8.UTFMax-1) {
+			t.Fatalf("value %q, prefix %d: kept only %d bytes", value, prefix, len(got))
+		}
+		if utf8.Valid(value) && !utf8.Valid(got) {
+			t.Fatalf("text value %q, prefix %d: kept %q is not valid UTF-8", value, prefix, got)
+		}
+		if !bytes.Equal(k.d.Key, d.Key) || (k.d.Key == nil) != (d.Key == nil) || len(k.d.UserHeaders) != len(d.UserHeaders) {
+			t.Fatalf("key or headers changed: %q → %q, %v → %v", d.Key, k.d.Key, d.UserHeaders, k.d.UserHeaders)
+		}
+		if k.cost < int64(len(got)+len(key)+len(header)) {
+			t.Fatalf("cost %d below the %d bytes kept", k.cost, len(got)+len(key)+len(header))
+		}
+	})
+}

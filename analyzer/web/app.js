@@ -506,6 +506,7 @@
       resp = await api("api/deadletters?" + filterQuery());
     } catch (e) {
       if (seq !== state.dlSeq) return;
+      if (e.status === 503) return; // the analyzer is busy: keep what is shown, the next refresh asks again
       if (e.status === 400) {
         ferr.textContent = e.detail;
         ferr.hidden = false;
@@ -517,7 +518,7 @@
     if (seq !== state.dlSeq) return; // a newer query is under way
     ferr.hidden = true;
     ferr.textContent = "";
-    renderDeadLetters(resp.dead_letters || [], null);
+    renderDeadLetters(resp.dead_letters || [], null, resp.truncated === true);
   }
 
   function position(v) {
@@ -529,14 +530,16 @@
     return el("td", { class: cls, title: s.length > 40 ? s.slice(0, 500) : null }, encoding === "base64" ? el("span", { class: "enc", text: "b64" }) : null, s);
   }
 
-  function renderDeadLetters(list, emptyText) {
+  // truncated: the API stopped at its byte bound (analyzer.response_bytes).
+  function renderDeadLetters(list, emptyText, truncated) {
     const table = $("deadletters");
     const tbody = table.tBodies[0];
     table.dataset.count = String(list.length);
     table.dataset.pipeline = state.selected;
     const filtered = Object.values(state.filters).some((v) => v);
-    $("deadletters-count").textContent =
-      list.length === DEADLETTERS_LIMIT ? `(the newest ${DEADLETTERS_LIMIT}${filtered ? " matching" : ""})` : `(${list.length}${filtered ? " matching" : ""}, newest first)`;
+    $("deadletters-count").textContent = truncated
+      ? `(the newest ${list.length}${filtered ? " matching" : ""}: all that fit in one answer)`
+      : list.length === DEADLETTERS_LIMIT ? `(the newest ${DEADLETTERS_LIMIT}${filtered ? " matching" : ""})` : `(${list.length}${filtered ? " matching" : ""}, newest first)`;
     if (!list.length) {
       tbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: 8, text: emptyText || (filtered ? "no dead letter matches the filter" : "no dead letters") })));
       return;
@@ -634,11 +637,21 @@
         cut ? el("span", { class: "muted", text: `\n… ${fmtInt(v.value.length - VALUE_PREVIEW)} more characters` }) : null
       );
     }
+    // The recent list keeps only the first bytes of a value (value_cut);
+    // the whole dead letter is read from the DLQ by its offset.
+    const whole = v.value_cut
+      ? el(
+          "p",
+          { class: "muted value-cut" },
+          `the first bytes of ${fmtInt(v.value_size)}: `,
+          el("a", { href: `api/deadletters/${v.partition}/${v.offset}?pipeline=${encodeURIComponent(state.selected)}`, target: "_blank", rel: "noopener", text: "the whole dead letter (JSON)" })
+        )
+      : null;
     return el(
       "div",
       { class: "details" },
       el("div", {}, el("h3", { text: "Error" }), el("pre", { class: "error-full", text: v.error || "" }), dl),
-      el("div", {}, el("h3", { text: "Headers" }), headers, el("h3", { text: "Value" }), value)
+      el("div", {}, el("h3", { text: "Headers" }), headers, el("h3", { text: "Value" }), value, whole)
     );
   }
 

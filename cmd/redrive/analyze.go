@@ -51,7 +51,8 @@ func newAnalyzer(c *config.Config, o *obs.Server, processors ...string) (*analyz
 	if err != nil {
 		return nil, err
 	}
-	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat, Processors: processors}
+	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat, Processors: processors,
+		Limits: c.Analyzer.Limits()}
 	for _, p := range c.Pipelines {
 		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results}
 		for i, t := range p.TierTopics() {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
 )
 
@@ -149,6 +150,20 @@ type AlertRule struct {
 	Match RuleMatch `yaml:"match"`
 }
 
+// Limits are the analyzer's memory bounds as analyzer.Limits (zero fields
+// take the analyzer's defaults).
+func (a Analyzer) Limits() analyzer.Limits {
+	return analyzer.Limits{RecentValueBytes: a.RecentValueBytes, RecentBytes: a.RecentBytes, ResponseBytes: a.ResponseBytes, MaxRequests: a.MaxRequests}
+}
+
+// limitKeys are the file's keys of analyzer.Limits fields.
+var limitKeys = map[string]string{
+	"RecentValueBytes": "analyzer.recent_value_bytes",
+	"RecentBytes":      "analyzer.recent_bytes",
+	"ResponseBytes":    "analyzer.response_bytes",
+	"MaxRequests":      "analyzer.max_requests",
+}
+
 func (a *Analyzer) setDefaults() {
 	for i := range a.Rules {
 		r := &a.Rules[i]
@@ -171,6 +186,10 @@ func (a *Analyzer) setDefaults() {
 }
 
 func (v *validator) analyzer(c *Config) {
+	// What analyzer.Limits checks, the analyzer says, at its key.
+	for _, p := range c.Analyzer.Limits().Problems() {
+		v.addCause(limitKeys[p.Field], p.Msg, p)
+	}
 	pipes := map[string]int{}
 	for i, p := range c.Pipelines {
 		if _, dup := pipes[p.Name]; !dup {

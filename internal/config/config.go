@@ -159,4 +159,11 @@ type Analyzer struct {
 	Rules []AnalyzerRule `yaml:"rules"`
 	// Alerts post to a webhook while their condition holds; see AlertRule.
 	Alerts []AlertRule `yaml:"alerts"`
+	// RecentValueBytes, RecentBytes, ResponseBytes and MaxRequests bound
+	// the analyzer's memory by bytes (analyzer.Limits; 0: its default).
+	// The file may say 1024 or "1KiB".
+	RecentValueBytes int64 `yaml:"recent_value_bytes" config:"bytes"`
+	RecentBytes      int64 `yaml:"recent_bytes" config:"bytes"`
+	ResponseBytes    int64 `yaml:"response_bytes" config:"bytes"`
+	MaxRequests      int   `yaml:"max_requests"`
 }
