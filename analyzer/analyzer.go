@@ -62,6 +62,10 @@ type Options struct {
 	// GET /api/pipelines the flow view adds: in flight, records held per
 	// tier, p99s. Optional: rates and waiting come from Kafka alone.
 	Processors []string
+	// AllowedHosts are the names (no port) a request's Host may carry to
+	// reach the dashboard and API, besides localhost, 127.0.0.1 and ::1;
+	// "*" allows any. Others are answered 421 (DNS rebinding).
+	AllowedHosts []string
 	// Now is the clock (tests).
 	Now func() time.Time
 }

@@ -99,7 +99,7 @@ func (a *Analyzer) Handler(token string) http.Handler {
 			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearerToken(r) // httpsafe.go
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive analyzer"`)
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
@@ -234,6 +234,7 @@ func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	longReply(w, replayWriteTimeout) // httpsafe.go
 	p, err := a.pipeParam(req.Pipeline)
 	if err != nil {
 		httpError(w, http.StatusBadRequest, err.Error())

@@ -5,18 +5,24 @@ package analyzer_test
 // undecodable dead letters.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/internal/obs"
 )
 
 // endOffset is the sum of topic's end offsets: how many records it holds.
@@ -133,5 +139,163 @@ func TestQueryParseErrorIs400(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 400 {
 		t.Errorf("POST /api/replay?%%zz: %d, want 400", resp.StatusCode)
+	}
+}
+
+// serveLikeAnalyze serves a's handler as `redrive analyze` does (behind
+// obs's server, next to /metrics), with limits; it returns the base URL.
+func serveLikeAnalyze(t *testing.T, a http.Handler, limits obs.Limits) string {
+	t.Helper()
+	o := obs.New()
+	o.Limits = limits
+	o.Mux.Handle("/", a)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	addr, err := o.Serve(ctx, "127.0.0.1:0", slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "http://" + addr
+}
+
+func (e *env) newAnalyzer(allowed ...string) *analyzer.Analyzer {
+	e.t.Helper()
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts:   []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
+		Pipelines:    []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName}},
+		Registerer:   prometheus.NewRegistry(),
+		AllowedHosts: allowed,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+	return a
+}
+
+func do(t *testing.T, method, url, host, auth, body string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if host != "" {
+		req.Host = host
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// Point 11: no Host check (DNS rebinding could read dead letters), no
+// security headers, /vendor/ listed, a lowercase bearer scheme refused.
+func TestHTTPGuards(t *testing.T) {
+	e := newEnv(t)
+	e.deadLetter("d0", "exhausted", "http_503", 0, time.Now())
+	base := serveLikeAnalyze(t, e.newAnalyzer("dash.example.com").Handler("secret"), obs.Limits{})
+	waitStats(t, base, 1)
+
+	for _, p := range []string{"/", "/api/stats", "/api/deadletters", "/app.js"} {
+		for _, host := range []string{"evil.example", "evil.example:9091", "127.0.0.1.evil.example", "dash.example.com.evil"} {
+			if resp, body := do(t, "GET", base+p, host, "", ""); resp.StatusCode != http.StatusMisdirectedRequest || strings.Contains(body, "d0") {
+				t.Errorf("GET %s with Host %s: %d, want 421 and no dead letter", p, host, resp.StatusCode)
+			}
+		}
+		for _, host := range []string{"", "localhost:9091", "LOCALHOST", "[::1]:9091", "dash.example.com", "Dash.Example.Com:443"} {
+			if resp, _ := do(t, "GET", base+p, host, "", ""); resp.StatusCode != 200 {
+				t.Errorf("GET %s with Host %q: %d, want 200", p, host, resp.StatusCode)
+			}
+		}
+	}
+	if resp, _ := do(t, "POST", base+"/api/replay", "evil.example", "Bearer secret", `{"all":true}`); resp.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("POST /api/replay with Host evil.example: %d, want 421", resp.StatusCode)
+	}
+
+	for _, p := range []string{"/", "/api/stats", "/api/deadletters?limit=x", "/nope", "/metrics", "/healthz"} {
+		resp, _ := do(t, "GET", base+p, "", "", "")
+		h := resp.Header
+		if h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" ||
+			!strings.Contains(h.Get("Content-Security-Policy"), "frame-ancestors 'none'") || h.Get("Referrer-Policy") != "no-referrer" {
+			t.Errorf("GET %s (%d): security headers missing: %v", p, resp.StatusCode, h)
+		}
+	}
+	// The dashboard's own policy still lets it load its scripts and styles.
+	if resp, _ := do(t, "GET", base+"/", "", "", ""); !strings.Contains(resp.Header.Get("Content-Security-Policy"), "default-src 'self'") {
+		t.Errorf("dashboard CSP %q", resp.Header.Get("Content-Security-Policy"))
+	}
+
+	for _, p := range []string{"/vendor/", "/vendor", "/vendor/uplot/", "/vendor/uplot"} {
+		if resp, body := do(t, "GET", base+p, "", "", ""); resp.StatusCode != 404 || strings.Contains(body, "uPlot") {
+			t.Errorf("GET %s: %d, want 404 without a listing: %.200s", p, resp.StatusCode, body)
+		}
+	}
+	if resp, _ := do(t, "GET", base+"/vendor/uplot/uPlot.iife.min.js", "", "", ""); resp.StatusCode != 200 {
+		t.Errorf("a vendored file: %d, want 200", resp.StatusCode)
+	}
+
+	for auth, want := range map[string]int{
+		"bearer secret": 200, "BEARER secret": 200, "Bearer  secret": 200, "Bearer secret": 200,
+		"bearer wrong": 401, "Basic secret": 401, "secret": 401, "Bearersecret": 401, "": 401,
+	} {
+		if resp, body := do(t, "POST", base+"/api/replay", "", auth, `{"dry_run":true}`); resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d %s, want %d", auth, resp.StatusCode, body, want)
+		}
+	}
+}
+
+// Point 11: a replay body trickled byte by byte held the server for as
+// long as the client liked. The server's read timeout cuts it.
+func TestTricklingBodyIsCut(t *testing.T) {
+	e := newEnv(t)
+	base := serveLikeAnalyze(t, e.newAnalyzer().Handler("secret"), obs.Limits{ReadTimeout: time.Second})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const size = 400
+	fmt.Fprintf(conn, "POST /api/replay HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer secret\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", size)
+	stop := make(chan struct{})
+	trickled := make(chan int, 1)
+	go func() { // 400 bytes, one every 50 ms: 20 s if nothing cuts it
+		n := 1
+		defer func() { trickled <- n }()
+		for ; n < size; n++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second)) // a failsafe, not the assertion
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	close(stop)
+	n := <-trickled
+	if err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			t.Fatalf("the trickled body was read to the end: %d %s", resp.StatusCode, b)
+		}
+		t.Logf("answered %d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("the server held the trickling request: %v", err)
+	}
+	if n >= size {
+		t.Errorf("the client sent the whole body (%d bytes) before the server cut it", n)
 	}
 }

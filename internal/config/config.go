@@ -159,4 +159,8 @@ type Analyzer struct {
 	Rules []AnalyzerRule `yaml:"rules"`
 	// Alerts post to a webhook while their condition holds; see AlertRule.
 	Alerts []AlertRule `yaml:"alerts"`
+	// AllowedHosts are the host names (no port) the dashboard and API
+	// answer to besides HTTPAddr's host, localhost, 127.0.0.1 and ::1;
+	// "*" allows any. Others get 421 (a DNS-rebinding page sends its own).
+	AllowedHosts []string `yaml:"allowed_hosts" config:"csv"`
 }
