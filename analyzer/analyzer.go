@@ -237,7 +237,7 @@ func (a *Analyzer) add(p *pipe, r *kgo.Record) {
 		}
 	}
 	p.stats.Add(d)
-	a.m.deadLetters.WithLabelValues(p.cfg.Name, string(d.Reason), a.m.code(d.Code)).Inc()
+	a.m.deadLetters.WithLabelValues(p.cfg.Name, a.m.reason(p.cfg.Name, d.Reason), a.m.code(p.cfg.Name, d.Code)).Inc()
 	dec := dlq.Decide(p.cfg.Rules, d, p.cfg.Topic)
 	switch dec.Action {
 	case dlq.ActionRepublish:

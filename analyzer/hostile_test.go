@@ -13,15 +13,18 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/obs"
 )
 
@@ -298,4 +301,67 @@ func TestTricklingBodyIsCut(t *testing.T) {
 	if n >= size {
 		t.Errorf("the client sent the whole body (%d bytes) before the server cut it", n)
 	}
+}
+
+// Point 6: the reason label was copied from the record (1,000 distinct
+// reasons made 1,012 series; 500 KB values made /metrics 2.6 MB). Every
+// label value from a record is bounded in length and cardinality.
+func TestRecordLabelsBounded(t *testing.T) {
+	e := newEnv(t)
+	now := time.Now()
+	long := strings.Repeat("x", 2000)
+	for i := range 500 {
+		code := fmt.Sprintf("code-%d-%s", i, long)
+		if i%2 == 0 {
+			code = fmt.Sprintf("short-%d", i) // 250 distinct short codes: the count bound
+		}
+		e.deadLetter(fmt.Sprintf("c%d", i), "exhausted", code, 0, now)
+		e.deadLetter(fmt.Sprintf("r%d", i), fmt.Sprintf("reason-%d-%s", i, long), "http_503", 0, now)
+	}
+	e.deadLetter("bad-utf8", "exhausted", "\xff\xfe", 0, now)
+	_, reg := e.start(nil, nil, "")
+	counted := func() (series int, sum float64) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			switch mf.GetName() {
+			case "redrive_analyzer_dead_letters_total":
+				series = len(mf.GetMetric())
+				for _, m := range mf.GetMetric() {
+					sum += m.GetCounter().GetValue()
+				}
+			case "redrive_analyzer_undecodable_total":
+				for _, m := range mf.GetMetric() {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+		return series, sum
+	}
+	if !kafkatest.Eventually(30*time.Second, func() bool { _, n := counted(); return n >= 1001 }) {
+		_, n := counted()
+		t.Fatalf("counted %v of 1001 DLQ records", n)
+	}
+	series, _ := counted()
+	// 4 reasons + "other" (at most 10) × codes (at most 50 + "other").
+	if series > 10*51 || series > 60 {
+		t.Errorf("%d series of redrive_analyzer_dead_letters_total, want a bounded few", series)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if len(body) > 64<<10 {
+		t.Errorf("/metrics is %d bytes, want under 64 KiB", len(body))
+	}
+	if strings.Contains(string(body), long[:100]) || strings.Contains(string(body), "\\xff") {
+		t.Errorf("/metrics holds a long or invalid label value")
+	}
+	t.Logf("%d series, /metrics %d bytes", series, len(body))
 }
