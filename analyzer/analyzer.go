@@ -236,6 +236,10 @@ func (a *Analyzer) add(p *pipe, r *kgo.Record) {
 			return
 		}
 	}
+	if clampFuture(d, a.o.Now()) { // clock.go
+		a.m.futureTimestamps.WithLabelValues(p.cfg.Name).Inc()
+		a.log.Warn("dead letter dated in the future; taken as dead-lettered now", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "timestamp", r.Timestamp)
+	}
 	p.stats.Add(d)
 	a.m.deadLetters.WithLabelValues(p.cfg.Name, a.m.reason(p.cfg.Name, d.Reason), a.m.code(p.cfg.Name, d.Code)).Inc()
 	dec := dlq.Decide(p.cfg.Rules, d, p.cfg.Topic)
@@ -340,11 +344,7 @@ func (a *Analyzer) depthLoop(ctx context.Context) {
 			oldest := p.oldestUnseen
 			p.mu.Unlock()
 			a.m.depth.WithLabelValues(p.cfg.Name).Set(float64(depth))
-			age := 0.0
-			if !oldest.IsZero() {
-				age = a.o.Now().Sub(oldest).Seconds()
-			}
-			a.m.oldest.WithLabelValues(p.cfg.Name).Set(age)
+			a.m.oldest.WithLabelValues(p.cfg.Name).Set(age(a.o.Now(), oldest))
 		}
 		select {
 		case <-ctx.Done():

@@ -135,9 +135,7 @@ func (a *Analyzer) serveStats(w http.ResponseWriter, r *http.Request) {
 		}
 		p.mu.Lock()
 		ps := PipelineStats{Name: p.cfg.Name, Topic: p.cfg.Topic, DLQ: p.cfg.DLQ, Ready: p.ready, Depth: p.depth}
-		if !p.oldestUnseen.IsZero() {
-			ps.OldestUnhandledSeconds = now.Sub(p.oldestUnseen).Seconds()
-		}
+		ps.OldestUnhandledSeconds = age(now, p.oldestUnseen) // clock.go
 		p.mu.Unlock()
 		ps.Stats = p.stats.Snapshot(now, 10)
 		resp.Pipelines = append(resp.Pipelines, ps)

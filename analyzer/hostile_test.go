@@ -24,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/obs"
 )
@@ -364,4 +365,60 @@ func TestRecordLabelsBounded(t *testing.T) {
 		t.Errorf("/metrics holds a long or invalid label value")
 	}
 	t.Logf("%d series, /metrics %d bytes", series, len(body))
+}
+
+// Point 4: a dead letter dated a year ahead that matched an `after` rule
+// was held for a year, with the rule worker's commit point behind it, and
+// oldest_unhandled_seconds went to -2.3e9. Record times are clamped to
+// the analyzer's clock, and reported.
+func TestFutureTimestampIsClamped(t *testing.T) {
+	c := kafkatest.New(t)
+	base := kafkatest.Topic(t, "fut")
+	e := &env{t: t, c: c, main: base, dlqName: base + ".dlq", other: base + ".failover"}
+	// Kafka 4 refuses timestamps over an hour ahead unless the topic allows them.
+	maxAfter := "9223372036854775807"
+	c.CreateTopic(t, e.dlqName, 1, map[string]*string{"message.timestamp.after.max.ms": &maxAfter})
+	c.CreateTopic(t, e.main, 1, nil)
+	e.cl = c.Client(t)
+	now := time.Now()
+	e.deadLetter("future", "exhausted", "http_503", 0, now.AddDate(1, 0, 0))
+	e.deadLetter("behind", "exhausted", "http_503", 0, now)
+	rules := []dlq.Rule{{Name: "later", Match: dlq.Filter{Codes: []string{"http_503"}}, Action: dlq.ActionRepublish, After: time.Second, MaxRedrives: 3}}
+	api, reg := e.start(rules, nil, "")
+
+	neverNegative := func() {
+		var s analyzer.StatsResponse
+		getJSON(t, api+"/api/stats", &s)
+		for _, p := range s.Pipelines {
+			if p.OldestUnhandledSeconds < 0 {
+				t.Errorf("oldest_unhandled_seconds %v", p.OldestUnhandledSeconds)
+			}
+		}
+		mfs, _ := reg.Gather()
+		for _, mf := range mfs {
+			if mf.GetName() == "redrive_analyzer_oldest_unhandled_seconds" && mf.GetMetric()[0].GetGauge().GetValue() < 0 {
+				t.Errorf("redrive_analyzer_oldest_unhandled_seconds %v", mf.GetMetric()[0].GetGauge().GetValue())
+			}
+		}
+	}
+	neverNegative()
+	got := collect(t, c, e.main, 2, 30*time.Second) // 1 s after it was read, not a year
+	neverNegative()
+	if len(got) != 2 {
+		t.Fatalf("%d of 2 republished: the future-dated dead letter was held", len(got))
+	}
+	if !kafkatest.Eventually(30*time.Second, func() bool { return c.Lag(t, analyzer.Pipeline{Name: e.main}.GroupID(), e.dlqName) == 0 }) {
+		t.Errorf("the rule worker did not commit past the future-dated dead letter")
+	}
+	mfs, _ := reg.Gather()
+	var future float64
+	for _, mf := range mfs {
+		if mf.GetName() == "redrive_analyzer_future_timestamps_total" {
+			future = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if future != 1 {
+		t.Errorf("redrive_analyzer_future_timestamps_total %v, want 1", future)
+	}
+	neverNegative()
 }

@@ -26,6 +26,7 @@ type metrics struct {
 	actions           *prometheus.CounterVec // pipeline, rule, action
 	republishFailures *prometheus.CounterVec // pipeline
 	undecodable       *prometheus.CounterVec // pipeline
+	futureTimestamps  *prometheus.CounterVec // pipeline
 	alertsFiring      *prometheus.GaugeVec   // alert, pipeline
 	alertPosts        *prometheus.CounterVec // alert, result
 
@@ -54,6 +55,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		undecodable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_analyzer_undecodable_total", Help: "DLQ records that are not valid redrive dead letters (kept, never republished).",
 		}, []string{"pipeline"}),
+		futureTimestamps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_analyzer_future_timestamps_total", Help: "Dead letters dated more than a minute after the analyzer's clock when read; taken as dead-lettered then (rules' after, ages).",
+		}, []string{"pipeline"}),
 		alertsFiring: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_analyzer_alert_firing", Help: "1 while the alert's condition holds.",
 		}, []string{"alert", "pipeline"}),
@@ -63,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		codes:   map[string]map[string]bool{},
 		reasons: map[string]map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.undecodable, m.alertsFiring, m.alertPosts} {
+	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.undecodable, m.futureTimestamps, m.alertsFiring, m.alertPosts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -117,6 +121,7 @@ func (m *metrics) precreate(pipes []*pipe, alerts []Alert) {
 		m.oldest.WithLabelValues(name)
 		m.republishFailures.WithLabelValues(name)
 		m.undecodable.WithLabelValues(name)
+		m.futureTimestamps.WithLabelValues(name)
 		m.actions.WithLabelValues(name, ruleLabel(""), "kept")
 		for _, r := range p.cfg.Rules {
 			for _, act := range []string{"republished", "parked", "kept", "dropped"} {
