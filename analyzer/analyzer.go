@@ -226,15 +226,16 @@ func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 
 // add takes one DLQ record into the statistics, the recent list and the
 // per-rule counts (decided by the rules, which are deterministic, so every
-// replica counts alike).
+// replica counts alike). A record that is not a valid dead letter is only
+// counted as undecodable, as `redrive dlq stats` counts it: the rule
+// worker never republishes one.
 func (a *Analyzer) add(p *pipe, r *kgo.Record) {
 	d, err := dlq.Decode(r)
 	if err != nil {
 		a.m.undecodable.WithLabelValues(p.cfg.Name).Inc()
+		p.stats.Undecodable()
 		a.log.Warn("not a valid dead letter; counted, never republished", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-		if d == nil {
-			return
-		}
+		return
 	}
 	if clampFuture(d, a.o.Now()) { // clock.go
 		a.m.futureTimestamps.WithLabelValues(p.cfg.Name).Inc()
@@ -245,7 +246,11 @@ func (a *Analyzer) add(p *pipe, r *kgo.Record) {
 	dec := dlq.Decide(p.cfg.Rules, d, p.cfg.Topic)
 	switch dec.Action {
 	case dlq.ActionRepublish:
-		p.stats.Republished(dec.Rule)
+		if d.Truncated > 0 { // refused by dlq.Republish: the worker keeps it
+			p.stats.Kept(dec.Rule)
+		} else {
+			p.stats.Republished(dec.Rule)
+		}
 	case dlq.ActionPark:
 		p.stats.Parked(dec.Rule)
 	case dlq.ActionDrop:

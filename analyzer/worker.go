@@ -160,6 +160,9 @@ func (w *worker) handleDue(ctx context.Context) time.Duration {
 // act carries out one decision. Republishing retries until the record is
 // acknowledged or ctx ends (then false: the offset is not committed).
 func (w *worker) act(ctx context.Context, d *dlq.DeadLetter, dec dlq.Decision) bool {
+	if d == nil {
+		return true // not a dead letter: counted as undecodable by the statistics reader, nothing to do
+	}
 	m := w.a.m
 	name := w.p.cfg.Name
 	switch dec.Action {
