@@ -63,6 +63,10 @@ type Options struct {
 	// GET /api/pipelines the flow view adds: in flight, records held per
 	// tier, p99s. Optional: rates and waiting come from Kafka alone.
 	Processors []string
+	// AllowedHosts are the names (no port) a request's Host may carry to
+	// reach the dashboard and API, besides localhost, 127.0.0.1 and ::1;
+	// "*" allows any. Others are answered 421 (DNS rebinding).
+	AllowedHosts []string
 	// Now is the clock (tests).
 	Now func() time.Time
 }
@@ -232,22 +236,31 @@ func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 
 // add takes one DLQ record into the statistics, the recent list and the
 // per-rule counts (decided by the rules, which are deterministic, so every
-// replica counts alike).
+// replica counts alike). A record that is not a valid dead letter is only
+// counted as undecodable, as `redrive dlq stats` counts it: the rule
+// worker never republishes one.
 func (a *Analyzer) add(p *pipe, r *kgo.Record) {
 	d, err := dlq.Decode(r)
 	if err != nil {
 		a.m.undecodable.WithLabelValues(p.cfg.Name).Inc()
+		p.stats.Undecodable()
 		a.log.Warn("not a valid dead letter; counted, never republished", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
-		if d == nil {
-			return
-		}
+		return
+	}
+	if clampFuture(d, a.o.Now()) { // clock.go
+		a.m.futureTimestamps.WithLabelValues(p.cfg.Name).Inc()
+		a.log.Warn("dead letter dated in the future; taken as dead-lettered now", "topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "timestamp", r.Timestamp)
 	}
 	p.stats.Add(d)
-	a.m.deadLetters.WithLabelValues(p.cfg.Name, string(d.Reason), a.m.code(d.Code)).Inc()
+	a.m.deadLetters.WithLabelValues(p.cfg.Name, a.m.reason(p.cfg.Name, d.Reason), a.m.code(p.cfg.Name, d.Code)).Inc()
 	dec := dlq.Decide(p.cfg.Rules, d, p.cfg.Topic)
 	switch dec.Action {
 	case dlq.ActionRepublish:
-		p.stats.Republished(dec.Rule)
+		if d.Truncated > 0 { // refused by dlq.Republish: the worker keeps it
+			p.stats.Kept(dec.Rule)
+		} else {
+			p.stats.Republished(dec.Rule)
+		}
 	case dlq.ActionPark:
 		p.stats.Parked(dec.Rule)
 	case dlq.ActionDrop:
@@ -339,11 +352,7 @@ func (a *Analyzer) depthLoop(ctx context.Context) {
 			oldest := p.oldestUnseen
 			p.mu.Unlock()
 			a.m.depth.WithLabelValues(p.cfg.Name).Set(float64(depth))
-			age := 0.0
-			if !oldest.IsZero() {
-				age = a.o.Now().Sub(oldest).Seconds()
-			}
-			a.m.oldest.WithLabelValues(p.cfg.Name).Set(age)
+			a.m.oldest.WithLabelValues(p.cfg.Name).Set(age(a.o.Now(), oldest))
 		}
 		select {
 		case <-ctx.Done():

@@ -119,7 +119,7 @@ func (a *Analyzer) Handler(token string) http.Handler {
 			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearerToken(r) // httpsafe.go
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive analyzer"`)
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
@@ -155,9 +155,7 @@ func (a *Analyzer) serveStats(w http.ResponseWriter, r *http.Request) {
 		}
 		p.mu.Lock()
 		ps := PipelineStats{Name: p.cfg.Name, Topic: p.cfg.Topic, DLQ: p.cfg.DLQ, Ready: p.ready, Depth: p.depth}
-		if !p.oldestUnseen.IsZero() {
-			ps.OldestUnhandledSeconds = now.Sub(p.oldestUnseen).Seconds()
-		}
+		ps.OldestUnhandledSeconds = age(now, p.oldestUnseen) // clock.go
 		p.mu.Unlock()
 		ps.Stats = p.stats.Snapshot(now, 10)
 		resp.Pipelines = append(resp.Pipelines, ps)
@@ -289,6 +287,7 @@ func (a *Analyzer) serveReplay(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	longReply(w, replayWriteTimeout) // httpsafe.go
 	p, err := a.pipeParam(req.Pipeline)
 	if err != nil {
 		httpError(w, http.StatusBadRequest, err.Error())

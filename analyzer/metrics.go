@@ -2,14 +2,22 @@ package analyzer
 
 import (
 	"sync"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/redrive/redrive/dlq"
 )
 
-// maxCodes bounds the code label; codes beyond it are counted as "other".
-const maxCodes = 50
+// Label values taken from records (code, reason) are bounded: at most
+// maxCodes (maxReasons) distinct values per pipeline, each at most
+// maxLabelBytes of valid UTF-8; the rest are counted as "other". A DLQ
+// full of made-up codes or reasons cannot grow /metrics.
+const (
+	maxCodes      = 50
+	maxReasons    = 10
+	maxLabelBytes = 64
+)
 
 type metrics struct {
 	deadLetters       *prometheus.CounterVec // pipeline, reason, code
@@ -18,11 +26,13 @@ type metrics struct {
 	actions           *prometheus.CounterVec // pipeline, rule, action
 	republishFailures *prometheus.CounterVec // pipeline
 	undecodable       *prometheus.CounterVec // pipeline
+	futureTimestamps  *prometheus.CounterVec // pipeline
 	alertsFiring      *prometheus.GaugeVec   // alert, pipeline
 	alertPosts        *prometheus.CounterVec // alert, result
 
-	mu    sync.Mutex
-	codes map[string]bool
+	mu      sync.Mutex
+	codes   map[string]map[string]bool // pipeline → code label values in use
+	reasons map[string]map[string]bool // pipeline → reason label values in use
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -45,15 +55,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		undecodable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_analyzer_undecodable_total", Help: "DLQ records that are not valid redrive dead letters (kept, never republished).",
 		}, []string{"pipeline"}),
+		futureTimestamps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_analyzer_future_timestamps_total", Help: "Dead letters dated more than a minute after the analyzer's clock when read; taken as dead-lettered then (rules' after, ages).",
+		}, []string{"pipeline"}),
 		alertsFiring: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_analyzer_alert_firing", Help: "1 while the alert's condition holds.",
 		}, []string{"alert", "pipeline"}),
 		alertPosts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_analyzer_alert_posts_total", Help: "Alert webhook posts by result (ok, failed).",
 		}, []string{"alert", "result"}),
-		codes: map[string]bool{},
+		codes:   map[string]map[string]bool{},
+		reasons: map[string]map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.undecodable, m.alertsFiring, m.alertPosts} {
+	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.undecodable, m.futureTimestamps, m.alertsFiring, m.alertPosts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -61,18 +75,36 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// code bounds the code label's cardinality.
-func (m *metrics) code(c string) string {
+// code is the code label for c, bounded (see maxCodes).
+func (m *metrics) code(pipeline, c string) string {
+	return m.bound(m.codes, maxCodes, pipeline, c)
+}
+
+// reason is the reason label for r, bounded (see maxReasons); the four
+// reasons redrive writes are always themselves.
+func (m *metrics) reason(pipeline string, r dlq.Reason) string {
+	return m.bound(m.reasons, maxReasons, pipeline, string(r))
+}
+
+// bound is v if it is already a value of the label (inUse) for pipeline,
+// or a new one that fits (valid UTF-8, at most maxLabelBytes, fewer than
+// max in use); else "other".
+func (m *metrics) bound(inUse map[string]map[string]bool, max int, pipeline, v string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.codes[c] {
-		return c
+	seen := inUse[pipeline]
+	if seen == nil {
+		seen = map[string]bool{}
+		inUse[pipeline] = seen
 	}
-	if len(m.codes) >= maxCodes {
+	if seen[v] {
+		return v
+	}
+	if len(seen) >= max || len(v) > maxLabelBytes || !utf8.ValidString(v) {
 		return "other"
 	}
-	m.codes[c] = true
-	return c
+	seen[v] = true
+	return v
 }
 
 // precreate exports the series the dashboard and the alert rules read, at
@@ -83,12 +115,13 @@ func (m *metrics) precreate(pipes []*pipe, alerts []Alert) {
 	for _, p := range pipes {
 		name := p.cfg.Name
 		for _, r := range []dlq.Reason{dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonInvalid, dlq.ReasonExpired} {
-			m.deadLetters.WithLabelValues(name, string(r), "")
+			m.deadLetters.WithLabelValues(name, m.reason(name, r), m.code(name, ""))
 		}
 		m.depth.WithLabelValues(name)
 		m.oldest.WithLabelValues(name)
 		m.republishFailures.WithLabelValues(name)
 		m.undecodable.WithLabelValues(name)
+		m.futureTimestamps.WithLabelValues(name)
 		m.actions.WithLabelValues(name, ruleLabel(""), "kept")
 		for _, r := range p.cfg.Rules {
 			for _, act := range []string{"republished", "parked", "kept", "dropped"} {

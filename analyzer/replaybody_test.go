@@ -3,8 +3,12 @@ package analyzer
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The body of POST /api/replay is exactly one JSON object with known
@@ -63,4 +67,34 @@ func FuzzDecodeReplayRequest(f *testing.F) {
 			t.Fatalf("accepted %q with something after the object", b)
 		}
 	})
+}
+
+// A replay may run longer than the server's write timeout; longReply
+// moves the handler's write deadline so that its answer still arrives.
+func TestLongReplyOutlivesWriteTimeout(t *testing.T) {
+	for _, long := range []bool{false, true} {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body)
+			if long {
+				longReply(w, time.Minute)
+			}
+			<-time.After(600 * time.Millisecond) // 3 write timeouts: a replay scanning a long DLQ
+			_, _ = io.WriteString(w, "done")
+		}))
+		srv.Config.WriteTimeout = 200 * time.Millisecond
+		srv.Start()
+		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{}`))
+		var body []byte
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		srv.Close()
+		switch {
+		case long && string(body) != "done":
+			t.Errorf("with longReply the answer was lost at the write timeout: %q %v", body, err)
+		case !long && string(body) == "done":
+			t.Errorf("without longReply the answer arrived after the write timeout: the test shows nothing")
+		}
+	}
 }

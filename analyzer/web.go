@@ -16,5 +16,5 @@ func webHandler() http.Handler {
 	if err != nil {
 		panic(err) // the embed pattern guarantees the directory
 	}
-	return http.FileServerFS(sub)
+	return noDirs(sub, http.FileServerFS(sub)) // httpsafe.go: no directory listings
 }

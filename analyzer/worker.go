@@ -85,6 +85,7 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 		if closed {
 			return nil
 		}
+		now := a.o.Now()
 		w.mu.Lock()
 		fs.EachPartition(func(f kgo.FetchTopicPartition) {
 			if _, ours := w.next[f.Partition]; !ours {
@@ -93,6 +94,7 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 			for _, r := range f.Records {
 				h := &held{r: r}
 				if d, err := dlq.Decode(r); err == nil {
+					clampFuture(d, now) // clock.go: counted by the statistics reader
 					h.d, h.dec = d, dlq.Decide(w.p.cfg.Rules, d, w.p.cfg.Topic)
 				} else {
 					h.dec = dlq.Decision{Action: dlq.ActionKeep} // never republished
@@ -124,8 +126,8 @@ func (w *worker) handleDue(ctx context.Context) time.Duration {
 				if wait := h.dec.NotBefore.Sub(now); soonest == 0 || wait < soonest {
 					soonest = wait
 				}
-				if oldest.IsZero() || h.r.Timestamp.Before(oldest) {
-					oldest = h.r.Timestamp
+				if oldest.IsZero() || h.d.Timestamp.Before(oldest) { // clamped to the time it was read
+					oldest = h.d.Timestamp
 				}
 				continue
 			}
@@ -159,6 +161,9 @@ func (w *worker) handleDue(ctx context.Context) time.Duration {
 // act carries out one decision. Republishing retries until the record is
 // acknowledged or ctx ends (then false: the offset is not committed).
 func (w *worker) act(ctx context.Context, d *dlq.DeadLetter, dec dlq.Decision) bool {
+	if d == nil {
+		return true // not a dead letter: counted as undecodable by the statistics reader, nothing to do
+	}
 	m := w.a.m
 	name := w.p.cfg.Name
 	switch dec.Action {

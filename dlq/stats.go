@@ -52,6 +52,7 @@ const minutes = int(StatsWindow / time.Minute) // 1440
 type Stats struct {
 	mu       sync.Mutex
 	total    int64
+	undec    int64 // DLQ records that are not dead letters (Undecodable)
 	byCode   map[string]int64
 	byReason map[string]int64
 	byClass  map[string]int64
@@ -150,6 +151,16 @@ func (s *Stats) Republished(rule string) { s.rule(rule, func(c *RuleCounts) { c.
 // reached its max_redrives.
 func (s *Stats) Parked(rule string) { s.rule(rule, func(c *RuleCounts) { c.Parked++ }) }
 
+// Undecodable counts a DLQ record that is not a valid redrive dead
+// letter (Decode failed): never in Total or the by_* counts, never
+// decided by a rule, never republished. The analyzer and `redrive dlq
+// stats` count them alike.
+func (s *Stats) Undecodable() {
+	s.mu.Lock()
+	s.undec++
+	s.mu.Unlock()
+}
+
 // Kept counts a dead letter that rule kept (NoRule or "": none matched).
 func (s *Stats) Kept(rule string) { s.rule(rule, func(c *RuleCounts) { c.Kept++ }) }
 
@@ -189,12 +200,15 @@ func (s *Stats) Reset() {
 // Maps and lists are never null in JSON. Times are UTC, RFC 3339.
 type StatsSnapshot struct {
 	// At is the now the snapshot was taken for.
-	At       time.Time        `json:"at"`
-	Total    int64            `json:"total"`
-	ByCode   map[string]int64 `json:"by_code"`   // "" is no code; Other the rest beyond MaxDistinct
-	ByReason map[string]int64 `json:"by_reason"` // exhausted, permanent, invalid, expired
-	ByClass  map[string]int64 `json:"by_class"`
-	ByOrigin map[string]int64 `json:"by_origin"` // origin topic; "" when the dead letter has none
+	At    time.Time `json:"at"`
+	Total int64     `json:"total"`
+	// Undecodable counts the DLQ records that are not redrive dead
+	// letters: not in Total, never republished (added field).
+	Undecodable int64            `json:"undecodable"`
+	ByCode      map[string]int64 `json:"by_code"`   // "" is no code; Other the rest beyond MaxDistinct
+	ByReason    map[string]int64 `json:"by_reason"` // exhausted, permanent, invalid, expired
+	ByClass     map[string]int64 `json:"by_class"`
+	ByOrigin    map[string]int64 `json:"by_origin"` // origin topic; "" when the dead letter has none
 	// PerMinute has one entry for every minute of the 24 hours up to At,
 	// oldest first, zeros included: always 1440 entries.
 	PerMinute []MinuteCount `json:"per_minute"`
@@ -245,15 +259,16 @@ func (s *Stats) snapshot(now time.Time, topN int) StatsSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := StatsSnapshot{
-		At:        now.UTC(),
-		Total:     s.total,
-		ByCode:    copyMap(s.byCode),
-		ByReason:  copyMap(s.byReason),
-		ByClass:   copyMap(s.byClass),
-		ByOrigin:  copyMap(s.byOrigin),
-		PerMinute: make([]MinuteCount, minutes),
-		TopKeys:   s.keys.top(topN),
-		Rules:     make(map[string]RuleCounts, len(s.rules)),
+		At:          now.UTC(),
+		Total:       s.total,
+		Undecodable: s.undec,
+		ByCode:      copyMap(s.byCode),
+		ByReason:    copyMap(s.byReason),
+		ByClass:     copyMap(s.byClass),
+		ByOrigin:    copyMap(s.byOrigin),
+		PerMinute:   make([]MinuteCount, minutes),
+		TopKeys:     s.keys.top(topN),
+		Rules:       make(map[string]RuleCounts, len(s.rules)),
 	}
 	last := unixMinute(now)
 	for i := range minutes {
@@ -295,6 +310,9 @@ func (snap StatsSnapshot) Table(w io.Writer) error {
 		fmt.Fprintf(tw, ", oldest %s, newest %s", snap.Oldest.Format(time.RFC3339), snap.Newest.Format(time.RFC3339))
 	}
 	fmt.Fprintln(tw)
+	if snap.Undecodable > 0 {
+		fmt.Fprintf(tw, "%d undecodable: not redrive dead letters\n", snap.Undecodable)
+	}
 	share := func(n int64) string {
 		if snap.Total == 0 {
 			return "-"

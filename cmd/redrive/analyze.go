@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 
 	"github.com/spf13/cobra"
 
@@ -53,6 +54,12 @@ func newAnalyzer(c *config.Config, o *obs.Server, processors ...string) (*analyz
 	}
 	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat, Processors: processors,
 		Limits: c.Analyzer.Limits()}
+	// The dashboard answers to the name it listens on and to the
+	// configured ones (besides the loopback names).
+	if host, _, err := net.SplitHostPort(c.Analyzer.HTTPAddr); err == nil && host != "" {
+		ao.AllowedHosts = append(ao.AllowedHosts, host)
+	}
+	ao.AllowedHosts = append(ao.AllowedHosts, c.Analyzer.AllowedHosts...)
 	for _, p := range c.Pipelines {
 		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results}
 		for i, t := range p.TierTopics() {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/redrive/redrive/internal/demosolver"
+	"github.com/redrive/redrive/internal/obs"
 )
 
 func newDemoSolverCmd(_ *globals) *cobra.Command {
@@ -31,7 +32,7 @@ GET /stats: counters as JSON.`,
 			if err != nil {
 				return &exitError{2, fmt.Errorf("--addr %s: %w", addr, err)}
 			}
-			srv := &http.Server{Handler: demosolver.New(cfg), ReadHeaderTimeout: 5 * time.Second}
+			srv := obs.HTTPServer(demosolver.New(cfg), obs.Limits{})
 			go func() {
 				<-cmd.Context().Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -115,7 +115,7 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("demo solver on %s: %w", f.solverAddr, err)
 	}
-	ssrv := &http.Server{Handler: solver, ReadHeaderTimeout: 5 * time.Second}
+	ssrv := obs.HTTPServer(solver, obs.Limits{})
 	go func() { _ = ssrv.Serve(sl) }()
 	defer ssrv.Close()
 	solverURL := "http://" + sl.Addr().String() + "/solve"

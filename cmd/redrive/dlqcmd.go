@@ -186,6 +186,7 @@ func newDLQStatsCmd(g *globals) *cobra.Command {
 				d, err := dlq.Decode(r)
 				if err != nil {
 					sk.add(err)
+					stats.Undecodable() // as the analyzer counts them
 					return nil
 				}
 				if s.filter.Match(d) {

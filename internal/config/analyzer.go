@@ -2,6 +2,7 @@ package config
 
 import (
 	"maps"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -218,6 +219,13 @@ func (v *validator) analyzer(c *Config) {
 					v.add(at+".to", "%q is the DLQ of %s: a republished dead letter would come straight back", r.To, index("pipelines", j))
 				}
 			}
+		}
+	}
+
+	for i, h := range c.Analyzer.AllowedHosts {
+		ipv6 := strings.Contains(h, ":") && net.ParseIP(strings.Trim(h, "[]")) != nil
+		if h == "" || strings.ContainsAny(h, " \t/@?#") || strings.Contains(h, ":") && !ipv6 {
+			v.add(index("analyzer.allowed_hosts", i), "%q: want a host name or address without scheme or port (or \"*\" for any)", h)
 		}
 	}
 

@@ -166,4 +166,8 @@ type Analyzer struct {
 	RecentBytes      int64 `yaml:"recent_bytes" config:"bytes"`
 	ResponseBytes    int64 `yaml:"response_bytes" config:"bytes"`
 	MaxRequests      int   `yaml:"max_requests"`
+	// AllowedHosts are the host names (no port) the dashboard and API
+	// answer to besides HTTPAddr's host, localhost, 127.0.0.1 and ::1;
+	// "*" allows any. Others get 421 (a DNS-rebinding page sends its own).
+	AllowedHosts []string `yaml:"allowed_hosts" config:"csv"`
 }

@@ -580,6 +580,7 @@ func TestValidationErrors(t *testing.T) {
 		{"http_addr", pipe() + "http_addr: nope\n", []string{"line 4: http_addr: \"nope\": want host:port"}},
 		{"http_addr port", pipe() + "http_addr: 127.0.0.1:99999\n", []string{"http_addr: \"127.0.0.1:99999\": bad port"}},
 		{"analyzer http_addr", pipe() + "analyzer:\n  http_addr: x\n", []string{"line 5: analyzer.http_addr"}},
+		{"analyzer allowed_hosts", pipe() + "analyzer:\n  allowed_hosts: ['http://x', 'a:80', '', 'b c']\n", []string{"analyzer.allowed_hosts[0]: \"http://x\": want a host name", "analyzer.allowed_hosts[1]", "analyzer.allowed_hosts[2]", "analyzer.allowed_hosts[3]"}},
 		{"several at once", pipe("partitions: -1", "ordering: x") + "http_addr: nope\n", []string{"pipelines[0].partitions", "pipelines[0].ordering", "http_addr"}},
 	}
 	for _, tt := range tests {
@@ -621,6 +622,8 @@ func TestValid(t *testing.T) {
 		{"broker without port", "brokers: [kafka]\npipelines: [{topic: t}]\n"},
 		{"ipv6 broker", "brokers: ['[::1]:9092']\npipelines: [{topic: t}]\n"},
 		{"http_addr any port", pipe() + "http_addr: 127.0.0.1:0\n"},
+		{"analyzer allowed_hosts", pipe() + "analyzer:\n  allowed_hosts: ['*', dash.example.com, '::1', '[::1]', 10.0.0.7]\n"},
+		{"analyzer allowed_hosts csv", pipe() + "analyzer:\n  allowed_hosts: 'a.example, b.example'\n"},
 		{"ordering key", pipe("ordering: key")},
 		{"spring", pipe("dlq: {header_style: spring}")},
 		{"connect", pipe("dlq: {header_style: connect}")},
@@ -668,7 +671,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"codes", pipe("handler: {codes: {fatal: [X]}}"), "pipelines[0].handler.codes.fatal: unknown key (known: transient, not_ready, permanent, min_delay)"},
 		{"sasl", pipe() + "sasl: {mechanism: PLAIN, user: u, pass: p}\n", "line 4: sasl.pass: unknown key (known: mechanism, user, password)"},
 		{"tls", pipe() + "tls: {enable: true}\n", "tls.enable: unknown key (known: enabled, ca_file, cert_file, key_file, insecure_skip_verify, server_name)"},
-		{"analyzer", pipe() + "analyzer: {addr: x}\n", "analyzer.addr: unknown key (known: http_addr, token, rules, alerts, recent_value_bytes, recent_bytes, response_bytes, max_requests)"},
+		{"analyzer", pipe() + "analyzer: {addr: x}\n", "analyzer.addr: unknown key (known: http_addr, token, rules, alerts, recent_value_bytes, recent_bytes, response_bytes, max_requests, allowed_hosts)"},
 		{"in a merge", "base: &b {topic: x}\n" + pipe(), "line 1: base: unknown key"},
 		{"merged in", "brokers: [h:1]\npipelines:\n  - &p {topic: a, colour: red}\n  - {<<: *p, topic: b}\n", "line 3: pipelines[0].colour: unknown key"},
 	}

@@ -35,6 +35,9 @@ type Server struct {
 	Stall time.Duration
 	// Mux serves the endpoints; callers may add their own handlers.
 	Mux *http.ServeMux
+	// Limits bound the HTTP server's reads, writes and idle connections
+	// (zero fields: the Default* values).
+	Limits Limits
 
 	now    func() time.Time
 	readyG *prometheus.GaugeVec
@@ -181,7 +184,7 @@ func (s *Server) Serve(ctx context.Context, addr string, log *slog.Logger) (stri
 	if err != nil {
 		return "", fmt.Errorf("http_addr %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: s.Mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := HTTPServer(s.Mux, s.Limits)
 	go func() {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -194,4 +197,62 @@ func (s *Server) Serve(ctx context.Context, addr string, log *slog.Logger) (stri
 		}
 	}()
 	return ln.Addr().String(), nil
+}
+
+// The limits of every HTTP server redrive runs (HTTPServer).
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	// DefaultReadTimeout bounds reading a whole request, body included:
+	// a body trickled byte by byte is cut there.
+	DefaultReadTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds writing a response; a handler that
+	// needs longer (POST /api/replay) extends its own deadline with
+	// http.ResponseController.
+	DefaultWriteTimeout   = 60 * time.Second
+	DefaultIdleTimeout    = 60 * time.Second
+	DefaultMaxHeaderBytes = 256 << 10
+)
+
+// Limits are an HTTP server's timeouts and header bound; a zero field
+// means its Default* value.
+type Limits struct {
+	ReadHeaderTimeout, ReadTimeout, WriteTimeout, IdleTimeout time.Duration
+	MaxHeaderBytes                                            int
+}
+
+// HTTPServer is the http.Server every redrive server uses: h behind
+// SecurityHeaders, with l's timeouts (no connection, idle or trickling,
+// holds a server forever).
+func HTTPServer(h http.Handler, l Limits) *http.Server {
+	or := func(d, def time.Duration) time.Duration {
+		if d > 0 {
+			return d
+		}
+		return def
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = DefaultMaxHeaderBytes
+	}
+	return &http.Server{
+		Handler:           SecurityHeaders(h),
+		ReadHeaderTimeout: or(l.ReadHeaderTimeout, DefaultReadHeaderTimeout),
+		ReadTimeout:       or(l.ReadTimeout, DefaultReadTimeout),
+		WriteTimeout:      or(l.WriteTimeout, DefaultWriteTimeout),
+		IdleTimeout:       or(l.IdleTimeout, DefaultIdleTimeout),
+		MaxHeaderBytes:    l.MaxHeaderBytes,
+	}
+}
+
+// SecurityHeaders sets the standard protective headers on every response
+// of h: no MIME sniffing, no framing, no referrer. A handler may set a
+// fuller Content-Security-Policy of its own (the analyzer's dashboard does).
+func SecurityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Content-Security-Policy", "frame-ancestors 'none'")
+		hd.Set("Referrer-Policy", "no-referrer")
+		h.ServeHTTP(w, r)
+	})
 }

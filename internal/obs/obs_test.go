@@ -1,11 +1,14 @@
 package obs
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -76,5 +79,46 @@ func TestEndpoints(t *testing.T) {
 func TestServeBadAddr(t *testing.T) {
 	if _, err := New().Serve(context.Background(), "127.0.0.1:notaport", slog.Default()); err == nil || !strings.Contains(err.Error(), "http_addr") {
 		t.Errorf("err = %v, want an http_addr error", err)
+	}
+}
+
+// Issue 12 point 11: every server redrive runs has timeouts (500 idle
+// connections stayed open on the analyzer's) and the security headers.
+func TestServerLimitsAndHeaders(t *testing.T) {
+	srv := HTTPServer(http.NotFoundHandler(), Limits{})
+	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.WriteTimeout <= 0 || srv.IdleTimeout <= 0 || srv.MaxHeaderBytes <= 0 {
+		t.Errorf("HTTPServer with default limits: %+v", srv)
+	}
+
+	s := New()
+	s.Limits = Limits{IdleTimeout: 300 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := s.Serve(ctx, "127.0.0.1:0", slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	fmt.Fprintf(conn, "GET /metrics HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	for k, v := range map[string]string{"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'", "Referrer-Policy": "no-referrer"} {
+		if got := resp.Header.Get(k); got != v {
+			t.Errorf("/metrics %s: %q, want %q", k, got, v)
+		}
+	}
+	// The kept-alive connection now idles: the server closes it.
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second)) // a failsafe, not the assertion
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Errorf("idle connection: read %v, want EOF (closed by the server's idle timeout)", err)
 	}
 }

@@ -1,0 +1,55 @@
+package analyzer
+
+import (
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func TestHostAllowed(t *testing.T) {
+	for host, want := range map[string]bool{
+		"localhost": true, "localhost:9091": true, "LocalHost.:1": true, "127.0.0.1:9091": true, "[::1]:9091": true, "::1": true,
+		"dash.example.com": true, "DASH.example.com:443": true,
+		"": false, "evil.example": false, "127.0.0.1.evil.example": false, "localhost.evil:9091": false, "[::2]:9091": false,
+		"dash.example.com.evil": false, "0.0.0.0:9091": false,
+	} {
+		if got := hostAllowed(host, []string{"dash.example.com"}); got != want {
+			t.Errorf("hostAllowed(%q) = %v, want %v", host, got, want)
+		}
+	}
+	if !hostAllowed("anything.example:1", []string{"*"}) {
+		t.Error(`"*" does not allow any host`)
+	}
+}
+
+// FuzzHostAllowed: with no names configured, only the loopback names pass,
+// whatever the Host header holds.
+func FuzzHostAllowed(f *testing.F) {
+	for _, s := range []string{"localhost", "127.0.0.1:80", "[::1]:1", "evil.example", "localhost.evil", "[localhost]", "::1", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		if !hostAllowed(host, nil) {
+			return
+		}
+		h := host
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			h = hh
+		}
+		h = strings.ToLower(strings.TrimSuffix(strings.Trim(h, "[]"), "."))
+		if h != "localhost" && h != "127.0.0.1" && h != "::1" {
+			t.Fatalf("allowed Host %q", host)
+		}
+	})
+}
+
+func TestBearerToken(t *testing.T) {
+	for auth, want := range map[string]string{"Bearer tok": "tok", "bearer tok": "tok", "BEARER  tok": "tok", "Basic tok": "", "tok": "", "Bearer": ""} {
+		r, _ := http.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", auth)
+		if got, ok := bearerToken(r); got != want || ok != (want != "") {
+			t.Errorf("bearerToken(%q) = %q, %v; want %q", auth, got, ok, want)
+		}
+	}
+}
