@@ -168,6 +168,40 @@ func outOfRange(meta retry.Meta, tier int, p policy, now time.Time) error {
 	return nil
 }
 
+// clockSkew is how far ahead of now a time from a record may be without
+// being clamped: clocks of producers and processes differ a little.
+const clockSkew = time.Second
+
+// clampMask says which times clampFuture (or the wait bound) clamped: bit
+// i is clampedTimes[i].
+type clampMask uint8
+
+const (
+	clampRecordTimestamp = iota // the consumed record's timestamp (the wait bound)
+	clampOriginTimestamp        // redrive-origin-timestamp, or the record's on the first read (ttl)
+	clampNotReadySince          // redrive-not-ready-since (not_ready_deadline)
+)
+
+// clampFuture sets the times in meta that drive ages to now when they lie
+// more than clockSkew ahead of it (issue 12 point 4): the origin timestamp
+// (ttl counts from it) and redrive-not-ready-since (not_ready_deadline
+// counts from it). A future one would make the age negative, so the
+// request would never expire; clamped, the age counts from the first time
+// redrive saw it, and the clamped time is what later hops carry. It returns
+// what it clamped, for redrive_future_times_clamped_total.
+func clampFuture(meta *retry.Meta, now time.Time) (clamped clampMask) {
+	limit := now.Add(clockSkew)
+	if meta.OriginTimestamp.After(limit) {
+		meta.OriginTimestamp = now
+		clamped |= 1 << clampOriginTimestamp
+	}
+	if meta.NotReadySince.After(limit) {
+		meta.NotReadySince = now
+		clamped |= 1 << clampNotReadySince
+	}
+	return clamped
+}
+
 // attemptOf is the attempt number, whether the call is a not-ready poll, and
 // the state the handler gets, for a record with these headers.
 func attemptOf(meta retry.Meta) (attempt int, poll bool, state []byte) {

@@ -343,6 +343,38 @@ func TestWrittenDueIsAlwaysReadable(t *testing.T) {
 	}
 }
 
+// TestClampFuture: times from a record that drive ages are taken as now
+// when more than clockSkew ahead (issue 12 point 4), so that a request with
+// a future origin timestamp still expires ttl after redrive first saw it.
+func TestClampFuture(t *testing.T) {
+	cases := []struct {
+		name                  string
+		origin, notReadySince time.Time
+		want                  clampMask
+		wantOrigin, wantNRS   time.Time
+	}{
+		{"past times are kept", t0.Add(-time.Hour), t0.Add(-time.Minute), 0, t0.Add(-time.Hour), t0.Add(-time.Minute)},
+		{"within the skew allowance", t0.Add(clockSkew), t0.Add(clockSkew), 0, t0.Add(clockSkew), t0.Add(clockSkew)},
+		{"100 years ahead", t0.AddDate(100, 0, 0), t0.AddDate(100, 0, 0), 1<<clampOriginTimestamp | 1<<clampNotReadySince, t0, t0},
+		{"just past the allowance", t0.Add(clockSkew + time.Millisecond), time.Time{}, 1 << clampOriginTimestamp, t0, time.Time{}},
+		{"absent not-ready-since stays absent", t0, time.Time{}, 0, t0, time.Time{}},
+	}
+	for _, c := range cases {
+		m := with(polled(), func(m *retry.Meta) { m.OriginTimestamp, m.NotReadySince = c.origin, c.notReadySince })
+		got := clampFuture(&m, t0)
+		if got != c.want || !m.OriginTimestamp.Equal(c.wantOrigin) || !m.NotReadySince.Equal(c.wantNRS) {
+			t.Errorf("%s: mask %b origin %v not-ready-since %v, want %b %v %v", c.name, got, m.OriginTimestamp, m.NotReadySince, c.want, c.wantOrigin, c.wantNRS)
+		}
+	}
+	// Clamped at the first look, the request expires ttl later.
+	m := with(fresh(), func(m *retry.Meta) { m.OriginTimestamp = t0.AddDate(100, 0, 0) })
+	clampFuture(&m, t0)
+	later := t0.Add(pol.ttl + time.Second)
+	if d, call := screen(m, nil, -1, pol, later); call || d.meta.ErrorCode != CodeTTL {
+		t.Errorf("ttl after the first look: call %v code %q, want expired (ttl)", call, d.meta.ErrorCode)
+	}
+}
+
 func TestAttemptOf(t *testing.T) {
 	cases := []struct {
 		name    string
