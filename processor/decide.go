@@ -130,12 +130,16 @@ func (p policy) dueLimitWhy(meta retry.Meta) (time.Duration, string) {
 		h, why = p.notReadyDeadline, "not_ready_deadline "+p.notReadyDeadline.String()
 	}
 	w := p.sched.LongestWait()
+	if w+h > retry.MaxMaxDue {
+		return retry.MaxMaxDue, "at most " + retry.MaxMaxDue.String()
+	}
 	return w + h, "the largest tier with its jitter " + w.String() + " plus " + why
 }
 
 // capDue keeps a due time redrive writes within dueLimit, so that redrive
 // never writes a record it would refuse to read: a minimum delay (a long
-// Retry-After) beyond it is cut to it.
+// Retry-After) beyond it is cut to it (decide also cuts the minimum delay
+// before Schedule.Next adds jitter to it, so that nothing overflows).
 func (p policy) capDue(meta retry.Meta, now, due time.Time) time.Time {
 	if lim := now.Add(p.dueLimit(meta)); due.After(lim) {
 		return lim.Truncate(time.Millisecond)
@@ -253,7 +257,7 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 			return dead(meta, reasonPermanent, "")
 		}
 		meta.State = out.State
-		idx, due := p.sched.Next(now, 0, out.MinDelay, p.rnd)
+		idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 
@@ -265,7 +269,7 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 		if p.sched.Exhausted(meta.Attempt) {
 			return dead(meta, reasonExhausted, "")
 		}
-		idx, due := p.sched.Next(now, meta.Attempt+1, out.MinDelay, p.rnd)
+		idx, due := p.sched.Next(now, meta.Attempt+1, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 

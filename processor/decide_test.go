@@ -318,13 +318,15 @@ func TestScreenDueLimit(t *testing.T) {
 // call invalid (issue 12 point 3).
 func TestWrittenDueIsAlwaysReadable(t *testing.T) {
 	pols := map[string]policy{
-		"ttl":     pol,
-		"no ttl":  {sched: sched, notReadyDeadline: 10 * time.Minute},
-		"max_due": {sched: with(sched, func(s *retry.Schedule) { s.MaxDue = 5 * time.Minute; s.Jitter = 0 }), notReadyDeadline: time.Hour},
-		"jitter":  {sched: with(sched, func(s *retry.Schedule) { s.Jitter = 1 }), ttl: time.Minute, notReadyDeadline: time.Second},
+		"ttl":              pol,
+		"no ttl":           {sched: sched, notReadyDeadline: 10 * time.Minute},
+		"max_due":          {sched: with(sched, func(s *retry.Schedule) { s.MaxDue = 5 * time.Minute; s.Jitter = 0 }), notReadyDeadline: time.Hour},
+		"jitter":           {sched: with(sched, func(s *retry.Schedule) { s.Jitter = 1 }), ttl: time.Minute, notReadyDeadline: time.Second},
+		"ttl of 200 years": {sched: with(sched, func(s *retry.Schedule) { s.Jitter = 1 }), ttl: 200 * 365 * 24 * time.Hour, notReadyDeadline: 1<<63 - 1},
+		"max_due 10 years": {sched: with(sched, func(s *retry.Schedule) { s.Jitter = 1; s.MaxDue = retry.MaxMaxDue }), notReadyDeadline: time.Hour},
 	}
 	for name, p := range pols {
-		for _, min := range []time.Duration{0, time.Second, 20 * time.Minute, 2 * time.Hour, 48 * time.Hour, 1 << 62} {
+		for _, min := range []time.Duration{0, time.Second, 20 * time.Minute, 2 * time.Hour, 48 * time.Hour, 1 << 62, 1<<63 - 1} {
 			for _, out := range []Outcome{RetryAfter("x", nil, min), Poll([]byte("s"), min)} {
 				for _, m := range []retry.Meta{fresh(), polled()} {
 					d := decide(m, out, p, t0)
@@ -334,8 +336,12 @@ func TestWrittenDueIsAlwaysReadable(t *testing.T) {
 					if err := outOfRange(d.meta, d.tier, p, t0); err != nil {
 						t.Errorf("%s, %s with min delay %s: %v", name, out.Kind, min, err)
 					}
-					if d.meta.Due.Sub(t0) > p.dueLimit(d.meta) {
-						t.Errorf("%s, %s with min delay %s: due %s ahead", name, out.Kind, min, d.meta.Due.Sub(t0))
+					if ahead := d.meta.Due.Sub(t0); ahead > p.dueLimit(d.meta) || ahead < sched.Tiers[0] {
+						t.Errorf("%s, %s with min delay %s: due %s ahead", name, out.Kind, min, ahead)
+					}
+					// The header reads back: within redrive-due's range.
+					if _, _, err := retry.Decode(retry.Encode(d.meta, nil)); err != nil {
+						t.Errorf("%s, %s with min delay %s: %v", name, out.Kind, min, err)
 					}
 				}
 			}
