@@ -114,26 +114,41 @@ const dueSkew = time.Minute
 // DefaultDueHorizon when neither applies. A record due later would never be
 // handled before it expires (or at all): it is invalid.
 func (p policy) dueLimit(meta retry.Meta) time.Duration {
-	d, _ := p.dueLimitWhy(meta)
-	return d
+	if p.sched.MaxDue > 0 {
+		return p.sched.MaxDue
+	}
+	return min(p.sched.LongestWait()+p.dueHorizon(meta), retry.MaxMaxDue)
 }
 
-func (p policy) dueLimitWhy(meta retry.Meta) (time.Duration, string) {
-	if p.sched.MaxDue > 0 {
-		return p.sched.MaxDue, "max_due " + p.sched.MaxDue.String()
-	}
-	h, why := DefaultDueHorizon, "24h0m0s"
+// dueHorizon is what dueLimit adds to the longest wait by default.
+func (p policy) dueHorizon(meta retry.Meta) time.Duration {
+	h := DefaultDueHorizon
 	if p.ttl > 0 {
-		h, why = p.ttl, "ttl "+p.ttl.String()
+		h = p.ttl
 	}
 	if meta.ErrorClass == retry.ClassNotReady && p.notReadyDeadline > 0 && p.notReadyDeadline < h {
-		h, why = p.notReadyDeadline, "not_ready_deadline "+p.notReadyDeadline.String()
+		h = p.notReadyDeadline
 	}
-	w := p.sched.LongestWait()
-	if w+h > retry.MaxMaxDue {
-		return retry.MaxMaxDue, "at most " + retry.MaxMaxDue.String()
+	return h
+}
+
+// dueLimitWhy says how dueLimit came about, for the error message.
+func (p policy) dueLimitWhy(meta retry.Meta) string {
+	h := p.dueHorizon(meta)
+	var why string
+	switch {
+	case p.sched.MaxDue > 0:
+		return "max_due " + p.sched.MaxDue.String()
+	case p.sched.LongestWait()+h > retry.MaxMaxDue:
+		return "at most " + retry.MaxMaxDue.String()
+	case meta.ErrorClass == retry.ClassNotReady && h == p.notReadyDeadline:
+		why = "not_ready_deadline " + h.String()
+	case p.ttl > 0:
+		why = "ttl " + h.String()
+	default:
+		why = h.String()
 	}
-	return w + h, "the largest tier with its jitter " + w.String() + " plus " + why
+	return "the largest tier with its jitter " + p.sched.LongestWait().String() + " plus " + why
 }
 
 // capDue keeps a due time redrive writes within dueLimit, so that redrive
@@ -164,10 +179,9 @@ func outOfRange(meta retry.Meta, tier int, p policy, now time.Time) error {
 		return nil
 	}
 	if ahead := meta.Due.Sub(now); ahead > p.dueLimit(meta)+dueSkew {
-		lim, why := p.dueLimitWhy(meta)
 		return &retry.BadHeaderError{Header: retry.HeaderDue, Value: strconv.FormatInt(meta.Due.UnixMilli(), 10),
 			Reason: fmt.Sprintf("due %s, %s ahead: further than the limit %s (%s)",
-				meta.Due.UTC().Format(time.RFC3339), ahead.Round(time.Second), lim, why)}
+				meta.Due.UTC().Format(time.RFC3339), ahead.Round(time.Second), p.dueLimit(meta), p.dueLimitWhy(meta))}
 	}
 	return nil
 }

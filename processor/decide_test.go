@@ -284,6 +284,8 @@ func TestScreenDueLimit(t *testing.T) {
 		{"not-ready: within the deadline", polled(), pol, 15 * time.Minute, ""},
 		{"max_due replaces the default", transient, maxDue, 2 * time.Hour, ""},
 		{"past max_due", transient, maxDue, 3*time.Hour + time.Millisecond, "further than the limit 2h0m0s (max_due 2h0m0s)"},
+		{"never beyond 10 years, whatever ttl", transient, policy{sched: sched, ttl: 200 * 365 * 24 * time.Hour}, 100 * 365 * 24 * time.Hour,
+			"further than the limit 87600h0m0s (at most 87600h0m0s)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
