@@ -114,28 +114,47 @@ const dueSkew = time.Minute
 // DefaultDueHorizon when neither applies. A record due later would never be
 // handled before it expires (or at all): it is invalid.
 func (p policy) dueLimit(meta retry.Meta) time.Duration {
-	d, _ := p.dueLimitWhy(meta)
-	return d
+	if p.sched.MaxDue > 0 {
+		return p.sched.MaxDue
+	}
+	return min(p.sched.LongestWait()+p.dueHorizon(meta), retry.MaxMaxDue)
 }
 
-func (p policy) dueLimitWhy(meta retry.Meta) (time.Duration, string) {
-	if p.sched.MaxDue > 0 {
-		return p.sched.MaxDue, "max_due " + p.sched.MaxDue.String()
-	}
-	h, why := DefaultDueHorizon, "24h0m0s"
+// dueHorizon is what dueLimit adds to the longest wait by default.
+func (p policy) dueHorizon(meta retry.Meta) time.Duration {
+	h := DefaultDueHorizon
 	if p.ttl > 0 {
-		h, why = p.ttl, "ttl "+p.ttl.String()
+		h = p.ttl
 	}
 	if meta.ErrorClass == retry.ClassNotReady && p.notReadyDeadline > 0 && p.notReadyDeadline < h {
-		h, why = p.notReadyDeadline, "not_ready_deadline "+p.notReadyDeadline.String()
+		h = p.notReadyDeadline
 	}
-	w := p.sched.LongestWait()
-	return w + h, "the largest tier with its jitter " + w.String() + " plus " + why
+	return h
+}
+
+// dueLimitWhy says how dueLimit came about, for the error message.
+func (p policy) dueLimitWhy(meta retry.Meta) string {
+	h := p.dueHorizon(meta)
+	var why string
+	switch {
+	case p.sched.MaxDue > 0:
+		return "max_due " + p.sched.MaxDue.String()
+	case p.sched.LongestWait()+h > retry.MaxMaxDue:
+		return "at most " + retry.MaxMaxDue.String()
+	case meta.ErrorClass == retry.ClassNotReady && h == p.notReadyDeadline:
+		why = "not_ready_deadline " + h.String()
+	case p.ttl > 0:
+		why = "ttl " + h.String()
+	default:
+		why = h.String()
+	}
+	return "the largest tier with its jitter " + p.sched.LongestWait().String() + " plus " + why
 }
 
 // capDue keeps a due time redrive writes within dueLimit, so that redrive
 // never writes a record it would refuse to read: a minimum delay (a long
-// Retry-After) beyond it is cut to it.
+// Retry-After) beyond it is cut to it (decide also cuts the minimum delay
+// before Schedule.Next adds jitter to it, so that nothing overflows).
 func (p policy) capDue(meta retry.Meta, now, due time.Time) time.Time {
 	if lim := now.Add(p.dueLimit(meta)); due.After(lim) {
 		return lim.Truncate(time.Millisecond)
@@ -160,12 +179,45 @@ func outOfRange(meta retry.Meta, tier int, p policy, now time.Time) error {
 		return nil
 	}
 	if ahead := meta.Due.Sub(now); ahead > p.dueLimit(meta)+dueSkew {
-		lim, why := p.dueLimitWhy(meta)
 		return &retry.BadHeaderError{Header: retry.HeaderDue, Value: strconv.FormatInt(meta.Due.UnixMilli(), 10),
 			Reason: fmt.Sprintf("due %s, %s ahead: further than the limit %s (%s)",
-				meta.Due.UTC().Format(time.RFC3339), ahead.Round(time.Second), lim, why)}
+				meta.Due.UTC().Format(time.RFC3339), ahead.Round(time.Second), p.dueLimit(meta), p.dueLimitWhy(meta))}
 	}
 	return nil
+}
+
+// clockSkew is how far ahead of now a time from a record may be without
+// being clamped: clocks of producers and processes differ a little.
+const clockSkew = time.Second
+
+// clampMask says which times clampFuture (or the wait bound) clamped: bit
+// i is clampedTimes[i].
+type clampMask uint8
+
+const (
+	clampRecordTimestamp = iota // the consumed record's timestamp (the wait bound)
+	clampOriginTimestamp        // redrive-origin-timestamp, or the record's on the first read (ttl)
+	clampNotReadySince          // redrive-not-ready-since (not_ready_deadline)
+)
+
+// clampFuture sets the times in meta that drive ages to now when they lie
+// more than clockSkew ahead of it (issue 12 point 4): the origin timestamp
+// (ttl counts from it) and redrive-not-ready-since (not_ready_deadline
+// counts from it). A future one would make the age negative, so the
+// request would never expire; clamped, the age counts from the first time
+// redrive saw it, and the clamped time is what later hops carry. It returns
+// what it clamped, for redrive_future_times_clamped_total.
+func clampFuture(meta *retry.Meta, now time.Time) (clamped clampMask) {
+	limit := now.Add(clockSkew)
+	if meta.OriginTimestamp.After(limit) {
+		meta.OriginTimestamp = now
+		clamped |= 1 << clampOriginTimestamp
+	}
+	if meta.NotReadySince.After(limit) {
+		meta.NotReadySince = now
+		clamped |= 1 << clampNotReadySince
+	}
+	return clamped
 }
 
 // attemptOf is the attempt number, whether the call is a not-ready poll, and
@@ -219,7 +271,7 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 			return dead(meta, reasonPermanent, "")
 		}
 		meta.State = out.State
-		idx, due := p.sched.Next(now, 0, out.MinDelay, p.rnd)
+		idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 
@@ -231,7 +283,7 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 		if p.sched.Exhausted(meta.Attempt) {
 			return dead(meta, reasonExhausted, "")
 		}
-		idx, due := p.sched.Next(now, meta.Attempt+1, out.MinDelay, p.rnd)
+		idx, due := p.sched.Next(now, meta.Attempt+1, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 

@@ -109,6 +109,16 @@ func TestDecide(t *testing.T) {
 			toTier(errored(failed(2, retry.ClassTransient), retry.ClassTransient, "http_429", "http_429"), 1, 30*time.Second)},
 		{"retry-after beyond the last tier: last tier, due after the delay", fresh(), RetryAfter("http_429", nil, time.Hour), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, time.Hour)},
+		// Issue 12 point 3: redrive never writes a due time it would refuse.
+		{"retry-after beyond the due limit is cut to it (ttl)", fresh(), RetryAfter("http_429", nil, 48*time.Hour), pol,
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, 5*time.Minute+time.Hour)},
+		{"retry-after beyond the due limit is cut to it (no ttl: 24h)", fresh(), RetryAfter("http_429", nil, 1000*time.Hour), policy{sched: sched, notReadyDeadline: 10 * time.Minute},
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, 5*time.Minute+DefaultDueHorizon)},
+		{"retry-after beyond max_due is cut to it", fresh(), RetryAfter("http_429", nil, 48*time.Hour), policy{sched: with(sched, func(s *retry.Schedule) { s.MaxDue = 2 * time.Hour }), ttl: time.Hour},
+			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, 2*time.Hour)},
+		{"not-ready poll interval beyond the deadline is cut to it", polled(), Poll([]byte("task-9"), time.Hour), pol,
+			toTier(with(errored(with(polled(), func(m *retry.Meta) { m.Polls = 3 }), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("task-9") }), 2, 15*time.Minute)},
 		{"transient without error or code", fresh(), Retry("", nil), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "", "transient failure"), 0, 5*time.Second)},
 		{"transient on a poll: a failed attempt, polls+1, not-ready clock reset", polled(), Retry("http_503", errNoSlot), pol,
@@ -202,6 +212,25 @@ func TestScreen(t *testing.T) {
 				"still not ready 11m0s after the first not-ready answer (not_ready_deadline 10m0s)"), reasonExpired),
 				func(d *decision) { d.early = "expired" })},
 		{"not-ready within the deadline: poll", polled(), nil, 0, pol, true, decision{}},
+		// Issue 12 point 3: expiry is checked before a hop.
+		{"past the ttl and not due: expired, not hopped", with(failed(1, retry.ClassTransient), func(m *retry.Meta) {
+			m.OriginTimestamp, m.Due = t0.Add(-2*time.Hour), t0.Add(20*time.Second)
+		}), nil, 0, pol, false,
+			with(toDead(marked(with(failed(1, retry.ClassTransient), func(m *retry.Meta) {
+				m.OriginTimestamp, m.Due = t0.Add(-2*time.Hour), t0.Add(20*time.Second)
+			}), retry.ClassExpired, CodeTTL, "request older than ttl 1h0m0s"), reasonExpired), func(d *decision) { d.early = "expired" })},
+		{"past the not-ready deadline and not due: expired, not hopped", with(polled(), func(m *retry.Meta) {
+			m.NotReadySince, m.Due = t0.Add(-11*time.Minute), t0.Add(2*time.Minute)
+		}), nil, 0, pol, false,
+			with(toDead(marked(with(polled(), func(m *retry.Meta) { m.NotReadySince, m.Due = t0.Add(-11*time.Minute), t0.Add(2*time.Minute) }),
+				retry.ClassExpired, CodeNotReadyDeadline, "still not ready 11m0s after the first not-ready answer (not_ready_deadline 10m0s)"), reasonExpired),
+				func(d *decision) { d.early = "expired" })},
+		// Issue 12 point 3: a due time within the limit (plus the skew
+		// allowance) hops; further ahead it is invalid (TestScreenDueLimit).
+		{"due at the limit plus the skew: hop", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.Due = t0.Add(65*time.Minute + dueSkew) }),
+			nil, 2, pol, false,
+			decision{to: toRetry, tier: 2, hop: true, meta: with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.Due, m.Tier = t0.Add(65*time.Minute+dueSkew), "5m" })}},
+		{"a far due time on the main topic is not looked at", with(fresh(), func(m *retry.Meta) { m.Due = t0.AddDate(100, 0, 0) }), nil, -1, pol, true, decision{}},
 		{"the deadline only counts for not-ready records", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.NotReadySince = t0.Add(-time.Hour) }),
 			nil, 0, pol, true, decision{}},
 		// Issue 12 point 10: a count at the top of its range is invalid, so
@@ -224,6 +253,133 @@ func TestScreen(t *testing.T) {
 			}
 			checkDecision(t, got, c.want)
 		})
+	}
+}
+
+// TestScreenDueLimit: a tier record due further ahead than the largest
+// tier plus ttl / not_ready_deadline / 24h, or max_due, is invalid (issue 12
+// point 3): before, a record due in 100 years hopped through the last tier
+// forever.
+func TestScreenDueLimit(t *testing.T) {
+	noTTL := policy{sched: sched, notReadyDeadline: 10 * time.Minute}
+	maxDue := policy{sched: with(sched, func(s *retry.Schedule) { s.MaxDue = 2 * time.Hour }), ttl: time.Hour, notReadyDeadline: 10 * time.Minute}
+	transient := failed(1, retry.ClassTransient)
+	cases := []struct {
+		name    string
+		meta    retry.Meta
+		pol     policy
+		due     time.Duration // from t0
+		invalid string        // "" : hop; else part of redrive-error
+	}{
+		{"100 years ahead", transient, pol, 100 * 365 * 24 * time.Hour,
+			"further than the limit 1h5m0s (the largest tier with its jitter 5m0s plus ttl 1h0m0s)"},
+		{"100 years ahead, no ttl", transient, noTTL, 100 * 365 * 24 * time.Hour,
+			"further than the limit 24h5m0s (the largest tier with its jitter 5m0s plus 24h0m0s)"},
+		{"ttl: past the limit and skew", transient, pol, 66*time.Minute + time.Millisecond, "1h5m0s"},
+		{"ttl: within", transient, pol, 65 * time.Minute, ""},
+		{"no ttl: a day is fine", transient, noTTL, 24 * time.Hour, ""},
+		{"no ttl: past 24h and the largest tier", transient, noTTL, 24*time.Hour + 6*time.Minute + time.Millisecond, "24h5m0s"},
+		{"not-ready: the deadline bounds it", polled(), pol, 16*time.Minute + time.Millisecond,
+			"further than the limit 15m0s (the largest tier with its jitter 5m0s plus not_ready_deadline 10m0s)"},
+		{"not-ready: within the deadline", polled(), pol, 15 * time.Minute, ""},
+		{"max_due replaces the default", transient, maxDue, 2 * time.Hour, ""},
+		{"past max_due", transient, maxDue, 3*time.Hour + time.Millisecond, "further than the limit 2h0m0s (max_due 2h0m0s)"},
+		{"never beyond 10 years, whatever ttl", transient, policy{sched: sched, ttl: 200 * 365 * 24 * time.Hour}, 100 * 365 * 24 * time.Hour,
+			"further than the limit 87600h0m0s (at most 87600h0m0s)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := c.meta
+			m.Due = t0.Add(c.due)
+			if c.due > 300*24*time.Hour {
+				m.Due = t0.AddDate(100, 0, 0)
+			}
+			d, call := screen(m, nil, 2, c.pol, t0)
+			if call {
+				t.Fatal("handler called")
+			}
+			if c.invalid == "" {
+				if d.to != toRetry || !d.hop {
+					t.Fatalf("decision %+v, want a hop", d)
+				}
+				return
+			}
+			if d.to != toDLQ || d.hop || d.early != "invalid" || d.meta.Reason != reasonInvalid || d.meta.ErrorCode != CodeBadHeader ||
+				d.meta.ErrorClass != retry.ClassInvalid {
+				t.Fatalf("decision to=%q hop=%v early=%q reason=%q code=%q, want an invalid dead letter", d.to, d.hop, d.early, d.meta.Reason, d.meta.ErrorCode)
+			}
+			if !strings.HasPrefix(d.meta.Error, `header redrive-due="`) || !strings.Contains(d.meta.Error, c.invalid) {
+				t.Errorf("redrive-error %q, want the header and %q", d.meta.Error, c.invalid)
+			}
+		})
+	}
+}
+
+// Whatever the handler answers, the retry record redrive writes passes
+// screen when it is read back: redrive never writes a due time it would
+// call invalid (issue 12 point 3).
+func TestWrittenDueIsAlwaysReadable(t *testing.T) {
+	pols := map[string]policy{
+		"ttl":              pol,
+		"no ttl":           {sched: sched, notReadyDeadline: 10 * time.Minute},
+		"max_due":          {sched: with(sched, func(s *retry.Schedule) { s.MaxDue = 5 * time.Minute; s.Jitter = 0 }), notReadyDeadline: time.Hour},
+		"jitter":           {sched: with(sched, func(s *retry.Schedule) { s.Jitter = 1 }), ttl: time.Minute, notReadyDeadline: time.Second},
+		"ttl of 200 years": {sched: with(sched, func(s *retry.Schedule) { s.Jitter = 1 }), ttl: 200 * 365 * 24 * time.Hour, notReadyDeadline: 1<<63 - 1},
+		"max_due 10 years": {sched: with(sched, func(s *retry.Schedule) { s.Jitter = 1; s.MaxDue = retry.MaxMaxDue }), notReadyDeadline: time.Hour},
+	}
+	for name, p := range pols {
+		for _, min := range []time.Duration{0, time.Second, 20 * time.Minute, 2 * time.Hour, 48 * time.Hour, 1 << 62, 1<<63 - 1} {
+			for _, out := range []Outcome{RetryAfter("x", nil, min), Poll([]byte("s"), min)} {
+				for _, m := range []retry.Meta{fresh(), polled()} {
+					d := decide(m, out, p, t0)
+					if d.to != toRetry {
+						continue
+					}
+					if err := outOfRange(d.meta, d.tier, p, t0); err != nil {
+						t.Errorf("%s, %s with min delay %s: %v", name, out.Kind, min, err)
+					}
+					if ahead := d.meta.Due.Sub(t0); ahead > p.dueLimit(d.meta) || ahead < sched.Tiers[0] {
+						t.Errorf("%s, %s with min delay %s: due %s ahead", name, out.Kind, min, ahead)
+					}
+					// The header reads back: within redrive-due's range.
+					if _, _, err := retry.Decode(retry.Encode(d.meta, nil)); err != nil {
+						t.Errorf("%s, %s with min delay %s: %v", name, out.Kind, min, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestClampFuture: times from a record that drive ages are taken as now
+// when more than clockSkew ahead (issue 12 point 4), so that a request with
+// a future origin timestamp still expires ttl after redrive first saw it.
+func TestClampFuture(t *testing.T) {
+	cases := []struct {
+		name                  string
+		origin, notReadySince time.Time
+		want                  clampMask
+		wantOrigin, wantNRS   time.Time
+	}{
+		{"past times are kept", t0.Add(-time.Hour), t0.Add(-time.Minute), 0, t0.Add(-time.Hour), t0.Add(-time.Minute)},
+		{"within the skew allowance", t0.Add(clockSkew), t0.Add(clockSkew), 0, t0.Add(clockSkew), t0.Add(clockSkew)},
+		{"100 years ahead", t0.AddDate(100, 0, 0), t0.AddDate(100, 0, 0), 1<<clampOriginTimestamp | 1<<clampNotReadySince, t0, t0},
+		{"just past the allowance", t0.Add(clockSkew + time.Millisecond), time.Time{}, 1 << clampOriginTimestamp, t0, time.Time{}},
+		{"absent not-ready-since stays absent", t0, time.Time{}, 0, t0, time.Time{}},
+	}
+	for _, c := range cases {
+		m := with(polled(), func(m *retry.Meta) { m.OriginTimestamp, m.NotReadySince = c.origin, c.notReadySince })
+		got := clampFuture(&m, t0)
+		if got != c.want || !m.OriginTimestamp.Equal(c.wantOrigin) || !m.NotReadySince.Equal(c.wantNRS) {
+			t.Errorf("%s: mask %b origin %v not-ready-since %v, want %b %v %v", c.name, got, m.OriginTimestamp, m.NotReadySince, c.want, c.wantOrigin, c.wantNRS)
+		}
+	}
+	// Clamped at the first look, the request expires ttl later.
+	m := with(fresh(), func(m *retry.Meta) { m.OriginTimestamp = t0.AddDate(100, 0, 0) })
+	clampFuture(&m, t0)
+	later := t0.Add(pol.ttl + time.Second)
+	if d, call := screen(m, nil, -1, pol, later); call || d.meta.ErrorCode != CodeTTL {
+		t.Errorf("ttl after the first look: call %v code %q, want expired (ttl)", call, d.meta.ErrorCode)
 	}
 }
 

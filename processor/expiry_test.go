@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
@@ -216,4 +218,73 @@ func TestShutdownWhileTierRecordsComeDue(t *testing.T) {
 		t.Fatalf("%d distinct requests reached the results topic, want %d", len(ids), n)
 	}
 	t.Logf("%d results for %d requests (%d duplicates)", len(res), n, len(res)-n)
+}
+
+// Issue 12 point 3: a tier record due far ahead (year 2262: beyond the
+// header's range; now + 100 years: beyond the due limit) is dead-lettered
+// as invalid at its first look instead of hopping through the last tier
+// forever, and a record past its ttl is expired, not hopped. The partition
+// goes on.
+func TestFarDueAndExpiredTierRecordsAreDeadLetteredNotHopped(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.P.TTL = time.Hour
+	s := newScript()
+	e.Start(s)
+	now := time.Now()
+	tierRec := func(id string, origin time.Time, due string) *kgo.Record {
+		m := retry.Meta{ID: id, Attempt: 1, Tier: "1s", HasOrigin: true, OriginTopic: e.P.Topic, OriginTimestamp: origin,
+			ErrorClass: retry.ClassTransient, ErrorCode: "http_503", FirstErrorAt: now, LastErrorAt: now}
+		hs := retry.Encode(m, []kgo.RecordHeader{{Key: "user", Value: []byte("kept")}})
+		hs = append(hs, kgo.RecordHeader{Key: retry.HeaderDue, Value: []byte(due)})
+		return &kgo.Record{Topic: e.P.TierTopics()[0], Value: []byte("ok"), Headers: hs}
+	}
+	ms := func(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }
+	want := map[string]struct{ reason, code, msg string }{
+		"due-2262":     {"invalid", processor.CodeBadHeader, `header redrive-due="9223372036854": out of range`},
+		"due-100y":     {"invalid", processor.CodeBadHeader, "further than the limit 1h0m1s (the largest tier with its jitter 1s plus ttl 1h0m0s)"},
+		"past-ttl-due": {"expired", processor.CodeTTL, "older than ttl"},
+	}
+	e.Produce(
+		tierRec("due-2262", now, "9223372036854"),
+		tierRec("due-100y", now, ms(now.AddDate(100, 0, 0))),
+		tierRec("past-ttl-due", now.Add(-2*time.Hour), ms(now.Add(10*time.Minute))),
+		&kgo.Record{Topic: e.P.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte("after")}}},
+	)
+	dead := e.CollectN(e.P.DLQ, len(want), 20*time.Second, time.Second)
+	if len(dead) != len(want) {
+		t.Fatalf("%d dead letters, want %d (far due times hopped?)", len(dead), len(want))
+	}
+	for _, r := range dead {
+		id, _ := kafkatest.Header(r, retry.HeaderID)
+		w, ok := want[id]
+		if !ok {
+			t.Errorf("unexpected dead letter %q", id)
+			continue
+		}
+		reason, _ := kafkatest.Header(r, retry.HeaderReason)
+		code, _ := kafkatest.Header(r, retry.HeaderErrorCode)
+		msg, _ := kafkatest.Header(r, retry.HeaderError)
+		if reason != w.reason || code != w.code || !strings.Contains(msg, w.msg) {
+			t.Errorf("%s: reason %q code %q error %q, want %q %q and %q", id, reason, code, msg, w.reason, w.code, w.msg)
+		}
+		if u, _ := kafkatest.Header(r, "user"); u != "kept" {
+			t.Errorf("%s: user header lost", id)
+		}
+		if _, err := dlq.Decode(r); err != nil {
+			t.Errorf("%s: dead letter does not decode: %v", id, err)
+		}
+	}
+	if res := e.CollectN(e.P.Results, 1, 20*time.Second, 0); len(res) != 1 {
+		t.Fatalf("%d results, want the record after them handled", len(res))
+	}
+	if hops := e.CollectN(e.P.TierTopics()[0], 4, 2*time.Second, 0); len(hops) != 3 {
+		t.Errorf("%d records in the tier, want the 3 produced: none hopped", len(hops))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id := range want {
+		if n := len(s.calls[id]); n != 0 {
+			t.Errorf("handler called %d times for %s", n, id)
+		}
+	}
 }

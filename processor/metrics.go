@@ -25,6 +25,7 @@ type metrics struct {
 	produceFails   *prometheus.CounterVec   // pipeline, kind (retry, dlq, results)
 	lag            *prometheus.GaugeVec     // pipeline, topic
 	pausedParts    *prometheus.GaugeVec     // pipeline
+	clamped        *prometheus.CounterVec   // pipeline, time (clampedTimes)
 
 	codesMu sync.Mutex
 	codes   map[string]bool
@@ -75,10 +76,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		pausedParts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_paused_partitions", Help: "Tier partitions paused because their waiting records reached max_waiting.",
 		}, []string{"pipeline"}),
+		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future, taken as now for waits and ages.",
+		}, []string{"pipeline", "time"}),
 		codes: map[string]bool{"": true},
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
-		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts} {
+		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.clamped} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -112,6 +116,8 @@ type hotMetrics struct {
 	handler  sync.Map // Kind → prometheus.Observer
 	lateness sync.Map // tier index → prometheus.Observer
 	outcomes sync.Map // outcomeKey → prometheus.Counter
+
+	clamped [len(clampedTimes)]prometheus.Counter // by clampedTimes index
 }
 
 type outcomeKey struct {
@@ -124,6 +130,22 @@ func (h *hotMetrics) init(m *metrics, pipeline string) {
 	h.m, h.pipeline = m, pipeline
 	h.inflight = m.inflight.WithLabelValues(pipeline)
 	h.waiting = m.waiting.WithLabelValues(pipeline)
+	for i, l := range clampedTimes {
+		h.clamped[i] = m.clamped.WithLabelValues(pipeline, l)
+	}
+}
+
+// clampedTimes are the time label values of
+// redrive_future_times_clamped_total, indexed by the clamp* constants.
+var clampedTimes = [...]string{clampRecordTimestamp: "record_timestamp", clampOriginTimestamp: "origin_timestamp", clampNotReadySince: "not_ready_since"}
+
+// countClamped counts the clamps in mask (bit i: clampedTimes[i]).
+func (h *hotMetrics) countClamped(mask clampMask) {
+	for i := range clampedTimes {
+		if mask&(1<<i) != 0 {
+			h.clamped[i].Inc()
+		}
+	}
 }
 
 func (h *hotMetrics) consumedFor(topic string) prometheus.Counter {

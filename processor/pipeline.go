@@ -342,7 +342,7 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 		}
 		w.decode()
 		if w.decodeErr == nil {
-			w.waitUntil = p.waitUntil(ps.tier, w)
+			w.waitUntil = p.waitUntil(ps.tier, w, now)
 		}
 		if w.decodeErr != nil || !w.waitUntil.After(now) {
 			p.dispatchLocked(w)
@@ -367,10 +367,18 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 // than the tier's delay (plus jitter) after the record was written. A record
 // due later than that (a minimum delay longer than the largest tier, or a
 // foreign producer's far due time) is looked at then and hops through the
-// tier again, so it never holds up the records behind it.
-func (p *pipeline) waitUntil(tier int, w *work) time.Time {
+// tier again, so it never holds up the records behind it. A record
+// timestamp more than clockSkew in the future counts as now (issue 12
+// point 4; counted in redrive_future_times_clamped_total), or it would
+// hold the record, and the partition's commit point, until then.
+func (p *pipeline) waitUntil(tier int, w *work, now time.Time) time.Time {
 	d := p.cfg.Schedule.Tiers[tier]
-	limit := w.rec.Timestamp.Add(d + time.Duration(float64(d)*p.cfg.Schedule.Jitter) + 10*time.Millisecond)
+	written := w.rec.Timestamp
+	if written.After(now.Add(clockSkew)) {
+		written = now
+		p.hot.countClamped(1 << clampRecordTimestamp)
+	}
+	limit := written.Add(d + time.Duration(float64(d)*p.cfg.Schedule.Jitter) + 10*time.Millisecond)
 	if w.meta.Due.After(limit) {
 		return limit
 	}

@@ -55,6 +55,9 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	w.decode()
 	now := time.Now()
 	meta := identify(w.meta, w.rec)
+	if c := clampFuture(&meta, now); c != 0 {
+		p.hot.countClamped(c)
+	}
 	tierLabel := "main"
 	if w.ps.tier >= 0 {
 		tierLabel = retry.FormatDelay(p.cfg.Schedule.Tiers[w.ps.tier])

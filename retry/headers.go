@@ -386,9 +386,11 @@ func CheckID(id string) error {
 // sign, spaces or leading zeros ("0" itself is fine), so that every number
 // has one spelling. want describes the value in the error.
 func decimal(v string, max uint64, want string) (uint64, error) {
-	want = fmt.Sprintf("want %s from 0 to %d, digits only", want, max)
+	bad := func(problem string) error {
+		return fmt.Errorf("%s; want %s from 0 to %d, digits only", problem, want, max)
+	}
 	if v == "" {
-		return 0, errors.New("empty; " + want)
+		return 0, bad("empty")
 	}
 	digits := v
 	if v[0] == '-' || v[0] == '+' {
@@ -396,22 +398,22 @@ func decimal(v string, max uint64, want string) (uint64, error) {
 	}
 	for i := 0; i < len(digits); i++ {
 		if digits[i] < '0' || digits[i] > '9' {
-			return 0, errors.New("not a canonical decimal integer; " + want)
+			return 0, bad("not a canonical decimal integer")
 		}
 	}
 	switch {
 	case digits == "":
-		return 0, errors.New("not a canonical decimal integer; " + want)
+		return 0, bad("not a canonical decimal integer")
 	case v[0] == '-' && strings.Trim(digits, "0") != "":
-		return 0, errors.New("negative; " + want)
+		return 0, bad("negative")
 	case v[0] == '-' || v[0] == '+':
-		return 0, errors.New("signed, not a canonical decimal integer; " + want)
+		return 0, bad("signed, not a canonical decimal integer")
 	case len(v) > 1 && v[0] == '0':
-		return 0, errors.New("leading zero, not a canonical decimal integer; " + want)
+		return 0, bad("leading zero, not a canonical decimal integer")
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
 	if err != nil || n > max {
-		return 0, errors.New("out of range; " + want)
+		return 0, bad("out of range")
 	}
 	return n, nil
 }
@@ -526,8 +528,10 @@ func TruncateUTF8(s string, n int) string {
 // "<topic>/<partition>/<offset>".
 func RequestID(r *kgo.Record) string {
 	for _, h := range r.Headers {
-		if h.Key == "idempotency-key" && CheckID(string(h.Value)) == nil {
-			return string(h.Value)
+		if h.Key == "idempotency-key" && len(h.Value) > 0 && len(h.Value) <= MaxIDBytes {
+			if id := string(h.Value); CheckID(id) == nil {
+				return id
+			}
 		}
 	}
 	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)

@@ -84,6 +84,12 @@ const (
 	DefaultJitter      = 0.1
 )
 
+// MaxMaxDue is the largest MaxDue, and the largest due limit the processor
+// uses whatever ttl says: ten years keep every due time redrive writes far
+// inside redrive-due's range (MaxMillis) and every delay far from
+// time.Duration's.
+const MaxMaxDue = 10 * 365 * 24 * time.Hour
+
 // MaxMaxAttempts is the largest MaxAttempts, well inside redrive-attempt's
 // range (MaxAttempt), so that a count redrive writes is always one it reads.
 const MaxMaxAttempts = 1000
@@ -153,6 +159,8 @@ func (s Schedule) Validate() error {
 	}
 	if s.MaxDue < 0 {
 		bad("max_due", "%s: must not be negative (0: the default)", s.MaxDue)
+	} else if s.MaxDue > MaxMaxDue {
+		bad("max_due", "%s: must be at most %s (10 years)", s.MaxDue, MaxMaxDue)
 	} else if w := s.LongestWait(); s.MaxDue > 0 && jitterOK && s.MaxDue < w {
 		bad("max_due", "%s: must be at least the largest tier plus its jitter, %s", s.MaxDue, w)
 	}

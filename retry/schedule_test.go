@@ -169,6 +169,8 @@ func TestValidate(t *testing.T) {
 		{"max_due a day", with(func(s *retry.Schedule) { s.MaxDue = 24 * time.Hour }), ""},
 		{"max_due below the longest wait", with(func(s *retry.Schedule) { s.MaxDue = 5 * time.Minute }), "max_due: 5m0s: must be at least the largest tier plus its jitter, 5m30s"},
 		{"max_due negative", with(func(s *retry.Schedule) { s.MaxDue = -time.Second }), "max_due: -1s: must not be negative"},
+		{"max_due 10 years", with(func(s *retry.Schedule) { s.MaxDue = retry.MaxMaxDue }), ""},
+		{"max_due above 10 years", with(func(s *retry.Schedule) { s.MaxDue = retry.MaxMaxDue + time.Second }), "max_due: 87600h0m1s: must be at most 87600h0m0s (10 years)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.s.Validate()

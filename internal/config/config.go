@@ -6,7 +6,7 @@
 //  1. Decode, strictly. The file is walked as a YAML node tree: an unknown
 //     key, a duplicate key or a value of the wrong type is an [*Error] that
 //     names the key's path and line ("line 12: pipelines[0].retry.tierz:
-//     unknown key (known: tiers, max_attempts, jitter)"). All problems are
+//     unknown key (known: tiers, max_attempts, jitter, max_due)"). All problems are
 //     reported at once, joined with [errors.Join]. Anchors, aliases and
 //     merge keys (<<) work as in YAML.
 //  2. Expand ${NAME} in every string value (before it is typed, so
@@ -102,6 +102,10 @@ type Retry struct {
 	Tiers       []Duration `yaml:"tiers"`        // strictly increasing, default [5s, 30s, 5m]
 	MaxAttempts int        `yaml:"max_attempts"` // default 4
 	Jitter      float64    `yaml:"jitter"`       // default 0.1
+	// MaxDue bounds how far ahead a tier record's redrive-due may lie
+	// (retry.Schedule.MaxDue); 0: the processor's default, the largest
+	// tier with its jitter plus ttl, not_ready_deadline or 24h.
+	MaxDue Duration `yaml:"max_due"`
 	// JitterSet says Jitter was given, so that an explicit 0 is kept by
 	// SetDefaults. The loader sets it; set it when building a Config in Go
 	// with Jitter 0.

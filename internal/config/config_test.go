@@ -225,6 +225,10 @@ func TestDefaults(t *testing.T) {
 		}},
 		{"max_attempts 1", "retry: {max_attempts: 1}", func(p Pipeline) bool { return p.Retry.MaxAttempts == 1 }},
 		{"max_attempts 0 is the default", "retry: {max_attempts: 0}", func(p Pipeline) bool { return p.Retry.MaxAttempts == 4 }},
+		{"max_due absent is 0 (the processor's default)", "", func(p Pipeline) bool { return p.Retry.MaxDue == 0 && p.Schedule().MaxDue == 0 }},
+		{"max_due set", "retry: {max_due: 2h}", func(p Pipeline) bool {
+			return p.Retry.MaxDue.D() == 2*time.Hour && p.ProcessorPipeline(nil).Schedule.MaxDue == 2*time.Hour
+		}},
 		{"max_inflight follows concurrency", "concurrency: 10", func(p Pipeline) bool { return p.MaxInflight == 40 }},
 		{"max_inflight set", "concurrency: 10\n    max_inflight: 11", func(p Pipeline) bool { return p.MaxInflight == 11 }},
 		{"name given", "name: other", func(p Pipeline) bool { return p.Name == "other" && p.GroupID() == "redrive.other" }},
@@ -539,6 +543,8 @@ func TestValidationErrors(t *testing.T) {
 		{"tiers equal", pipe("retry: {tiers: [60s, 1m]}"), []string{"line 4: pipelines[0].retry.tiers[1]: 1m after 1m"}},
 		{"max_attempts negative", pipe("retry: {max_attempts: -1}"), []string{"line 4: pipelines[0].retry.max_attempts: -1: must be at least 1"}},
 		{"jitter above 1", pipe("retry:", "  jitter: 1.5"), []string{"line 5: pipelines[0].retry.jitter: 1.5: must be between 0 and 1"}},
+		{"max_due below the longest wait", pipe("retry:", "  max_due: 5m"), []string{"line 5: pipelines[0].retry.max_due: 5m0s: must be at least the largest tier plus its jitter, 5m30s"}},
+		{"max_attempts above 1000", pipe("retry: {max_attempts: 9223372036854775807}"), []string{"line 4: pipelines[0].retry.max_attempts: 9223372036854775807: must be at most 1000"}},
 		{"jitter negative", pipe("retry: {jitter: -0.1}"), []string{"pipelines[0].retry.jitter: -0.1"}},
 		{"partitions", pipe("partitions: -1"), []string{"line 4: pipelines[0].partitions: -1: must be at least 1"}},
 		{"replication", pipe("replication: -2"), []string{"line 4: pipelines[0].replication: -2"}},
@@ -663,7 +669,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace)"},
 		{"pipeline", pipe("topik: x"), "line 4: pipelines[0].topik: unknown key (known: name, topic, results,"},
 		{"second pipeline", pipe() + "  - topic: b\n    nam: x\n", "line 5: pipelines[1].nam: unknown key"},
-		{"retry", "brokers: [h:1]\npipelines:\n  - topic: t\n    retry:\n      tiers: [5s]\n      max_attempts: 4\n      jitter: 0\n\n\n\n\n      tierz: [1s]\n", "line 12: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter)"},
+		{"retry", "brokers: [h:1]\npipelines:\n  - topic: t\n    retry:\n      tiers: [5s]\n      max_attempts: 4\n      jitter: 0\n\n\n\n\n      tierz: [1s]\n", "line 12: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter, max_due)"},
 		{"dlq", pipe("dlq: {retension: 1h}"), "line 4: pipelines[0].dlq.retension: unknown key (known: topic, retention, redact_headers, header_style)"},
 		{"handler", pipe("handler: {grpc: {}}"), "pipelines[0].handler.grpc: unknown key (known: http, codes)"},
 		{"http", pipe("handler:", "  http:", "    url: http://h/", "    retries: 3"), "line 7: pipelines[0].handler.http.retries: unknown key (known: url, timeout, headers, json, max_body_bytes)"},

@@ -45,6 +45,6 @@ pipelines:
 `), nil)
 	fmt.Println(err)
 	// Output:
-	// line 6: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter)
+	// line 6: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter, max_due)
 	// line 5: pipelines[0].retry.tiers[1]: 5s after 30s: tiers must strictly increase
 }

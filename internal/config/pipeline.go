@@ -20,7 +20,7 @@ func (p Pipeline) TierDelays() []time.Duration {
 
 // Schedule is the pipeline's retry plan.
 func (p Pipeline) Schedule() retry.Schedule {
-	return retry.Schedule{Tiers: p.TierDelays(), MaxAttempts: p.Retry.MaxAttempts, Jitter: p.Retry.Jitter}
+	return retry.Schedule{Tiers: p.TierDelays(), MaxAttempts: p.Retry.MaxAttempts, Jitter: p.Retry.Jitter, MaxDue: p.Retry.MaxDue.D()}
 }
 
 // TierTopics name the retry topics, in tier order: "<topic>.retry.<delay>".
