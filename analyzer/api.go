@@ -103,8 +103,16 @@ type ReplayResponse struct {
 	Limited     bool       `json:"limited"`
 	DryRun      bool       `json:"dry_run"`
 	To          string     `json:"to"`
-	DeadLetters []dlq.View `json:"dead_letters"` // the first 100 selected for republishing
+	// DeadLetters are the first (at most 100) selected for republishing,
+	// each value cut to Limits.RecentValueBytes as in GET
+	// /api/deadletters; SampleCut says the sample stopped early because it
+	// reached Limits.ResponseBytes.
+	DeadLetters []DeadLetterView `json:"dead_letters"`
+	SampleCut   bool             `json:"sample_cut"`
 }
+
+// maxReplaySample is how many dead letters a replay answer shows.
+const maxReplaySample = 100
 
 // Handler serves the JSON API and the dashboard. token guards mutating
 // endpoints; empty turns them off.
@@ -373,13 +381,23 @@ func decodeReplayRequest(r io.Reader) (ReplayRequest, error) {
 // as `redrive replay` does (at least once: a record counts only once
 // acknowledged).
 func (a *Analyzer) replay(ctx context.Context, p *pipe, f dlq.Filter, limit int, to string, dryRun bool) (ReplayResponse, error) {
-	resp := ReplayResponse{DryRun: dryRun, To: to, DeadLetters: []dlq.View{}}
+	resp := ReplayResponse{DryRun: dryRun, To: to, DeadLetters: []DeadLetterView{}}
+	// The sample is bounded like a listing: value prefixes, and no more
+	// than Limits.ResponseBytes of them (keys and headers count too).
+	var used int64
 	c, err := replay.Run(ctx, replay.Options{
 		Client: a.admin, DLQ: p.cfg.DLQ, To: to, Filter: f, Limit: limit, DryRun: dryRun,
 		Report: func(r replay.Result) error {
-			if r.Err == nil && len(resp.DeadLetters) < 100 {
-				resp.DeadLetters = append(resp.DeadLetters, dlq.NewView(r.DeadLetter))
+			if r.Err != nil || len(resp.DeadLetters) >= maxReplaySample || resp.SampleCut {
+				return nil
 			}
+			k := keep(r.DeadLetter, a.o.RecentValueBytes)
+			if used+k.cost > a.o.ResponseBytes {
+				resp.SampleCut = true
+				return nil
+			}
+			used += k.cost
+			resp.DeadLetters = append(resp.DeadLetters, k.view())
 			return nil
 		},
 	})

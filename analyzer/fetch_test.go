@@ -3,6 +3,7 @@ package analyzer_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -178,6 +179,21 @@ func TestReplayAndRulesRepublishWholeValues(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("replay: %d %s", resp.StatusCode, b)
+	}
+	// The answer shows what was republished as a listing does: the value
+	// cut to its prefix, so that an answer stays small whatever the values.
+	var rr analyzer.ReplayResponse
+	if err := json.Unmarshal(b, &rr); err != nil {
+		t.Fatal(err)
+	}
+	if rr.Republished != 1 || len(rr.DeadLetters) != 1 {
+		t.Fatalf("replay answer: republished %d, %d shown, want 1 and 1", rr.Republished, len(rr.DeadLetters))
+	}
+	if d := rr.DeadLetters[0]; !d.ValueCut || d.ValueSize != len(value) {
+		t.Errorf("replay answer: value_cut %v, value_size %d; want true, %d", d.ValueCut, d.ValueSize, len(value))
+	}
+	if len(b) > 64<<10 {
+		t.Errorf("replay answer is %d bytes for one dead letter; its value should be cut to the recent prefix", len(b))
 	}
 	for _, topic := range []string{e.main, e.other} { // replay, the rule
 		got := collect(t, e.c, topic, 1, 20*time.Second)
