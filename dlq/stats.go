@@ -13,6 +13,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/redrive/redrive/retry"
 )
 
 // Limits of Stats, so that its memory stays bounded whatever the DLQ holds.
@@ -25,6 +27,9 @@ const (
 	// MaxDistinct is how many distinct codes (and reasons, classes, origin
 	// topics) Stats counts one by one; the rest are counted as Other.
 	MaxDistinct = 1000
+	// MaxLabelBytes: a longer code (reason, class, origin topic) is
+	// counted by its first bytes, ending in "…".
+	MaxLabelBytes = 256
 	// StatsWindow is how far back the per-minute counts go.
 	StatsWindow = 24 * time.Hour
 )
@@ -125,6 +130,11 @@ func (s *Stats) Add(d *DeadLetter) {
 }
 
 func bump(m map[string]int64, k string) {
+	if len(k) > MaxLabelBytes {
+		// A value from a record: bounded in length as in count, so that
+		// 1,000 distinct 500 KB codes cannot take 500 MB.
+		k = retry.TruncateUTF8(k, MaxLabelBytes-len("…")) + "…"
+	}
 	if _, ok := m[k]; ok || len(m) < MaxDistinct {
 		m[k]++
 		return

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redrive/redrive/retry"
 )
@@ -381,4 +382,35 @@ func ExampleStats_Table() {
 	//
 	// RULE           REPUBLISHED  PARKED  KEPT  DROPPED
 	// no-slot-later  1            0       0     0
+}
+
+// Codes, reasons and origins come from records: 1,000 distinct 100 KB
+// codes must not keep 100 MB, and the counts still add up.
+func TestStatsBoundLabelLength(t *testing.T) {
+	var s Stats
+	long := strings.Repeat("é", 50_000) // 100 KB, two bytes a rune
+	for i := 0; i < 1000; i++ {
+		s.Add(&DeadLetter{Code: fmt.Sprintf("%d%s", i, long), Reason: Reason(long), OriginTopic: long})
+	}
+	snap := s.Snapshot(time.Now(), 10)
+	var n int64
+	for k, c := range snap.ByCode {
+		if len(k) > MaxLabelBytes || !utf8.ValidString(k) {
+			t.Fatalf("a code of %d bytes (valid UTF-8: %v) is counted; want at most %d", len(k), utf8.ValidString(k), MaxLabelBytes)
+		}
+		n += c
+	}
+	if n != 1000 {
+		t.Errorf("by code adds up to %d, want 1000", n)
+	}
+	for _, m := range []map[string]int64{snap.ByReason, snap.ByOrigin} {
+		if len(m) != 1 {
+			t.Errorf("%d distinct long reasons/origins, want 1 (the same prefix)", len(m))
+		}
+		for k := range m {
+			if len(k) > MaxLabelBytes {
+				t.Errorf("a %d-byte label is counted", len(k))
+			}
+		}
+	}
 }
