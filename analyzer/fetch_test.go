@@ -46,6 +46,32 @@ func (e *env) startWith(rules []dlq.Rule, l analyzer.Limits, token string) strin
 	return srv.URL
 }
 
+// startRegistry runs an analyzer of e's pipeline with rules, its metrics
+// in reg.
+func (e *env) startRegistry(rules []dlq.Rule, reg *prometheus.Registry) string {
+	e.t.Helper()
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
+		Pipelines:  []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName, Rules: rules}},
+		Registerer: reg,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	srv := httptest.NewServer(a.Handler(""))
+	e.t.Cleanup(func() {
+		srv.Close()
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("Run: %v", err)
+		}
+	})
+	return srv.URL
+}
+
 // bigDeadLetter produces a dead letter of id with value to e's DLQ
 // partition 1 (the client must partition manually; uncompressed, so that
 // the batch is as large as the value).

@@ -27,6 +27,7 @@ type metrics struct {
 	republishFailures *prometheus.CounterVec // pipeline
 	undecodable       *prometheus.CounterVec // pipeline
 	futureTimestamps  *prometheus.CounterVec // pipeline
+	heldBytes         *prometheus.GaugeVec   // pipeline
 	alertsFiring      *prometheus.GaugeVec   // alert, pipeline
 	alertPosts        *prometheus.CounterVec // alert, result
 
@@ -58,6 +59,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		futureTimestamps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_analyzer_future_timestamps_total", Help: "Dead letters dated more than a minute after the analyzer's clock when read; taken as dead-lettered then (rules' after, ages).",
 		}, []string{"pipeline"}),
+		heldBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_analyzer_held_bytes", Help: "Bytes of the dead letters the rule worker holds unfinished (waiting for a rule's after); a partition is paused at 64 MiB.",
+		}, []string{"pipeline"}),
 		alertsFiring: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_analyzer_alert_firing", Help: "1 while the alert's condition holds.",
 		}, []string{"alert", "pipeline"}),
@@ -67,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		codes:   map[string]map[string]bool{},
 		reasons: map[string]map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.undecodable, m.futureTimestamps, m.alertsFiring, m.alertPosts} {
+	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.undecodable, m.futureTimestamps, m.heldBytes, m.alertsFiring, m.alertPosts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package analyzer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -32,22 +33,30 @@ type worker struct {
 	queues map[int32][]*held // polled, not yet committed past, in offset order
 	next   map[int32]int64   // offset to commit: the lowest not finished
 	paused map[int32]bool
+	bytes  map[int32]int64 // bytes of the records a partition holds unfinished
 }
 
-// held is one polled dead letter.
+// held is one polled dead letter. Once done it keeps only its offset; a
+// dead letter that waits for its rule's after is a copy, so that it does
+// not keep the fetch buffer it came in alive.
 type held struct {
-	r    *kgo.Record
+	off  int64
+	size int64           // what it counts against maxHeldBytes until done
 	d    *dlq.DeadLetter // nil when it does not decode: kept
 	dec  dlq.Decision
 	done bool
 }
 
-// maxHeld bounds the records held per partition; at the bound the
-// partition is paused until half are finished.
+// maxHeld and maxHeldBytes bound what a partition holds unfinished (in
+// practice: the dead letters waiting for their rule's after); at either
+// bound the partition is paused until it holds less than half. A var for
+// the tests.
 const maxHeld = 10000
 
+var maxHeldBytes int64 = 64 << 20
+
 func (a *Analyzer) work(ctx context.Context, p *pipe) error {
-	w := &worker{a: a, p: p, queues: map[int32][]*held{}, next: map[int32]int64{}, paused: map[int32]bool{}}
+	w := &worker{a: a, p: p, queues: map[int32][]*held{}, next: map[int32]int64{}, paused: map[int32]bool{}, bytes: map[int32]int64{}}
 	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, a.o.ClientOpts...),
 		kgo.ConsumerGroup(p.cfg.GroupID()),
 		kgo.ConsumeTopics(p.cfg.DLQ),
@@ -60,6 +69,8 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 		kgo.OnPartitionsLost(w.lost),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.FetchMaxWait(500*time.Millisecond),
+		// One fetch stays well under what a partition may hold.
+		kgo.FetchMaxBytes(int32(min(maxHeldBytes/2, 1<<30))), kgo.FetchMaxPartitionBytes(int32(min(maxHeldBytes/4, 1<<30))),
 	)...)
 	if err != nil {
 		return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)
@@ -92,14 +103,18 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 				return
 			}
 			for _, r := range f.Records {
-				h := &held{r: r}
+				h := &held{off: r.Offset, size: recordBytes(r)}
 				if d, err := dlq.Decode(r); err == nil {
 					clampFuture(d, now) // clock.go: counted by the statistics reader
 					h.d, h.dec = d, dlq.Decide(w.p.cfg.Rules, d, w.p.cfg.Topic)
+					if h.dec.Action == dlq.ActionRepublish && !h.dec.Due(now) {
+						h.d = detach(d) // it will wait: not on the fetch buffer
+					}
 				} else {
 					h.dec = dlq.Decision{Action: dlq.ActionKeep} // never republished
 				}
 				w.queues[f.Partition] = append(w.queues[f.Partition], h)
+				w.bytes[f.Partition] += h.size
 			}
 		})
 		w.mu.Unlock()
@@ -132,26 +147,33 @@ func (w *worker) handleDue(ctx context.Context) time.Duration {
 				continue
 			}
 			if w.act(ctx, h.d, h.dec) {
-				h.done = true
+				h.done, h.d = true, nil // only its offset is needed now
+				w.bytes[part] -= h.size
 			}
 		}
 		i := 0
 		for i < len(q) && q[i].done {
-			w.next[part] = q[i].r.Offset + 1
+			w.next[part] = q[i].off + 1
 			i++
 		}
 		clear(q[:i]) // a handled record (and the fetch buffer under it) is not kept alive by the array
 		q = q[i:]
 		w.queues[part] = q
 		switch {
-		case len(q) >= maxHeld && !w.paused[part]:
+		case (len(q) >= maxHeld || w.bytes[part] >= maxHeldBytes) && !w.paused[part]:
 			w.paused[part] = true
 			w.cl.PauseFetchPartitions(map[string][]int32{w.p.cfg.DLQ: {part}})
-		case len(q) < maxHeld/2 && w.paused[part]:
+			w.a.log.Info("rule worker: partition paused, it holds too much waiting", "pipeline", w.p.cfg.Name, "partition", part, "records", len(q), "bytes", w.bytes[part])
+		case len(q) < maxHeld/2 && w.bytes[part] < maxHeldBytes/2 && w.paused[part]:
 			delete(w.paused, part)
 			w.cl.ResumeFetchPartitions(map[string][]int32{w.p.cfg.DLQ: {part}})
 		}
 	}
+	var held int64
+	for _, n := range w.bytes {
+		held += n
+	}
+	w.a.m.heldBytes.WithLabelValues(w.p.cfg.Name).Set(float64(held))
 	w.p.mu.Lock()
 	w.p.oldestUnseen = oldest
 	w.p.mu.Unlock()
@@ -246,6 +268,7 @@ func (w *worker) assigned(_ context.Context, cl *kgo.Client, tps map[string][]in
 		w.next[part] = 0
 		delete(w.queues, part)
 		delete(w.paused, part)
+		delete(w.bytes, part)
 	}
 	cl.ResumeFetchPartitions(tps) // pauses survive rebalances in kgo
 }
@@ -266,6 +289,31 @@ func (w *worker) drop(cl *kgo.Client, tps map[string][]int32) {
 		delete(w.next, part)
 		delete(w.queues, part)
 		delete(w.paused, part)
+		delete(w.bytes, part)
 	}
 	cl.ResumeFetchPartitions(tps)
+}
+
+// recordBytes is what a polled record holds: key, value and headers.
+func recordBytes(r *kgo.Record) int64 {
+	n := len(r.Key) + len(r.Value) + 64
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value) + 16
+	}
+	return int64(n)
+}
+
+// detach copies d's key, value and user headers out of the fetch buffer
+// they point into (the decoded strings are copies already).
+func detach(d *dlq.DeadLetter) *dlq.DeadLetter {
+	c := *d
+	c.Key = bytes.Clone(d.Key)
+	c.Value = bytes.Clone(d.Value)
+	if d.UserHeaders != nil {
+		c.UserHeaders = make([]kgo.RecordHeader, len(d.UserHeaders))
+		for i, h := range d.UserHeaders {
+			c.UserHeaders[i] = kgo.RecordHeader{Key: h.Key, Value: bytes.Clone(h.Value)}
+		}
+	}
+	return &c
 }
