@@ -100,9 +100,9 @@ type ReplayResponse struct {
 	// letters: skipped, never matched (added field).
 	Undecodable int `json:"undecodable"`
 	// Limited says the scan stopped at the limit (added field).
-	Limited     bool       `json:"limited"`
-	DryRun      bool       `json:"dry_run"`
-	To          string     `json:"to"`
+	Limited bool   `json:"limited"`
+	DryRun  bool   `json:"dry_run"`
+	To      string `json:"to"`
 	// DeadLetters are the first (at most 100) selected for republishing,
 	// each value cut to Limits.RecentValueBytes as in GET
 	// /api/deadletters; SampleCut says the sample stopped early because it
