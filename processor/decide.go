@@ -209,7 +209,10 @@ const (
 // what it clamped, for redrive_future_times_clamped_total.
 func clampFuture(meta *retry.Meta, now time.Time) (clamped clampMask) {
 	limit := now.Add(clockSkew)
-	if meta.OriginTimestamp.After(limit) {
+	// Before 1970 (a record without a timestamp has -1 ms) is as unusable:
+	// written on, it would make the next hop's redrive-origin-timestamp
+	// malformed.
+	if meta.OriginTimestamp.After(limit) || meta.OriginTimestamp.UnixMilli() < 0 {
 		meta.OriginTimestamp = now
 		clamped |= 1 << clampOriginTimestamp
 	}

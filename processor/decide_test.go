@@ -366,6 +366,7 @@ func TestClampFuture(t *testing.T) {
 		{"100 years ahead", t0.AddDate(100, 0, 0), t0.AddDate(100, 0, 0), 1<<clampOriginTimestamp | 1<<clampNotReadySince, t0, t0},
 		{"just past the allowance", t0.Add(clockSkew + time.Millisecond), time.Time{}, 1 << clampOriginTimestamp, t0, time.Time{}},
 		{"absent not-ready-since stays absent", t0, time.Time{}, 0, t0, time.Time{}},
+		{"a record without a timestamp (-1 ms)", time.UnixMilli(-1), time.Time{}, 1 << clampOriginTimestamp, t0, time.Time{}},
 	}
 	for _, c := range cases {
 		m := with(polled(), func(m *retry.Meta) { m.OriginTimestamp, m.NotReadySince = c.origin, c.notReadySince })

@@ -77,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "redrive_paused_partitions", Help: "Tier partitions paused because their waiting records reached max_waiting.",
 		}, []string{"pipeline"}),
 		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future, taken as now for waits and ages.",
+			Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future (or an origin timestamp before 1970), taken as now for waits and ages.",
 		}, []string{"pipeline", "time"}),
 		codes: map[string]bool{"": true},
 	}
