@@ -55,52 +55,28 @@ func (e *env) deadLetter(id, reason, code string, redrives int, ts time.Time) {
 	}
 }
 
-func (e *env) start(rules []dlq.Rule, alerts []analyzer.Alert, token string) (base string, reg *prometheus.Registry) {
+// launch runs an analyzer with o (the test broker, e's pipeline with no
+// rules and a registry of its own unless o says otherwise) until the test
+// ends or stop is called (idempotent; it waits up to 30 s for Run).
+func (e *env) launch(o analyzer.Options) (a *analyzer.Analyzer, stop func()) {
 	e.t.Helper()
-	reg = prometheus.NewRegistry()
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
-		Pipelines:  []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName, Rules: rules}},
-		Alerts:     alerts, AlertEvery: 200 * time.Millisecond,
-		Registerer: reg,
-	})
+	o.ClientOpts = append([]kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)}, o.ClientOpts...)
+	if o.Pipelines == nil {
+		o.Pipelines = e.pipelines(nil)
+	}
+	if o.Registerer == nil {
+		o.Registerer = prometheus.NewRegistry()
+	}
+	a, err := analyzer.New(o)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	srv := httptest.NewServer(a.Handler(token))
-	e.t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("Run: %v", err)
-		}
-	})
-	return srv.URL, reg
-}
-
-// startStoppable runs an analyzer named name (its rule worker's group is
-// redrive.<name>.analyzer) with rules; stop ends it (idempotent).
-func (e *env) startStoppable(name string, rules []dlq.Rule) (base string, stop func()) {
-	e.t.Helper()
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
-		Pipelines:  []analyzer.Pipeline{{Name: name, Topic: e.main, DLQ: e.dlqName, Rules: rules}},
-		Registerer: prometheus.NewRegistry(),
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	srv := httptest.NewServer(a.Handler(""))
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			srv.Close()
 			cancel()
 			select {
 			case err := <-done:
@@ -113,7 +89,38 @@ func (e *env) startStoppable(name string, rules []dlq.Rule) (base string, stop f
 		})
 	}
 	e.t.Cleanup(stop)
+	return a, stop
+}
+
+// serve is launch with the analyzer's Handler(token) served; stop closes
+// the server too.
+func (e *env) serve(o analyzer.Options, token string) (base string, stop func()) {
+	e.t.Helper()
+	a, stopRun := e.launch(o)
+	srv := httptest.NewServer(a.Handler(token))
+	var once sync.Once
+	stop = func() { once.Do(func() { srv.Close(); stopRun() }) }
+	e.t.Cleanup(stop)
 	return srv.URL, stop
+}
+
+// pipelines is e's one pipeline with rules.
+func (e *env) pipelines(rules []dlq.Rule) []analyzer.Pipeline {
+	return []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName, Rules: rules}}
+}
+
+func (e *env) start(rules []dlq.Rule, alerts []analyzer.Alert, token string) (base string, reg *prometheus.Registry) {
+	e.t.Helper()
+	reg = prometheus.NewRegistry()
+	base, _ = e.serve(analyzer.Options{Pipelines: e.pipelines(rules), Alerts: alerts, AlertEvery: 200 * time.Millisecond, Registerer: reg}, token)
+	return base, reg
+}
+
+// startStoppable runs an analyzer named name (its rule worker's group is
+// redrive.<name>.analyzer) with rules; stop ends it (idempotent).
+func (e *env) startStoppable(name string, rules []dlq.Rule) (base string, stop func()) {
+	e.t.Helper()
+	return e.serve(analyzer.Options{Pipelines: []analyzer.Pipeline{{Name: name, Topic: e.main, DLQ: e.dlqName, Rules: rules}}}, "")
 }
 
 func getJSON(t *testing.T, url string, v any) int {

@@ -7,12 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/analyzer"
@@ -23,53 +21,8 @@ import (
 // startWith runs an analyzer of e's pipeline with rules and limits.
 func (e *env) startWith(rules []dlq.Rule, l analyzer.Limits, token string) string {
 	e.t.Helper()
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
-		Pipelines:  []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName, Rules: rules}},
-		Registerer: prometheus.NewRegistry(),
-		Limits:     l,
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	srv := httptest.NewServer(a.Handler(token))
-	e.t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("Run: %v", err)
-		}
-	})
-	return srv.URL
-}
-
-// startRegistry runs an analyzer of e's pipeline with rules, its metrics
-// in reg.
-func (e *env) startRegistry(rules []dlq.Rule, reg *prometheus.Registry) string {
-	e.t.Helper()
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
-		Pipelines:  []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName, Rules: rules}},
-		Registerer: reg,
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	srv := httptest.NewServer(a.Handler(""))
-	e.t.Cleanup(func() {
-		srv.Close()
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("Run: %v", err)
-		}
-	})
-	return srv.URL
+	base, _ := e.serve(analyzer.Options{Pipelines: e.pipelines(rules), Limits: l}, token)
+	return base
 }
 
 // bigDeadLetter produces a dead letter of id with value to e's DLQ

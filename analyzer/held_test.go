@@ -29,7 +29,7 @@ func TestWaitingDeadLettersBoundedByBytes(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	rules := []dlq.Rule{{Name: "later", Action: dlq.ActionRepublish, After: time.Hour}}
-	base := e.startRegistry(rules, reg)
+	base, _ := e.serve(analyzer.Options{Pipelines: e.pipelines(rules), Registerer: reg}, "")
 	waitStats(t, base, n)
 
 	held := func() float64 {

@@ -18,10 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
@@ -164,19 +162,7 @@ func serveLikeAnalyze(t *testing.T, a http.Handler, limits obs.Limits) string {
 
 func (e *env) newAnalyzer(allowed ...string) *analyzer.Analyzer {
 	e.t.Helper()
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts:   []kgo.Opt{kgo.SeedBrokers(e.c.Brokers...)},
-		Pipelines:    []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName}},
-		Registerer:   prometheus.NewRegistry(),
-		AllowedHosts: allowed,
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	e.t.Cleanup(func() { cancel(); <-done })
+	a, _ := e.launch(analyzer.Options{AllowedHosts: allowed})
 	return a
 }
 
