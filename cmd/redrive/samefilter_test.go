@@ -57,25 +57,8 @@ func TestSameFilterCLIAPIRule(t *testing.T) {
 		t.Errorf("CLI listed %v, want %v", got, want)
 	}
 
-	c, err := config.Load(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := obs.New()
-	a, err := newAnalyzer(c, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- serveAnalyzer(ctx, c, o, a, addrc) }()
-	defer func() { cancel(); <-done }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("analyzer: %v", err)
-	}
+	addr, _, stop := startAnalyzer(t, ctx, cancel, cfg)
+	defer stop()
 	// The API serves before Run has its client: wait until it is reading.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -140,4 +123,28 @@ func viewKey(t *testing.T, s *string, encoding string) string {
 		t.Fatal(err)
 	}
 	return keyCell(k)
+}
+
+// startAnalyzer loads cfg and serves its analyzer as `redrive analyze`
+// does, until stop (which cancels ctx); it returns the listening address.
+func startAnalyzer(t *testing.T, ctx context.Context, cancel context.CancelFunc, cfg string) (addr string, o *obs.Server, stop func()) {
+	t.Helper()
+	c, err := config.Load(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = obs.New()
+	a, err := newAnalyzer(c, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrc := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() { done <- serveAnalyzer(ctx, c, o, a, addrc) }()
+	select {
+	case addr = <-addrc:
+	case err := <-done:
+		t.Fatalf("analyzer: %v", err)
+	}
+	return addr, o, func() { cancel(); <-done }
 }

@@ -12,9 +12,7 @@ import (
 
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
-	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkatest"
-	"github.com/redrive/redrive/internal/obs"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -67,25 +65,8 @@ func TestAnalyzerAndDLQStatsAgree(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c, err := config.Load(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := obs.New()
-	a, err := newAnalyzer(c, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addrc := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() { done <- serveAnalyzer(ctx, c, o, a, addrc) }()
-	defer func() { cancel(); <-done }()
-	var addr string
-	select {
-	case addr = <-addrc:
-	case err := <-done:
-		t.Fatalf("analyzer: %v", err)
-	}
+	addr, o, stop := startAnalyzer(t, ctx, cancel, cfg)
+	defer stop()
 	var api analyzer.PipelineStats
 	if !kafkatest.Eventually(30*time.Second, func() bool {
 		var st analyzer.StatsResponse
