@@ -265,19 +265,7 @@ func TestAPIFiltersAndErrors(t *testing.T) {
 		}
 	}
 
-	post := func(token, body string) (int, string) {
-		req, _ := http.NewRequest("POST", base+"/api/replay", strings.NewReader(body))
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		r, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Body.Close()
-		b, _ := io.ReadAll(r.Body)
-		return r.StatusCode, string(b)
-	}
+	post := func(token, body string) (int, string) { return postReplay(t, base, token, body) }
 	if code, _ := post("", `{"codes":["http_503"]}`); code != 401 {
 		t.Errorf("replay without a token: %d, want 401", code)
 	}
