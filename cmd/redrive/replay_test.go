@@ -322,8 +322,16 @@ func TestReplayFilters(t *testing.T) {
 		}
 	}
 	code, out, errs := runSplit(ctx, "replay", "-c", f.cfg, "--dry-run", "--json", "--limit", "1", "--code", "ERROR_WRONG_USER_KEY")
-	if vs := views(t, out); code != 0 || len(vs) != 1 || !strings.Contains(errs, "would republish 1 of 1 matching") || !strings.Contains(errs, "stopped at --limit 1") {
-		t.Errorf("--limit 1: exit %d, %d lines: %s", code, len(vs), errs)
+	// The DLQ's partitions are read as the broker returns them, so the
+	// truncated k7 (which does not count against the limit) may or may
+	// not have been scanned when the limit stopped the scan; the counts
+	// must agree with each other either way.
+	want := "would republish 1 of 1 matching"
+	if strings.Contains(errs, "1 truncated") {
+		want = "would republish 1 of 2 matching"
+	}
+	if vs := views(t, out); code != 0 || len(vs) != 1 || !strings.Contains(errs, want) || !strings.Contains(errs, "stopped at --limit 1") {
+		t.Errorf("--limit 1: exit %d, %d lines, want %q: %s", code, len(vs), want, errs)
 	}
 }
 
