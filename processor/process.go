@@ -120,7 +120,8 @@ func userRecord(r *kgo.Record, user []kgo.RecordHeader) *kgo.Record {
 func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	rec, out := p.out.build(w.rec, w.user, d, time.Now())
 	if out.to != d.to {
-		p.log.Warn("outcome record larger than its topic takes; dead-lettering it", "topic", p.topicOf(d), "src", srcOf(w), "err", out.meta.Error)
+		// The error names the topic and both sizes (outputs.build).
+		p.log.Warn("outcome record larger than its topic takes; dead-lettering it", "src", srcOf(w), "err", out.meta.Error)
 	}
 	switch out.to {
 	case toRetry:
@@ -140,17 +141,6 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 		}
 		go func() { p.complete(w, p.write(ctx, w, to, rec, err)) }()
 	})
-}
-
-// topicOf is the topic d's record goes to.
-func (p *pipeline) topicOf(d decision) string {
-	switch d.to {
-	case toRetry:
-		return p.tiers[d.tier]
-	case toResults:
-		return p.cfg.Results
-	}
-	return p.cfg.DLQ
 }
 
 func (p *pipeline) countDeadLetter(meta retry.Meta) {
