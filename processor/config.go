@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,6 +58,156 @@ type Pipeline struct {
 	DLQHeaderStyle string
 	// Handler handles this pipeline's records; nil: the processor's default.
 	Handler Handler
+
+	// Breaker stops handler calls while the service fails (the zero value:
+	// on, with the Default* settings; Breaker.Disabled turns it off).
+	Breaker Breaker
+	// RateLimit bounds handler calls per second in this process (a token
+	// bucket; waiting for a token is not an attempt). 0: no limit. With N
+	// processes, give each the limit divided by N.
+	RateLimit float64
+	// RateBurst is how many calls may start at once above the rate
+	// (default 1: evenly spaced).
+	RateBurst int
+	// Guard stops the line when nearly every call fails permanently (a
+	// wrong API key): the zero value is on, with the Default* settings.
+	Guard Guard
+}
+
+// Breaker is a pipeline's circuit breaker (flow.go): it counts handler
+// outcomes that are the service's fault (Transient) over a rolling Window;
+// at FailureRatio of at least MinCalls calls, or Consecutive failures in a
+// row, it opens: no call starts, fetching pauses, no attempt is spent.
+// After OpenFor it lets Probes calls through; their success closes it, a
+// failure opens it again for twice as long, up to MaxOpen.
+type Breaker struct {
+	// Disabled turns the breaker off (YAML: enabled: false).
+	Disabled     bool
+	FailureRatio float64       // default 0.5
+	MinCalls     int           // default 20
+	Consecutive  int           // default 10; 0 after defaults never happens
+	Window       time.Duration // default 30s
+	OpenFor      time.Duration // default 30s
+	MaxOpen      time.Duration // default 5m
+	Probes       int           // default 3
+	// FailoverTo: while the breaker is open (or a pause code holds the
+	// line), main-topic records are forwarded unchanged to this topic
+	// (another pipeline's main topic), redrive-failovers + 1, instead of
+	// waiting. Empty: they wait.
+	FailoverTo string
+	// FailoverRetries forwards tier records too.
+	FailoverRetries bool
+}
+
+// Guard stops the line when Permanent outcomes reach PermanentRatio of at
+// least MinCalls calls in Window, until an operator resumes it (or
+// AutoResumeAfter, when set).
+type Guard struct {
+	// Disabled turns the guard off (YAML: enabled: false).
+	Disabled        bool
+	PermanentRatio  float64       // default 0.9
+	MinCalls        int           // default 50
+	Window          time.Duration // default 1m
+	AutoResumeAfter time.Duration // 0 (default): only an operator resumes
+}
+
+// Defaults of Breaker and Guard.
+const (
+	DefaultBreakerFailureRatio = 0.5
+	DefaultBreakerMinCalls     = 20
+	DefaultBreakerConsecutive  = 10
+	DefaultBreakerWindow       = 30 * time.Second
+	DefaultBreakerOpenFor      = 30 * time.Second
+	DefaultBreakerMaxOpen      = 5 * time.Minute
+	DefaultBreakerProbes       = 3
+	DefaultGuardPermanentRatio = 0.9
+	DefaultGuardMinCalls       = 50
+	DefaultGuardWindow         = time.Minute
+	DefaultRateBurst           = 1
+	// MaxFailovers: a record already forwarded this many times
+	// (redrive-failovers) is not forwarded again; it waits for its
+	// pipeline's line, so two pipelines failing over to each other do
+	// not pass records back and forth.
+	MaxFailovers = 3
+)
+
+// WithDefaults fills the zero settings of an enabled breaker.
+func (b Breaker) WithDefaults() Breaker {
+	if b.Disabled {
+		return b
+	}
+	if b.FailureRatio == 0 {
+		b.FailureRatio = DefaultBreakerFailureRatio
+	}
+	if b.MinCalls == 0 {
+		b.MinCalls = DefaultBreakerMinCalls
+	}
+	if b.Consecutive == 0 {
+		b.Consecutive = DefaultBreakerConsecutive
+	}
+	if b.Window == 0 {
+		b.Window = DefaultBreakerWindow
+	}
+	if b.OpenFor == 0 {
+		b.OpenFor = DefaultBreakerOpenFor
+	}
+	if b.MaxOpen == 0 {
+		b.MaxOpen = max(DefaultBreakerMaxOpen, b.OpenFor)
+	}
+	if b.Probes == 0 {
+		b.Probes = DefaultBreakerProbes
+	}
+	return b
+}
+
+// WithDefaults fills the zero settings of an enabled guard.
+func (g Guard) WithDefaults() Guard {
+	if g.Disabled {
+		return g
+	}
+	if g.PermanentRatio == 0 {
+		g.PermanentRatio = DefaultGuardPermanentRatio
+	}
+	if g.MinCalls == 0 {
+		g.MinCalls = DefaultGuardMinCalls
+	}
+	if g.Window == 0 {
+		g.Window = DefaultGuardWindow
+	}
+	return g
+}
+
+// ParseRate reads a rate limit: "50/s", "3000/m", "100000/h", or a plain
+// number of calls per second ("50", "2.5"). "" and "0" are no limit (0).
+func ParseRate(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, nil
+	}
+	num, unit, hasUnit := strings.Cut(s, "/")
+	per := 1.0
+	if hasUnit {
+		switch strings.TrimSpace(unit) {
+		case "s", "1s", "sec", "second":
+		case "m", "1m", "min", "minute":
+			per = 60
+		case "h", "1h", "hour":
+			per = 3600
+		default:
+			return 0, fmt.Errorf("rate %q: the unit after / must be s, m or h", s)
+		}
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) {
+		return 0, fmt.Errorf("rate %q: want calls per unit, e.g. 50/s or 3000/m", s)
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("rate %q: must not be negative", s)
+	}
+	if n > 0 && n/per < 1e-6 {
+		return 0, fmt.Errorf("rate %q: below one call in 11 days", s)
+	}
+	return n / per, nil
 }
 
 // Config configures a Processor.
@@ -165,6 +317,11 @@ func (p Pipeline) WithDefaults() Pipeline {
 	if p.MaxWaiting == 0 {
 		p.MaxWaiting = DefaultMaxWaiting
 	}
+	if p.RateBurst == 0 {
+		p.RateBurst = DefaultRateBurst
+	}
+	p.Breaker = p.Breaker.WithDefaults()
+	p.Guard = p.Guard.WithDefaults()
 	return p
 }
 
@@ -246,6 +403,59 @@ func (p Pipeline) validate() []error {
 	}
 	if p.MaxWaiting < 1 {
 		errs.add("MaxWaiting", "%d: must be at least 1", p.MaxWaiting)
+	}
+	if p.RateLimit < 0 || math.IsNaN(p.RateLimit) || math.IsInf(p.RateLimit, 0) {
+		errs.add("RateLimit", "%v: must be 0 (no limit) or more", p.RateLimit)
+	}
+	if p.RateBurst < 1 {
+		errs.add("RateBurst", "%d: must be at least 1", p.RateBurst)
+	}
+	if b := p.Breaker; !b.Disabled {
+		if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+			errs.add("Breaker.FailureRatio", "%v: must be more than 0 and at most 1", b.FailureRatio)
+		}
+		if b.MinCalls < 1 {
+			errs.add("Breaker.MinCalls", "%d: must be at least 1", b.MinCalls)
+		}
+		if b.Consecutive < 1 {
+			errs.add("Breaker.Consecutive", "%d: must be at least 1", b.Consecutive)
+		}
+		if b.Window < time.Second {
+			errs.add("Breaker.Window", "%s: must be at least 1s", b.Window)
+		}
+		if b.OpenFor < 100*time.Millisecond {
+			errs.add("Breaker.OpenFor", "%s: must be at least 100ms", b.OpenFor)
+		}
+		if b.MaxOpen < b.OpenFor {
+			errs.add("Breaker.MaxOpen", "%s: must be at least open_for (%s)", b.MaxOpen, b.OpenFor)
+		}
+		if b.Probes < 1 || b.Probes > 1000 {
+			errs.add("Breaker.Probes", "%d: must be 1 to 1000", b.Probes)
+		}
+		if b.FailoverTo != "" {
+			if err := topics.ValidateName(b.FailoverTo); err != nil {
+				errs = append(errs, &FieldError{Field: "Breaker.FailoverTo", Index: -1, Msg: err.Error(), Err: err})
+			} else if b.FailoverTo == p.Topic || slices.Contains(tiers, b.FailoverTo) || b.FailoverTo == p.DLQ || b.FailoverTo == p.Results {
+				errs.add("Breaker.FailoverTo", "%q is one of this pipeline's own topics; name another pipeline's main topic", b.FailoverTo)
+			}
+		}
+	}
+	if b := p.Breaker; b.FailoverRetries && b.FailoverTo == "" {
+		errs.add("Breaker.FailoverRetries", "needs failover_to")
+	}
+	if g := p.Guard; !g.Disabled {
+		if !(g.PermanentRatio > 0 && g.PermanentRatio <= 1) {
+			errs.add("Guard.PermanentRatio", "%v: must be more than 0 and at most 1", g.PermanentRatio)
+		}
+		if g.MinCalls < 1 {
+			errs.add("Guard.MinCalls", "%d: must be at least 1", g.MinCalls)
+		}
+		if g.Window < time.Second {
+			errs.add("Guard.Window", "%s: must be at least 1s", g.Window)
+		}
+		if g.AutoResumeAfter < 0 {
+			errs.add("Guard.AutoResumeAfter", "%s: must not be negative", g.AutoResumeAfter)
+		}
 	}
 	return errs
 }

@@ -15,8 +15,9 @@ import (
 // takes. build is a pure function of it, the consumed record and the
 // decision, so that the size rule can be fuzzed without a broker.
 type outputs struct {
-	tiers   []string
-	results string
+	tiers    []string
+	results  string
+	failover string // breaker.failover_to
 	dead    dlq.BuildOptions // MaxRecordBytes is set per build
 	// limit is the size (dlq.EncodedSize) a record for topic must fit:
 	// the smaller of the topic's max.message.bytes and the producer's
@@ -37,6 +38,10 @@ func (o *outputs) build(src *kgo.Record, user []kgo.RecordHeader, d decision, no
 		r = &kgo.Record{Topic: o.tiers[d.tier], Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user)}
 	case toResults:
 		r = &kgo.Record{Topic: o.results, Key: src.Key, Value: d.result, Headers: retry.Encode(d.meta, user)}
+	case toFailover:
+		// Forwarded unchanged: key, value, user headers, redrive-* headers
+		// (redrive-failovers one more).
+		r = &kgo.Record{Topic: o.failover, Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user)}
 	default:
 		return o.deadLetter(src, user, d.meta, 0), d
 	}

@@ -290,6 +290,15 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 
+	case Paused:
+		// The pipeline's line holds a paused record and calls it again
+		// (flow.go); decided here only without one: back to the tier
+		// covering the pause, no attempt spent.
+		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "paused"))
+		idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
+		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
+		return retryTo(meta, idx, false)
+
 	case Invalid:
 		meta.Attempt = attempt
 		meta.Polls += btoi(poll)

@@ -33,6 +33,11 @@ const (
 	Permanent
 	// Invalid: the record itself is unusable; DLQ "invalid" at once.
 	Invalid
+	// Paused: the service refused because the whole account is blocked
+	// (no balance, banned IP), not this request: the pipeline stops
+	// calling for MinDelay and the record is called again after it
+	// without spending an attempt. Built by Pause.
+	Paused
 )
 
 // ErrNoKind is the error of an Outcome that had neither a Kind nor an Err.
@@ -52,12 +57,14 @@ func (k Kind) String() string {
 		return "permanent"
 	case Invalid:
 		return "invalid"
+	case Paused:
+		return "paused"
 	}
 	return "unknown"
 }
 
 // valid reports whether k is one of the kinds a handler may return.
-func (k Kind) valid() bool { return k >= Success && k <= Invalid }
+func (k Kind) valid() bool { return k >= Success && k <= Paused }
 
 // Class is the error class written to redrive-error-class for a failed kind.
 // An unset or unknown kind is retried, so its class is transient.
@@ -122,6 +129,14 @@ func Fail(code string, err error) Outcome { return Outcome{Kind: Permanent, Code
 // Reject: the record itself is unusable (Invalid), e.g. its value does not
 // parse. The record goes to the DLQ as "invalid" at once.
 func Reject(code string, err error) Outcome { return Outcome{Kind: Invalid, Code: code, Err: err} }
+
+// Pause: the account is blocked, not this request (ERROR_ZERO_BALANCE,
+// an IP ban). The pipeline stops calling the handler for d (at least 1s)
+// as if its breaker were open, and this record is called again after the
+// pause with the same attempt number.
+func Pause(code string, err error, d time.Duration) Outcome {
+	return Outcome{Kind: Paused, Code: code, Err: err, MinDelay: d}
+}
 
 // checked is out as the processor acts on it: an Outcome whose Kind is unset
 // or unknown becomes Transient (with ErrNoKind and CodeNoKind when it had no

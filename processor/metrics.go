@@ -26,6 +26,11 @@ type metrics struct {
 	lag            *prometheus.GaugeVec     // pipeline, topic
 	pausedParts    *prometheus.GaugeVec     // pipeline
 	clamped        *prometheus.CounterVec   // pipeline, time (clampedTimes)
+	breakerState   *prometheus.GaugeVec     // pipeline
+	breakerTrans   *prometheus.CounterVec   // pipeline, to
+	paused         *prometheus.GaugeVec     // pipeline, reason
+	rateLimited    *prometheus.CounterVec   // pipeline
+	failovers      *prometheus.CounterVec   // pipeline
 
 	codesMu sync.Mutex
 	codes   map[string]bool
@@ -79,10 +84,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future (or an origin timestamp before 1970), taken as now for waits and ages.",
 		}, []string{"pipeline", "time"}),
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_breaker_state", Help: "The pipeline's circuit breaker: 0 closed, 1 half-open (probing), 2 open.",
+		}, []string{"pipeline"}),
+		breakerTrans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_breaker_transitions_total", Help: "Circuit breaker transitions by the state entered (closed, half-open, open).",
+		}, []string{"pipeline", "to"}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_paused", Help: "1 while the pipeline's handler calls are stopped for that reason (breaker, pause_code, guard, manual), else 0.",
+		}, []string{"pipeline", "reason"}),
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_rate_limited_seconds_total", Help: "Seconds records waited for a rate-limit token before their handler call (summed over records).",
+		}, []string{"pipeline"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_failovers_total", Help: "Records forwarded to breaker.failover_to while the line was stopped (acknowledged).",
+		}, []string{"pipeline"}),
 		codes: map[string]bool{"": true},
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
-		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.clamped} {
+		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.clamped,
+		m.breakerState, m.breakerTrans, m.paused, m.rateLimited, m.failovers} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -229,4 +250,13 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 		m.lag.WithLabelValues(name, t)
 	}
 	m.pausedParts.WithLabelValues(name)
+	m.breakerState.WithLabelValues(name)
+	for _, to := range []string{"closed", "half-open", "open"} {
+		m.breakerTrans.WithLabelValues(name, to)
+	}
+	for _, r := range stopReasons {
+		m.paused.WithLabelValues(name, r)
+	}
+	m.rateLimited.WithLabelValues(name)
+	m.failovers.WithLabelValues(name)
 }

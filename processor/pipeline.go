@@ -43,6 +43,9 @@ type partState struct {
 	// revoking: no new dispatch; gone: dropped, never commit again.
 	revoking, gone bool
 	committed      int64
+	// leaving is revoking, readable without p.mu: a record waiting for
+	// the line gives up (line.enter).
+	leaving atomic.Bool
 }
 
 // work is one record from poll to finish.
@@ -96,6 +99,10 @@ type pipeline struct {
 
 	hot hotMetrics
 
+	// line is the flow control: breaker, rate limit, pause codes, guard,
+	// manual pause (line.go).
+	line *line
+
 	commitMu sync.Mutex
 
 	out outputs // builds outcome records (deadletter.go)
@@ -136,6 +143,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	p.hot.precreate(cfg, p.tiers)
 	p.hctx, p.hstop = context.WithCancel(context.Background())
 	p.sched = newScheduler(p.onDue)
+	p.line = newLine(cfg, p.log, m, p.pauseFetch)
 	topics := append([]string{cfg.Topic}, p.tiers...)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(pc.Brokers...),
@@ -176,8 +184,9 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	p.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	p.brokerMax, _ = cl.OptValue(kgo.BrokerMaxWriteBytes).(int32)
 	p.out = outputs{
-		tiers:   p.tiers,
-		results: cfg.Results,
+		tiers:    p.tiers,
+		results:  cfg.Results,
+		failover: cfg.Breaker.FailoverTo,
 		dead: dlq.BuildOptions{
 			Topic:         cfg.DLQ,
 			RedactHeaders: cfg.RedactHeaders,
@@ -220,8 +229,15 @@ func (p *pipeline) run(ctx context.Context) error {
 	go func() { p.commitLoop(ctx); close(commitDone) }()
 	lagDone := make(chan struct{})
 	go func() { p.lagLoop(ctx); close(lagDone) }()
+	lineDone := make(chan struct{})
+	go func() { p.line.run(ctx); close(lineDone) }()
 
 	err := p.pollLoop(ctx)
+
+	// Records waiting for a stopped line leave at once (they are
+	// redelivered); the line no longer pauses or resumes fetching.
+	p.line.stop()
+	<-lineDone
 
 	// Shutdown: stop fetching, let in-flight work finish within the grace.
 	p.log.Info("stopping: finishing in-flight work", "inflight", p.inflightNow(), "grace", p.pc.ShutdownGrace)
@@ -568,12 +584,14 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 		for _, part := range parts {
 			if ps := p.parts[tp{topic, part}]; ps != nil {
 				ps.revoking = true
+				ps.leaving.Store(true)
 				states = append(states, ps)
 			}
 		}
 	}
 	closing := p.closing
 	p.mu.Unlock()
+	p.line.kick() // records of these partitions waiting for the line leave
 	if len(states) == 0 {
 		return
 	}
@@ -692,6 +710,23 @@ func (p *pipeline) commitOffsets(ctx context.Context, offsets map[string]map[int
 		p.m.commitFailures.WithLabelValues(p.cfg.Name).Inc()
 	}
 	return cerr
+}
+
+// pauseFetch is the line's: stop or resume fetching the main topic and
+// the tiers. Topic pauses are the client's and outlive rebalances;
+// partition pauses (MaxWaiting, onAssigned's resume) are separate.
+func (p *pipeline) pauseFetch(main, tiers bool) {
+	set := func(pause bool, topics ...string) {
+		if pause {
+			p.cl.PauseFetchTopics(topics...)
+		} else {
+			p.cl.ResumeFetchTopics(topics...)
+		}
+	}
+	set(main, p.cfg.Topic)
+	if len(p.tiers) > 0 {
+		set(tiers, p.tiers...)
+	}
 }
 
 // setWriteErr records that an outcome write fails; clearWriteErr that it

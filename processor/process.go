@@ -41,6 +41,8 @@ const (
 	toRetry   outKind = "retry"
 	toDLQ     outKind = "dlq"
 	toResults outKind = "results"
+	// toFailover: forwarded to breaker.failover_to while the line is stopped.
+	toFailover outKind = "failover"
 )
 
 // process handles w and returns the decision on it; ok is false when the
@@ -77,22 +79,48 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 
 	attempt, _, state := attemptOf(meta)
 	req := &Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
-	start := time.Now()
-	out := p.call(ctx, req)
-	if ctx.Err() != nil {
-		return decision{}, false // revoked or past the grace: the next owner redoes it
+	b := p.cfg.Breaker
+	canForward := b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers
+	for {
+		t, forward, ok := p.line.enter(ctx, canForward, w.ps.leaving.Load)
+		if !ok {
+			return decision{}, false // revoked, shutdown: redelivered as it was
+		}
+		if forward {
+			fm := meta
+			fm.Failovers++
+			return decision{to: toFailover, meta: fm}, true
+		}
+		if t.waited {
+			// Waiting for the line took time: the record may have expired.
+			now = time.Now()
+			if d, call := screen(meta, nil, w.ps.tier, p.pol, now); !call {
+				t.abandon()
+				p.m.outcomes.WithLabelValues(p.cfg.Name, d.early, tierLabel, d.meta.ErrorCode).Inc()
+				return d, true
+			}
+		}
+		start := time.Now()
+		out := p.call(ctx, req)
+		if ctx.Err() != nil {
+			t.abandon()
+			return decision{}, false // revoked or past the grace: the next owner redoes it
+		}
+		now = time.Now()
+		out, mistake := checked(out)
+		if mistake {
+			p.noKind.Do(func() {
+				p.log.Warn("handler returned an Outcome without a valid Kind: retrying it as transient; build outcomes with processor.Succeed, Retry, Poll, Fail or Reject (logged once)",
+					"id", req.ID, "code", out.Code, "err", out.Err)
+			})
+		}
+		p.hot.handlerFor(out.Kind).Observe(now.Sub(start).Seconds())
+		p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
+		if p.line.leave(t, out, now) {
+			continue // the line stopped because of this outage: call again once it runs, no attempt spent
+		}
+		return decide(meta, out, p.pol, now), true
 	}
-	now = time.Now()
-	out, mistake := checked(out)
-	if mistake {
-		p.noKind.Do(func() {
-			p.log.Warn("handler returned an Outcome without a valid Kind: retrying it as transient; build outcomes with processor.Succeed, Retry, Poll, Fail or Reject (logged once)",
-				"id", req.ID, "code", out.Code, "err", out.Err)
-		})
-	}
-	p.hot.handlerFor(out.Kind).Observe(now.Sub(start).Seconds())
-	p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
-	return decide(meta, out, p.pol, now), true
 }
 
 // call runs the handler, turning a panic into a permanent outcome.
@@ -136,11 +164,25 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	to := out.to
 	p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 		if err == nil {
-			p.complete(w, true)
+			p.finishSent(w, to)
 			return
 		}
-		go func() { p.complete(w, p.write(ctx, w, to, rec, err)) }()
+		go func() {
+			if p.write(ctx, w, to, rec, err) {
+				p.finishSent(w, to)
+			} else {
+				p.complete(w, false)
+			}
+		}()
 	})
+}
+
+// finishSent completes w whose outcome record (to) was acknowledged.
+func (p *pipeline) finishSent(w *work, to outKind) {
+	if to == toFailover {
+		p.m.failovers.WithLabelValues(p.cfg.Name).Inc()
+	}
+	p.complete(w, true)
 }
 
 func (p *pipeline) countDeadLetter(meta retry.Meta) {

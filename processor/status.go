@@ -1,10 +1,14 @@
 package processor
 
 import (
+	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +53,35 @@ type PipelineStatus struct {
 	Tiers              []TierStatus `json:"tiers"`
 	// WriteError is the outcome write failing right now, if any.
 	WriteError string `json:"write_error,omitempty"`
+	// Line is whether handler calls may start, and why not.
+	Line LineStatus `json:"line"`
+}
+
+// LineStatus is a pipeline's flow control (flow.go) in PipelineStatus.
+type LineStatus struct {
+	// State: "running", "probing" (the breaker is half-open: a few calls
+	// go through) or "stopped" (no call starts; Reasons say why).
+	State   string       `json:"state"`
+	Reasons []StopReason `json:"reasons,omitempty"`
+	// Breaker: "closed", "half-open", "open" or "disabled"; since when.
+	Breaker      string    `json:"breaker"`
+	BreakerSince time.Time `json:"breaker_since,omitzero"`
+	// OpenFor is how long the breaker stays open this time (doubling).
+	OpenFor    string  `json:"open_for,omitempty"`
+	Guard      bool    `json:"guard"`                // the guard is on
+	RateLimit  float64 `json:"rate_limit,omitempty"` // calls per second, 0: none
+	FailoverTo string  `json:"failover_to,omitempty"`
+}
+
+// StopReason is one reason the line is stopped.
+type StopReason struct {
+	// Reason: "breaker", "pause_code", "guard" or "manual".
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	// Until is when it ends by itself; absent: when an operator resumes
+	// (guard, manual) or the probes succeed (breaker half-open).
+	Until  time.Time `json:"until,omitzero"`
+	Detail string    `json:"detail"`
 }
 
 // TierStatus is one retry tier in PipelineStatus.
@@ -83,6 +116,85 @@ func (pr *Processor) StatusHandler() http.Handler {
 	})
 }
 
+// ErrNoPipeline is returned by Pause and Resume for a name no pipeline has.
+var ErrNoPipeline = errors.New("no such pipeline")
+
+func (pr *Processor) pipelineNamed(name string) (*pipeline, error) {
+	for _, p := range pr.pipelines {
+		if p.cfg.Name == name {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %q", ErrNoPipeline, name)
+}
+
+// Pause stops the named pipeline's handler calls in this process until
+// Resume: records already polled wait, fetching pauses, no attempt is
+// spent. detail says who and why (logged, shown in Status).
+func (pr *Processor) Pause(name, detail string) error {
+	p, err := pr.pipelineNamed(name)
+	if err != nil {
+		return err
+	}
+	p.line.pauseByHand(detail)
+	return nil
+}
+
+// Resume clears every stop of the named pipeline in this process: a
+// manual pause, the guard, a pause code's pause, and an open breaker
+// (it starts closed again).
+func (pr *Processor) Resume(name, detail string) error {
+	p, err := pr.pipelineNamed(name)
+	if err != nil {
+		return err
+	}
+	p.line.resume(detail)
+	return nil
+}
+
+// PipelinesHandler serves GET /api/pipelines (Status) and POST
+// /api/pipelines/{name}/pause and /resume, which need the header
+// "Authorization: Bearer <token>": without a token configured they are
+// refused (403). A pause or resume answers with the pipeline's status.
+func (pr *Processor) PipelinesHandler(token string) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /api/pipelines", pr.StatusHandler())
+	act := func(w http.ResponseWriter, r *http.Request, pause bool) {
+		w.Header().Set("Cache-Control", "no-store")
+		if token == "" {
+			http.Error(w, "pause and resume are off: set processor.token (REDRIVE_PROCESSOR_TOKEN)", http.StatusForbidden)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		name := r.PathValue("name")
+		detail := "by " + r.RemoteAddr
+		if reason := r.URL.Query().Get("reason"); reason != "" {
+			detail += ": " + retry.TruncateUTF8(reason, 200)
+		}
+		var err error
+		if pause {
+			err = pr.Pause(name, detail)
+		} else {
+			err = pr.Resume(name, detail)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusNotFound)
+			return
+		}
+		p, _ := pr.pipelineNamed(name)
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(pr.hist.pipelineStatus(p, time.Now()))
+	}
+	mux.HandleFunc("POST /api/pipelines/{name}/pause", func(w http.ResponseWriter, r *http.Request) { act(w, r, true) })
+	mux.HandleFunc("POST /api/pipelines/{name}/resume", func(w http.ResponseWriter, r *http.Request) { act(w, r, false) })
+	return mux
+}
+
 func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus {
 	tiers := make([]TierStatus, len(p.tiers))
 	for i, t := range p.tiers {
@@ -90,6 +202,7 @@ func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus
 	}
 	ps := PipelineStatus{Name: p.cfg.Name, Group: p.cfg.GroupID(), Topic: p.cfg.Topic, Results: p.cfg.Results,
 		DLQ: p.cfg.DLQ, Joined: p.joined.Load(), Tiers: tiers}
+	ps.Line = p.line.status(now)
 	p.mu.Lock()
 	ps.Inflight, ps.InflightBytes, ps.Waiting = p.inflight, p.bytes, p.waiting
 	for _, st := range p.parts {

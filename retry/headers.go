@@ -45,6 +45,7 @@ const (
 	HeaderNotReadySince    = "redrive-not-ready-since"   // retry: time of the first not-ready answer (ms); not_ready_deadline counts from it
 	HeaderTruncatedKey     = "redrive-truncated-key"     // DLQ only: original key size when the key was cut to fit
 	HeaderTruncatedHeaders = "redrive-truncated-headers" // DLQ only: the headers cut or dropped to fit, name=original size, comma-separated
+	HeaderFailovers        = "redrive-failovers"         // times forwarded to another pipeline while this one's line was stopped
 )
 
 // Size limits of the contract.
@@ -147,6 +148,8 @@ type Meta struct {
 	// TruncatedHeaders lists the headers cut or dropped to fit the DLQ
 	// (package dlq writes and reads the list).
 	TruncatedHeaders string
+	// Failovers counts forwards to another pipeline (breaker.failover_to).
+	Failovers int
 }
 
 // header is one redrive-* header: its name and how its value is read into
@@ -247,6 +250,8 @@ var headers = [...]header{
 		func(m *Meta, b []byte) []byte { return appendInt(b, m.TruncatedKey, false) }},
 	{HeaderTruncatedHeaders, func(m *Meta, v string, _ []byte) error { m.TruncatedHeaders = v; return nil },
 		func(m *Meta, b []byte) []byte { return append(b, m.TruncatedHeaders...) }},
+	{HeaderFailovers, func(m *Meta, v string, _ []byte) (err error) { m.Failovers, err = count(v, MaxCount); return err },
+		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Failovers), false) }},
 }
 
 // headerIndex finds a header's entry in headers by name.

@@ -119,6 +119,10 @@ func (h *Handler) classify(status int, header http.Header, body []byte, tooLarge
 	}
 	rerr.Code = code
 	rerr.Body = snippet(body, bodySnippet)
+	if d, ok := h.pause[code]; ok {
+		// The account is blocked, not this request: whatever the status.
+		return processor.Pause(code, rerr, d)
+	}
 	var out processor.Outcome
 	switch kind {
 	case processor.NotReady:

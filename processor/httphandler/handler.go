@@ -108,6 +108,10 @@ type Codes struct {
 	Permanent []string
 	// MinDelay raises the outcome's MinDelay (e.g. above Retry-After).
 	MinDelay map[string]time.Duration
+	// Pause: an answer with one of these codes means the whole account
+	// is blocked (ERROR_ZERO_BALANCE): the outcome is processor.Pause
+	// with that duration (at least 1s), whatever the HTTP status.
+	Pause map[string]time.Duration
 }
 
 // Handler is the HTTP processor.Handler. It is safe for concurrent use.
@@ -121,6 +125,7 @@ type Handler struct {
 	json     *jsonRule
 	classOf  map[string]processor.Kind
 	minDelay map[string]time.Duration
+	pause    map[string]time.Duration
 	client   *http.Client
 }
 
@@ -267,6 +272,18 @@ func (c Codes) Validate() error {
 			errs = append(errs, &processor.FieldError{Field: "Codes.MinDelay", Index: -1, Key: k, Msg: fmt.Sprintf("%s: must not be negative", d)})
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(c.Pause)) {
+		if k == "" {
+			errs = append(errs, &processor.FieldError{Field: "Codes.Pause", Index: -1, Msg: "empty code"})
+			continue
+		}
+		if d := c.Pause[k]; d < time.Second || d > 24*time.Hour {
+			errs = append(errs, &processor.FieldError{Field: "Codes.Pause", Index: -1, Key: k, Msg: fmt.Sprintf("%s: must be 1s to 24h", d)})
+		}
+		if other, dup := in[k]; dup {
+			errs = append(errs, &processor.FieldError{Field: "Codes.Pause", Index: -1, Key: k, Msg: fmt.Sprintf("%q is in %s too; a code has one class", k, other)})
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -287,6 +304,7 @@ func New(o Options) (*Handler, error) {
 		ctype:    "application/octet-stream",
 		classOf:  map[string]processor.Kind{},
 		minDelay: map[string]time.Duration{},
+		pause:    map[string]time.Duration{},
 	}
 	for k, v := range o.Headers {
 		ck := http.CanonicalHeaderKey(k)
@@ -311,6 +329,7 @@ func New(o Options) (*Handler, error) {
 		}
 	}
 	maps.Copy(h.minDelay, o.Codes.MinDelay)
+	maps.Copy(h.pause, o.Codes.Pause)
 	h.client = o.Client
 	if h.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
