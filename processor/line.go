@@ -79,7 +79,6 @@ type line struct {
 	pausedMain      bool          // what run last applied
 	pausedTiers     bool
 	reported        map[string]bool // reasons last reported in metrics and logs
-	lastWaitLogged  time.Time
 	rateLimitedSecs float64
 }
 

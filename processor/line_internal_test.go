@@ -1,0 +1,366 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// testLine is a line for pipeline cfg (defaults filled) whose fetch pauses
+// are recorded.
+type testLine struct {
+	*line
+	mu      sync.Mutex
+	fetches [][2]bool
+}
+
+func newTestLine(t *testing.T, cfg Pipeline) *testLine {
+	t.Helper()
+	cfg.Name = "solve"
+	cfg = cfg.WithDefaults()
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl := &testLine{}
+	tl.line = newLine(cfg, slog.New(slog.DiscardHandler), m, func(main, tiers bool) {
+		tl.mu.Lock()
+		tl.fetches = append(tl.fetches, [2]bool{main, tiers})
+		tl.mu.Unlock()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { tl.run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return tl
+}
+
+func never() bool { return false }
+
+// call enters the line (failing the test if it does not let the call
+// through within 5s) and leaves it with out; it reports hold.
+func (tl *testLine) call(t *testing.T, out Outcome) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tk, fwd, ok := tl.enter(ctx, false, never)
+	if !ok || fwd {
+		t.Fatalf("enter: ok %v forward %v, want a call", ok, fwd)
+	}
+	return tl.leave(tk, out, time.Now())
+}
+
+// blocked reports whether a call would wait (enter does not return within d).
+func (tl *testLine) blocked(d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	tk, _, ok := tl.enter(ctx, false, never)
+	if ok {
+		tk.abandon()
+	}
+	return !ok
+}
+
+func (tl *testLine) lastFetch() [2]bool {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if len(tl.fetches) == 0 {
+		return [2]bool{}
+	}
+	return tl.fetches[len(tl.fetches)-1]
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var errDown = errors.New("503")
+
+func TestBreakerOpensHoldsAndCloses(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{Consecutive: 3, MinCalls: 100, OpenFor: 300 * time.Millisecond, MaxOpen: 2 * time.Second, Probes: 2}})
+	// Two failures: charged (the breaker is closed), not held.
+	for i := range 2 {
+		if tl.call(t, Retry("http_503", errDown)) {
+			t.Fatalf("failure %d held with the breaker closed: it must spend its attempt", i+1)
+		}
+	}
+	// The third opens it: held, no attempt spent.
+	if !tl.call(t, Retry("http_503", errDown)) {
+		t.Fatal("the failure that opened the breaker was charged; want it held")
+	}
+	if st := tl.status(time.Now()); st.State != "stopped" || st.Breaker != "open" || len(st.Reasons) != 1 || st.Reasons[0].Reason != stopBreaker {
+		t.Fatalf("status %+v, want stopped by an open breaker", st)
+	}
+	waitFor(t, "fetching paused", func() bool { return tl.lastFetch() == [2]bool{true, true} })
+	if got := testutil.ToFloat64(tl.m.paused.WithLabelValues("solve", stopBreaker)); got != 1 {
+		t.Fatalf("redrive_paused{reason=breaker} = %v, want 1", got)
+	}
+	if !tl.blocked(100 * time.Millisecond) {
+		t.Fatal("a call started while the breaker was open")
+	}
+	// After open_for: half-open, two probes go through, a third waits.
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	p1, _, ok1 := tl.enter(ctx, false, never)
+	p2, _, ok2 := tl.enter(ctx, false, never)
+	if !ok1 || !ok2 {
+		t.Fatal("probes not let through after open_for")
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Fatalf("first probe after %v, want about open_for (300ms)", waited)
+	}
+	if !tl.blocked(100 * time.Millisecond) {
+		t.Fatal("a third call went through while two probes were out (probes: 2)")
+	}
+	if tl.leave(p1, Succeed(nil), time.Now()) {
+		t.Fatal("a successful probe held")
+	}
+	// A failing probe reopens it for twice as long, and is held.
+	if !tl.leave(p2, Retry("http_503", errDown), time.Now()) {
+		t.Fatal("a failed probe was charged")
+	}
+	if st := tl.status(time.Now()); st.Breaker != "open" || st.OpenFor != "600ms" {
+		t.Fatalf("after a failed probe: %+v, want open for 600ms", st)
+	}
+	reopened := time.Now()
+	p3, _, ok3 := tl.enter(ctx, false, never)
+	if !ok3 {
+		t.Fatal("no probe after the second open period")
+	}
+	if w := time.Since(reopened); w < 500*time.Millisecond {
+		t.Fatalf("probe after %v, want the doubled open_for (600ms)", w)
+	}
+	p4, _, _ := tl.enter(ctx, false, never)
+	tl.leave(p3, Succeed(nil), time.Now())
+	tl.leave(p4, Poll(nil, 0), time.Now()) // the service answered: a success for the breaker
+	if st := tl.status(time.Now()); st.State != "running" || st.Breaker != "closed" {
+		t.Fatalf("after two good probes: %+v, want running, closed", st)
+	}
+	waitFor(t, "fetching resumed", func() bool { return tl.lastFetch() == [2]bool{false, false} })
+	if got := testutil.ToFloat64(tl.m.breakerTrans.WithLabelValues("solve", "open")); got != 2 {
+		t.Fatalf("transitions to open = %v, want 2", got)
+	}
+}
+
+func TestBreakerRatioOverWindow(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{FailureRatio: 0.5, MinCalls: 10, Consecutive: 1000, Window: 10 * time.Second, OpenFor: time.Minute}})
+	for i := range 9 {
+		out := Succeed(nil)
+		if i%2 == 0 {
+			out = Retry("http_503", errDown)
+		}
+		if tl.call(t, out) {
+			t.Fatalf("call %d held below min_calls", i)
+		}
+	}
+	// 10th call, 5 of 10 failed: at the ratio.
+	if !tl.call(t, Retry("http_503", errDown)) {
+		t.Fatal("5 of 10 calls failed (ratio 0.5, min_calls 10) and the breaker stayed closed")
+	}
+}
+
+func TestBreakerDisabledNeverHolds(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{Disabled: true}, Guard: Guard{Disabled: true}})
+	for i := range 200 {
+		if tl.call(t, Retry("http_503", errDown)) {
+			t.Fatalf("failure %d held with the breaker disabled", i)
+		}
+	}
+	if st := tl.status(time.Now()); st.Breaker != "disabled" || st.State != "running" {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestPauseCodeStopsTheLineAndHolds(t *testing.T) {
+	tl := newTestLine(t, Pipeline{})
+	start := time.Now()
+	if !tl.call(t, Pause("ERROR_ZERO_BALANCE", errors.New("no money"), time.Second)) {
+		t.Fatal("a pause code was not held")
+	}
+	st := tl.status(time.Now())
+	if st.State != "stopped" || st.Reasons[0].Reason != stopPauseCode || st.Reasons[0].Until.Sub(start) < time.Second-10*time.Millisecond {
+		t.Fatalf("%+v", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	tk, _, ok := tl.enter(ctx, false, never)
+	if !ok {
+		t.Fatal("no call after the pause")
+	}
+	if w := time.Since(start); w < time.Second || w > 1300*time.Millisecond {
+		t.Fatalf("next call after %v, want 1s (the pause)", w)
+	}
+	tl.leave(tk, Succeed(nil), time.Now())
+	// A pause code counts neither for nor against the breaker.
+	if c := tl.cb.Counts(); c.TotalFailures != 0 {
+		t.Fatalf("breaker counted the pause as a failure: %+v", c)
+	}
+}
+
+func TestGuardStopsUntilResumed(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Guard: Guard{PermanentRatio: 0.9, MinCalls: 5, Window: time.Minute}})
+	held := 0
+	for range 4 {
+		if tl.call(t, Fail("ERROR_WRONG_USER_KEY", errors.New("400"))) {
+			held++
+		}
+	}
+	if held != 0 {
+		t.Fatalf("%d permanent failures held below min_calls", held)
+	}
+	if !tl.call(t, Fail("ERROR_WRONG_USER_KEY", errors.New("400"))) {
+		t.Fatal("the 5th permanent failure of 5 calls (min_calls 5) did not stop the line")
+	}
+	if !tl.blocked(200 * time.Millisecond) {
+		t.Fatal("a call started with the guard tripped")
+	}
+	st := tl.status(time.Now())
+	if st.State != "stopped" || st.Reasons[0].Reason != stopGuard || !st.Reasons[0].Until.IsZero() {
+		t.Fatalf("%+v, want stopped by the guard until resumed", st)
+	}
+	tl.resume("test")
+	if tl.blocked(time.Second) {
+		t.Fatal("resume did not restart the line")
+	}
+	// The window starts over: 4 more failures do not stop it again.
+	for range 4 {
+		if tl.call(t, Fail("ERROR_WRONG_USER_KEY", errors.New("400"))) {
+			t.Fatal("held right after resume: the guard's window was not cleared")
+		}
+	}
+}
+
+func TestGuardAutoResume(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Guard: Guard{MinCalls: 2, AutoResumeAfter: 300 * time.Millisecond}})
+	tl.call(t, Fail("bad", nil))
+	tl.call(t, Fail("bad", nil))
+	start := time.Now()
+	if tl.blocked(100 * time.Millisecond) == false {
+		t.Fatal("guard did not stop the line")
+	}
+	if tl.blocked(2 * time.Second) {
+		t.Fatal("guard did not resume after auto_resume_after")
+	}
+	if w := time.Since(start); w < 250*time.Millisecond {
+		t.Fatalf("resumed after %v, want 300ms", w)
+	}
+}
+
+func TestManualPauseAndFailover(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Topic: "a", Breaker: Breaker{FailoverTo: "b", Consecutive: 1, OpenFor: time.Minute}})
+	tl.pauseByHand("test")
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, fwd, ok := tl.enter(ctx, true, never); ok || fwd {
+		t.Fatalf("manual pause: ok %v forward %v; want wait (no failover for a manual pause)", ok, fwd)
+	}
+	waitFor(t, "fetching paused", func() bool { return tl.lastFetch() == [2]bool{true, true} })
+	tl.resume("test")
+	// Open the breaker: a record that may be forwarded is, at once; the
+	// main topic keeps being fetched, the tiers are not.
+	tl.call(t, Retry("http_503", errDown))
+	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	if _, fwd, ok := tl.enter(ctx2, true, never); !ok || !fwd {
+		t.Fatalf("open breaker with failover_to: ok %v forward %v, want forward", ok, fwd)
+	}
+	waitFor(t, "tiers paused, main fetched", func() bool { return tl.lastFetch() == [2]bool{false, true} })
+}
+
+func TestEnterLeavesOnRevokeAndStop(t *testing.T) {
+	tl := newTestLine(t, Pipeline{})
+	tl.pauseByHand("test")
+	var leaving sync.WaitGroup
+	var revoked bool
+	var mu sync.Mutex
+	leaving.Add(2)
+	go func() {
+		defer leaving.Done()
+		_, _, ok := tl.enter(context.Background(), false, func() bool { mu.Lock(); defer mu.Unlock(); return revoked })
+		if ok {
+			t.Error("a revoked record's wait ended in a call")
+		}
+	}()
+	go func() {
+		defer leaving.Done()
+		_, _, ok := tl.enter(context.Background(), false, never)
+		if ok {
+			t.Error("a wait ended in a call at shutdown")
+		}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	revoked = true
+	mu.Unlock()
+	tl.kick()
+	time.Sleep(50 * time.Millisecond)
+	tl.stop()
+	done := make(chan struct{})
+	go func() { leaving.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("waiters did not leave on revoke and stop")
+	}
+}
+
+func TestRateLimitSpacesCalls(t *testing.T) {
+	tl := newTestLine(t, Pipeline{RateLimit: 20, Breaker: Breaker{Disabled: true}})
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); tl.call(t, Succeed(nil)) }()
+	}
+	wg.Wait()
+	// 8 calls at 20/s, burst 1: the 8th starts 350ms after the first.
+	if took := time.Since(start); took < 330*time.Millisecond {
+		t.Fatalf("8 calls at 20/s took %v, want at least 350ms", took)
+	}
+	if got := testutil.ToFloat64(tl.m.rateLimited.WithLabelValues("solve")); got <= 0 {
+		t.Fatalf("redrive_rate_limited_seconds_total = %v, want > 0", got)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]float64{"50/s": 50, "3000/m": 50, "7200/h": 2, "2.5": 2.5, "": 0, "0": 0, " 10 / s ": 10} {
+		got, err := ParseRate(in)
+		if err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"fast", "50/d", "-1/s", "NaN", "Inf/s", "1/", "/s", "0.000001/h"} {
+		if got, err := ParseRate(in); err == nil {
+			t.Errorf("ParseRate(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+func FuzzParseRate(f *testing.F) {
+	for _, s := range []string{"50/s", "3000/m", "1e9/h", "", "x/y", "-0/s"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseRate(s)
+		if err != nil {
+			return
+		}
+		if v < 0 || v != v || v > 1e308 {
+			t.Fatalf("ParseRate(%q) = %v", s, v)
+		}
+	})
+}
