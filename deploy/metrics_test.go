@@ -318,6 +318,16 @@ func TestIdleExportsEveryUsedMetric(t *testing.T) {
 		`redrive_delay_lateness_seconds_count{pipeline="` + x.p.Name + `",tier="1s"} 0`,
 		`redrive_handler_duration_seconds_count{outcome="success",pipeline="` + x.p.Name + `"} 0`,
 		`redrive_produce_failures_total{kind="dlq",pipeline="` + x.p.Name + `"} 0`,
+		// The line's series, with the label values the alerts and panels select.
+		`redrive_breaker_state{pipeline="` + x.p.Name + `"} 0`,
+		`redrive_breaker_transitions_total{pipeline="` + x.p.Name + `",to="half-open"} 0`,
+		`redrive_breaker_transitions_total{pipeline="` + x.p.Name + `",to="open"} 0`,
+		`redrive_paused{pipeline="` + x.p.Name + `",reason="breaker"} 0`,
+		`redrive_paused{pipeline="` + x.p.Name + `",reason="guard"} 0`,
+		`redrive_paused{pipeline="` + x.p.Name + `",reason="pause_code"} 0`,
+		`redrive_paused{pipeline="` + x.p.Name + `",reason="manual"} 0`,
+		`redrive_rate_limited_seconds_total{pipeline="` + x.p.Name + `"} 0`,
+		`redrive_failovers_total{pipeline="` + x.p.Name + `"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("idle processor's /metrics lacks %s", want)
