@@ -103,6 +103,14 @@ func (e *Env) Start(h processor.Handler, tweak ...func(*processor.Config)) (stop
 // returned within 60s), the same on every call.
 func Run(t testing.TB, cfg processor.Config, h processor.Handler) (stop func() error) {
 	t.Helper()
+	_, stop = RunProcessor(t, cfg, h)
+	return stop
+}
+
+// RunProcessor is Run that also gives the processor (its Status, Pause,
+// Resume, PipelinesHandler).
+func RunProcessor(t testing.TB, cfg processor.Config, h processor.Handler) (pr *processor.Processor, stop func() error) {
+	t.Helper()
 	pr, err := processor.New(cfg, h)
 	if err != nil {
 		t.Fatalf("processor.New: %v", err)
@@ -124,7 +132,7 @@ func Run(t testing.TB, cfg processor.Config, h processor.Handler) (stop func() e
 		return runErr
 	}
 	t.Cleanup(func() { _ = stop() })
-	return stop
+	return pr, stop
 }
 
 // Produce writes records and fails the test unless all are acknowledged
