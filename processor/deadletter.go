@@ -17,8 +17,8 @@ import (
 type outputs struct {
 	tiers    []string
 	results  string
-	failover string // breaker.failover_to
-	dead    dlq.BuildOptions // MaxRecordBytes is set per build
+	failover string           // breaker.failover_to
+	dead     dlq.BuildOptions // MaxRecordBytes is set per build
 	// limit is the size (dlq.EncodedSize) a record for topic must fit:
 	// the smaller of the topic's max.message.bytes and the producer's
 	// batch limit.
