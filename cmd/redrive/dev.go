@@ -208,7 +208,8 @@ Ctrl-C stops it.
 	return errors.Join(perr, <-anDone)
 }
 
-// devToken is the replay token dev uses when the config sets none.
+// devToken is the replay token and processor.token dev uses when the
+// config sets none.
 const devToken = "dev"
 
 // tokenOrigin says where the config's token at path (analyzer.token,
