@@ -245,7 +245,7 @@ var optionalRE = regexp.MustCompile(`(?m)^(\s*)#~ ?`)
 
 // freeForm are mapping keys whose children are user data (header names,
 // error codes), not configuration keys.
-var freeForm = map[string]bool{"headers": true, "min_delay": true}
+var freeForm = map[string]bool{"headers": true, "min_delay": true, "pause": true}
 
 // configPaths walks a YAML node and collects every key path: "a.b" for
 // mappings, "a[].b" for the keys of a list's items.

@@ -415,10 +415,20 @@ func TestDevDoesNotPrintTheTokenFromTheEnvironment(t *testing.T) {
 			t.Errorf("dev does not say where the replay token is set:\n%s", out)
 		}
 	})
+	t.Run("processor.token from REDRIVE_PROCESSOR_TOKEN", func(t *testing.T) {
+		t.Setenv("REDRIVE_PROCESSOR_TOKEN", secret)
+		out := devBanner(t, "-c", writeConfig(t, []string{"127.0.0.1:1"}, "ptok.env", "", ""))
+		if strings.Contains(out, secret) {
+			t.Errorf("dev printed the pause/resume token from the environment:\n%s", out)
+		}
+		if !strings.Contains(out, "pause/resume token: the one set by the environment (REDRIVE_PROCESSOR_TOKEN)") {
+			t.Errorf("dev does not say where the pause/resume token is set:\n%s", out)
+		}
+	})
 	t.Run("its own", func(t *testing.T) {
 		out := devBanner(t)
-		if !strings.Contains(out, `replay token "dev"`) {
-			t.Errorf("dev does not print the token it chose:\n%s", out)
+		if !strings.Contains(out, `replay token "dev"`) || !strings.Contains(out, `pause/resume token "dev"`) {
+			t.Errorf("dev does not print the tokens it chose:\n%s", out)
 		}
 	})
 }

@@ -81,6 +81,8 @@ pipelines:
         transient: [ERROR_NO_SLOT_AVAILABLE]
         not_ready: [CAPCHA_NOT_READY]
         permanent: [ERROR_WRONG_USER_KEY]
+processor:
+  token: %s
 analyzer:
   token: %s
   rules:
@@ -89,7 +91,7 @@ analyzer:
       action: republish
       after: 10s
       max_redrives: 1
-`, brokers, solverURL, devToken)
+`, brokers, solverURL, devToken, devToken)
 	c, err := config.Parse([]byte(yaml), func(string) string { return "" })
 	if err != nil {
 		panic("redrive dev's built-in config is invalid: " + err.Error()) // a bug, caught by tests
@@ -142,7 +144,14 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	if c.Analyzer.Token == "" {
 		c.Analyzer.Token = devToken
 	} else if g.configPath != "" {
-		tokenNote = "replay token: the one set by " + tokenOrigin(c)
+		tokenNote = "replay token: the one set by " + tokenOrigin(c, "analyzer.token")
+	}
+	// The same for the processor's pause and resume token.
+	pauseNote := fmt.Sprintf("pause/resume token %q", devToken)
+	if c.Processor.Token == "" {
+		c.Processor.Token = devToken
+	} else if g.configPath != "" {
+		pauseNote = "pause/resume token: the one set by " + tokenOrigin(c, "processor.token")
 	}
 
 	tctx, tcancel := context.WithTimeout(ctx, 30*time.Second)
@@ -182,13 +191,14 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	fmt.Fprintf(out, `
 redrive dev is running
   dashboard     %s   (the pipeline's flow and its DLQ; %s)
-  processor     http://%s/api/pipelines   (this processor's live state; /metrics, /healthz, /readyz)
+  processor     http://%s/api/pipelines   (this processor's live state; /metrics, /healthz, /readyz;
+                POST /api/pipelines/<name>/pause|resume with %s)
   kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s -C -J)
   demo solver   %s
   traffic       %.0f requests/s to %s
 Ctrl-C stops it.
 
-`, analyzerURL, tokenNote, addr, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, f.rate, c.Pipelines[0].Topic)
+`, analyzerURL, tokenNote, addr, pauseNote, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, f.rate, c.Pipelines[0].Topic)
 
 	if f.rate > 0 {
 		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)
@@ -198,13 +208,14 @@ Ctrl-C stops it.
 	return errors.Join(perr, <-anDone)
 }
 
-// devToken is the replay token dev uses when the config sets none.
+// devToken is the replay token and processor.token dev uses when the
+// config sets none.
 const devToken = "dev"
 
-// tokenOrigin says where the config's analyzer.token came from, without
-// its value.
-func tokenOrigin(c *config.Config) string {
-	if o := c.Origin("analyzer.token"); o != "" {
+// tokenOrigin says where the config's token at path (analyzer.token,
+// processor.token) came from, without its value.
+func tokenOrigin(c *config.Config, path string) string {
+	if o := c.Origin(path); o != "" {
 		return o
 	}
 	return "the config"

@@ -50,7 +50,11 @@ func runProcessor(ctx context.Context, c *config.Config, handlers map[string]pro
 	if err != nil {
 		return &exitError{2, err}
 	}
-	o.Mux.Handle("GET /api/pipelines", pr.StatusHandler())
+	// GET /api/pipelines (the live state), POST
+	// /api/pipelines/{name}/pause|resume (with processor.token).
+	ph := pr.PipelinesHandler(c.Processor.Token)
+	o.Mux.Handle("/api/pipelines", ph)
+	o.Mux.Handle("/api/pipelines/", ph)
 	slog.Info("processor starting", "pipelines", len(pc.Pipelines), "brokers", c.Brokers, "instance", pc.Instance)
 	if err := pr.Run(ctx); err != nil {
 		return err

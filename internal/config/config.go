@@ -20,8 +20,9 @@
 //
 // A key that is absent, or null, gets its default. For numbers and
 // durations a zero also means the default, except where zero means
-// something: retry.jitter (0: no jitter), ttl (0: no expiry) and an
-// analyzer alert's threshold (0: any dead letter).
+// something: retry.jitter (0: no jitter), ttl (0: no expiry), an
+// analyzer alert's threshold (0: any dead letter), rate_limit (0: no
+// limit) and guard.auto_resume_after (0: only an operator resumes).
 //
 // A pipeline without handler.http is valid: a Go program that embeds the
 // processor supplies its own handler for it.
@@ -51,6 +52,9 @@ type Config struct {
 	SessionTimeout Duration `yaml:"session_timeout"`
 	// ShutdownGrace bounds how long SIGTERM waits for in-flight work (default 30s).
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// Processor is the settings of `redrive process` that are not a
+	// pipeline's.
+	Processor Processor `yaml:"processor"`
 
 	// src remembers where values came from (file lines, environment
 	// variables) so that Validate can point at them. Nil for a Config built
@@ -92,9 +96,65 @@ type Pipeline struct {
 	MaxInflight      int      `yaml:"max_inflight"`       // records polled but unfinished; default 4*concurrency
 	// MaxInflightBytes bounds the bytes of those records (default 64 MiB).
 	// The file may say 67108864 or "64MiB".
-	MaxInflightBytes int64   `yaml:"max_inflight_bytes" config:"bytes"`
-	Ordering         string  `yaml:"ordering"` // "" (none) or "key"
-	Handler          Handler `yaml:"handler"`
+	MaxInflightBytes int64  `yaml:"max_inflight_bytes" config:"bytes"`
+	Ordering         string `yaml:"ordering"` // "" (none) or "key"
+	// Breaker is the pipeline's circuit breaker (processor.Breaker).
+	Breaker Breaker `yaml:"breaker"`
+	// RateLimit bounds handler calls per second in this process
+	// (processor.Pipeline.RateLimit); 0: no limit. The file may say
+	// "50/s", "3000/m", "100000/h" or a number of calls per second
+	// (processor.ParseRate).
+	RateLimit float64 `yaml:"rate_limit" config:"rate"`
+	// RateLimitBurst is processor.Pipeline.RateBurst (default 1).
+	RateLimitBurst int `yaml:"rate_limit_burst"`
+	// Guard stops the pipeline when nearly every call fails permanently
+	// (processor.Guard).
+	Guard   Guard   `yaml:"guard"`
+	Handler Handler `yaml:"handler"`
+}
+
+// Breaker is processor.Breaker in the file. Zero values get the
+// processor's defaults (processor.Breaker.WithDefaults).
+type Breaker struct {
+	// Enabled: nil (absent) or true is on; false turns the breaker off
+	// (processor.Breaker.Disabled). SetDefaults sets a nil one to true.
+	Enabled         *bool    `yaml:"enabled"`
+	FailureRatio    float64  `yaml:"failure_ratio"` // default 0.5
+	MinCalls        int      `yaml:"min_calls"`     // default 20
+	Consecutive     int      `yaml:"consecutive"`   // default 10
+	Window          Duration `yaml:"window"`        // default 30s
+	OpenFor         Duration `yaml:"open_for"`      // default 30s
+	MaxOpen         Duration `yaml:"max_open"`      // default 5m (at least open_for)
+	Probes          int      `yaml:"probes"`        // default 3
+	FailoverTo      string   `yaml:"failover_to"`   // another pipeline's main topic; "": none
+	FailoverRetries bool     `yaml:"failover_retries"`
+}
+
+// On reports whether the breaker is on: enabled is absent or true.
+func (b Breaker) On() bool { return b.Enabled == nil || *b.Enabled }
+
+// Guard is processor.Guard in the file. Zero values get the processor's
+// defaults (processor.Guard.WithDefaults).
+type Guard struct {
+	// Enabled: nil (absent) or true is on; false turns the guard off
+	// (processor.Guard.Disabled). SetDefaults sets a nil one to true.
+	Enabled         *bool    `yaml:"enabled"`
+	PermanentRatio  float64  `yaml:"permanent_ratio"`   // default 0.9
+	MinCalls        int      `yaml:"min_calls"`         // default 50
+	Window          Duration `yaml:"window"`            // default 1m
+	AutoResumeAfter Duration `yaml:"auto_resume_after"` // 0: only an operator resumes
+}
+
+// On reports whether the guard is on: enabled is absent or true.
+func (g Guard) On() bool { return g.Enabled == nil || *g.Enabled }
+
+// Processor is the settings of `redrive process` that are not a
+// pipeline's.
+type Processor struct {
+	// Token is the bearer token of POST /api/pipelines/<name>/pause and
+	// /resume (processor.Processor.PipelinesHandler); without one they
+	// are off.
+	Token string `yaml:"token"`
 }
 
 // Retry is the tier schedule.
@@ -150,6 +210,9 @@ type Codes struct {
 	NotReady  []string            `yaml:"not_ready"`
 	Permanent []string            `yaml:"permanent"`
 	MinDelay  map[string]Duration `yaml:"min_delay"`
+	// Pause: an answer with one of these codes stops the pipeline's calls
+	// for the duration (httphandler.Codes.Pause), whatever its status.
+	Pause map[string]Duration `yaml:"pause"`
 }
 
 // Analyzer is the DLQ analyzer's settings.

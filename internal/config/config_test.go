@@ -15,6 +15,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -133,6 +135,9 @@ func TestParseDesignExample(t *testing.T) {
 			Concurrency:      64,
 			MaxInflight:      256,
 			MaxInflightBytes: 64 << 20,
+			Breaker:          defaultBreaker(),
+			RateLimitBurst:   1,
+			Guard:            defaultGuard(),
 			Handler: Handler{
 				HTTP: &HTTPHandler{
 					URL:          "http://127.0.0.1:8080/solve",
@@ -181,6 +186,18 @@ func TestParseDesignExample(t *testing.T) {
 	}
 }
 
+// defaultBreaker and defaultGuard are what SetDefaults makes of absent
+// breaker and guard sections: the processor's defaults, enabled.
+func defaultBreaker() Breaker {
+	on := true
+	return Breaker{Enabled: &on, FailureRatio: 0.5, MinCalls: 20, Consecutive: 10, Window: dur("30s"), OpenFor: dur("30s"), MaxOpen: dur("5m"), Probes: 3}
+}
+
+func defaultGuard() Guard {
+	on := true
+	return Guard{Enabled: &on, PermanentRatio: 0.9, MinCalls: 50, Window: dur("1m")}
+}
+
 func TestDefaults(t *testing.T) {
 	c := mustParse(t, "brokers: [127.0.0.1:9092]\npipelines: [{topic: t}]\n", nil)
 	want := &Config{
@@ -197,6 +214,9 @@ func TestDefaults(t *testing.T) {
 			Concurrency:      64,
 			MaxInflight:      256,
 			MaxInflightBytes: 64 << 20,
+			Breaker:          defaultBreaker(),
+			RateLimitBurst:   1,
+			Guard:            defaultGuard(),
 		}},
 		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091"},
 		SessionTimeout: dur("45s"),
@@ -429,11 +449,12 @@ analyzer: {token: file}
 		"REDRIVE_SASL_USER", "u",
 		"REDRIVE_SASL_PASSWORD", "p w",
 		"REDRIVE_ANALYZER_TOKEN", "tok",
+		"REDRIVE_PROCESSOR_TOKEN", "ptok",
 	)
 
 	t.Run("every REDRIVE_ variable overrides the file", func(t *testing.T) {
 		c := mustParse(t, doc, all)
-		if !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) || c.HTTPAddr != "127.0.0.1:2" || c.Instance != "pod-1" || c.ClientID != "cid" || c.Analyzer.Token != "tok" {
+		if !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) || c.HTTPAddr != "127.0.0.1:2" || c.Instance != "pod-1" || c.ClientID != "cid" || c.Analyzer.Token != "tok" || c.Processor.Token != "ptok" {
 			t.Errorf("overrides not applied:\n%s", dump(c))
 		}
 		if c.SASL == nil || *c.SASL != (SASL{Mechanism: "SCRAM-SHA-256", User: "u", Password: "p w"}) {
@@ -666,7 +687,7 @@ func TestUnknownKeys(t *testing.T) {
 		doc  string
 		want string
 	}{
-		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace)"},
+		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace, processor)"},
 		{"pipeline", pipe("topik: x"), "line 4: pipelines[0].topik: unknown key (known: name, topic, results,"},
 		{"second pipeline", pipe() + "  - topic: b\n    nam: x\n", "line 5: pipelines[1].nam: unknown key"},
 		{"retry", "brokers: [h:1]\npipelines:\n  - topic: t\n    retry:\n      tiers: [5s]\n      max_attempts: 4\n      jitter: 0\n\n\n\n\n      tierz: [1s]\n", "line 12: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter, max_due)"},
@@ -674,7 +695,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"handler", pipe("handler: {grpc: {}}"), "pipelines[0].handler.grpc: unknown key (known: http, codes)"},
 		{"http", pipe("handler:", "  http:", "    url: http://h/", "    retries: 3"), "line 7: pipelines[0].handler.http.retries: unknown key (known: url, timeout, headers, json, max_body_bytes)"},
 		{"json", pipe("handler: {http: {url: 'http://h/', json: {ok: 1}}}"), "pipelines[0].handler.http.json.ok: unknown key (known: ok_field, ok_value, code_field)"},
-		{"codes", pipe("handler: {codes: {fatal: [X]}}"), "pipelines[0].handler.codes.fatal: unknown key (known: transient, not_ready, permanent, min_delay)"},
+		{"codes", pipe("handler: {codes: {fatal: [X]}}"), "pipelines[0].handler.codes.fatal: unknown key (known: transient, not_ready, permanent, min_delay, pause)"},
 		{"sasl", pipe() + "sasl: {mechanism: PLAIN, user: u, pass: p}\n", "line 4: sasl.pass: unknown key (known: mechanism, user, password)"},
 		{"tls", pipe() + "tls: {enable: true}\n", "tls.enable: unknown key (known: enabled, ca_file, cert_file, key_file, insecure_skip_verify, server_name)"},
 		{"analyzer", pipe() + "analyzer: {addr: x}\n", "analyzer.addr: unknown key (known: http_addr, token, rules, alerts, recent_value_bytes, recent_bytes, response_bytes, max_requests, allowed_hosts)"},
@@ -981,7 +1002,7 @@ func TestPipelineHelpers(t *testing.T) {
 func TestRedacted(t *testing.T) {
 	doc := pipe("handler:", "  http:", "    url: 'http://user:pw@127.0.0.1:1/x'", "    headers: {Authorization: 'Bearer ${T}', X-Empty: ''}") +
 		"  - topic: b\n" +
-		"sasl: {mechanism: PLAIN, user: u, password: '${P}'}\nanalyzer: {token: '${T}'}\n"
+		"sasl: {mechanism: PLAIN, user: u, password: '${P}'}\nanalyzer: {token: '${T}'}\nprocessor: {token: '${T}'}\n"
 	c := mustParse(t, doc, env("T", "s3cr3t-token", "P", "s3cr3t-pass"))
 	before := dump(c)
 	r := c.Redacted()
@@ -991,7 +1012,7 @@ func TestRedacted(t *testing.T) {
 			t.Errorf("redacted config shows %q:\n%s", secret, out)
 		}
 	}
-	if r.SASL.Password != RedactedValue || r.Analyzer.Token != RedactedValue || r.Pipelines[0].Handler.HTTP.Headers["Authorization"] != RedactedValue {
+	if r.SASL.Password != RedactedValue || r.Analyzer.Token != RedactedValue || r.Processor.Token != RedactedValue || r.Pipelines[0].Handler.HTTP.Headers["Authorization"] != RedactedValue {
 		t.Errorf("not redacted:\n%s", out)
 	}
 	if r.Pipelines[0].Handler.HTTP.Headers["X-Empty"] != "" {
@@ -1066,7 +1087,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As shipped, with the process environment (cleared of overrides).
-	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken} {
+	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken, EnvProcessorToken} {
 		t.Setenv(k, "")
 	}
 	if _, err := Load(exampleFile); err != nil {
@@ -1162,6 +1183,9 @@ func FuzzParse(f *testing.F) {
 	f.Add("brokers: ${B}\npipelines: [&p {topic: t}, {<<: *p, topic: u}]\n")
 	f.Add(pipe("handler: {http: {url: 'http://h/', json: {ok_field: a, ok_value: ${N}}}}") + "analyzer: {rules: [{a: ${D}}]}\n")
 	f.Add(pipe("name: $${x}", "max_inflight_bytes: 1MiB"))
+	f.Add(pipe("breaker: {enabled: false, failover_to: other}", "rate_limit: ${N}/m", "rate_limit_burst: ${N}", "guard: {window: ${D}, auto_resume_after: ${D}}",
+		"handler: {codes: {pause: {X: ${D}}}}") + "processor: {token: '${X}'}\n")
+	f.Add(pipe("breaker: {open_for: ${D}, failure_ratio: 0.1, failover_to: b, failover_retries: true}", "rate_limit: 0.001", "guard: {enabled: false}"))
 	f.Add(analyzerDoc("rules:",
 		"  - {name: a, pipeline: solve, action: republish, to: failover, after: 10m, max_redrives: ${N}, match: {codes: 'X, http_5*', reasons: [exhausted], classes: [transient], origins: ['solve.*'], headers: {k: v}}}",
 		"  - {action: drop, match: {codes: [ERROR_WRONG_USER_KEY]}}",
@@ -1228,6 +1252,10 @@ func durations(c *Config) []Duration {
 		for _, d := range p.Handler.Codes.MinDelay {
 			ds = append(ds, d)
 		}
+		for _, d := range p.Handler.Codes.Pause {
+			ds = append(ds, d)
+		}
+		ds = append(ds, p.Breaker.Window, p.Breaker.OpenFor, p.Breaker.MaxOpen, p.Guard.Window, p.Guard.AutoResumeAfter)
 	}
 	for _, r := range c.Analyzer.Rules {
 		ds = append(ds, r.After)
@@ -1236,4 +1264,237 @@ func durations(c *Config) []Duration {
 		ds = append(ds, a.Window, a.Age, a.Repeat)
 	}
 	return ds
+}
+
+// Issue 13: the flow-control keys (breaker, rate_limit, rate_limit_burst,
+// guard, handler.codes.pause, processor.token) reach the processor's and
+// the handler's fields.
+func TestFlowControlKeys(t *testing.T) {
+	doc := pipe(
+		"breaker: {enabled: true, failure_ratio: 0.25, min_calls: 40, consecutive: 7, window: 1m,",
+		"          open_for: 10s, max_open: 2m, probes: 5, failover_to: solve-b.requests, failover_retries: true}",
+		"rate_limit: 3000/m",
+		"rate_limit_burst: 4",
+		"guard:",
+		"  enabled: yes",
+		"  permanent_ratio: 0.8",
+		"  min_calls: 30",
+		"  window: 2m",
+		"  auto_resume_after: 15m",
+		"handler:",
+		"  http: {url: 'http://127.0.0.1:1/solve', json: {ok_field: status, ok_value: 1, code_field: request}}",
+		"  codes:",
+		"    permanent: [ERROR_WRONG_USER_KEY]",
+		"    pause: {ERROR_ZERO_BALANCE: 1m, ERROR_IP_BANNED: 5m}",
+	) + "processor:\n  token: \"${PTOKEN}\"\n"
+	c := mustParse(t, doc, env("PTOKEN", "s3cret"))
+	p := c.Pipelines[0]
+	pp := p.ProcessorPipeline(nil)
+	wantB := processor.Breaker{FailureRatio: 0.25, MinCalls: 40, Consecutive: 7, Window: time.Minute, OpenFor: 10 * time.Second,
+		MaxOpen: 2 * time.Minute, Probes: 5, FailoverTo: "solve-b.requests", FailoverRetries: true}
+	if pp.Breaker != wantB {
+		t.Errorf("Breaker = %+v, want %+v", pp.Breaker, wantB)
+	}
+	wantG := processor.Guard{PermanentRatio: 0.8, MinCalls: 30, Window: 2 * time.Minute, AutoResumeAfter: 15 * time.Minute}
+	if pp.Guard != wantG {
+		t.Errorf("Guard = %+v, want %+v", pp.Guard, wantG)
+	}
+	if pp.RateLimit != 50 || pp.RateBurst != 4 {
+		t.Errorf("RateLimit, RateBurst = %v, %d; want 50 (3000/m), 4", pp.RateLimit, pp.RateBurst)
+	}
+	o := p.HTTPOptions()
+	if want := map[string]time.Duration{"ERROR_ZERO_BALANCE": time.Minute, "ERROR_IP_BANNED": 5 * time.Minute}; !reflect.DeepEqual(o.Codes.Pause, want) {
+		t.Errorf("Codes.Pause = %v, want %v", o.Codes.Pause, want)
+	}
+	if _, err := httphandler.New(o); err != nil {
+		t.Errorf("httphandler.New: %v", err)
+	}
+	if err := (processor.Config{Brokers: c.Brokers, Pipelines: []processor.Pipeline{p.ProcessorPipeline(nil)}}).WithDefaults().Validate(); err != nil {
+		t.Errorf("processor.Config.Validate: %v", err)
+	}
+	if c.Processor.Token != "s3cret" || c.Origin("processor.token") != "${PTOKEN} on line 20 of the file" {
+		t.Errorf("processor.token = %q from %q", c.Processor.Token, c.Origin("processor.token"))
+	}
+	if r := c.Redacted(); r.Processor.Token != RedactedValue {
+		t.Errorf("Redacted shows processor.token %q", r.Processor.Token)
+	}
+	// REDRIVE_PROCESSOR_TOKEN overrides the file, like the other tokens.
+	c = mustParse(t, doc, env("PTOKEN", "s3cret", EnvProcessorToken, "from-env"))
+	if c.Processor.Token != "from-env" || c.Origin("processor.token") != "the environment (REDRIVE_PROCESSOR_TOKEN)" {
+		t.Errorf("processor.token = %q from %q", c.Processor.Token, c.Origin("processor.token"))
+	}
+
+	// Every form of rate_limit, with processor.ParseRate.
+	for _, r := range []struct {
+		val  string
+		want float64
+	}{
+		{"50/s", 50}, {"'50/s'", 50}, {"3000/m", 50}, {"180000/h", 50}, {"50", 50}, {"2.5", 2.5}, {"0.5/s", 0.5},
+		{"0", 0}, {"~", 0}, {"'${NOPE}'", 0},
+	} {
+		c := mustParse(t, pipe("rate_limit: "+r.val), nil)
+		if got := c.Pipelines[0].ProcessorPipeline(nil).RateLimit; got != r.want {
+			t.Errorf("rate_limit: %s = %v calls/s, want %v", r.val, got, r.want)
+		}
+	}
+}
+
+// enabled: false turns the breaker and the guard off (Disabled); absent
+// or true keeps them on. A disabled one's other keys are not checked.
+func TestFlowControlEnabledKey(t *testing.T) {
+	for _, tt := range []struct {
+		extra          []string
+		breaker, guard bool // on
+	}{
+		{nil, true, true},
+		{[]string{"breaker: {enabled: false}", "guard: {enabled: false}"}, false, false},
+		{[]string{"breaker: {enabled: false}"}, false, true},
+		{[]string{"guard: {enabled: no}", "breaker: {enabled: true}"}, true, false},
+		{[]string{"breaker: {enabled: ~}", "guard: {enabled: '${NOPE}'}"}, true, true},
+		{[]string{"breaker: {enabled: false, failure_ratio: 2, probes: -1}", "guard: {enabled: false, permanent_ratio: 7}"}, false, false},
+	} {
+		c := mustParse(t, pipe(tt.extra...), nil)
+		p := c.Pipelines[0]
+		pp := p.ProcessorPipeline(nil).WithDefaults()
+		if pp.Breaker.Disabled == tt.breaker || pp.Guard.Disabled == tt.guard {
+			t.Errorf("%q: Breaker.Disabled %v, Guard.Disabled %v; want %v, %v", tt.extra, pp.Breaker.Disabled, pp.Guard.Disabled, !tt.breaker, !tt.guard)
+		}
+		if p.Breaker.Enabled == nil || *p.Breaker.Enabled != tt.breaker || p.Guard.Enabled == nil || *p.Guard.Enabled != tt.guard {
+			t.Errorf("%q: after SetDefaults enabled is %v, %v", tt.extra, p.Breaker.Enabled, p.Guard.Enabled)
+		}
+		if !tt.breaker && (pp.Breaker.FailureRatio == processor.DefaultBreakerFailureRatio || pp.Breaker.MinCalls != 0) {
+			t.Errorf("%q: a disabled breaker got defaults: %+v", tt.extra, pp.Breaker)
+		}
+	}
+	// A Config built in Go: the zero Breaker and Guard are on, as in the
+	// processor, before and after SetDefaults.
+	g := Config{Brokers: []string{"h:1"}, Pipelines: []Pipeline{{Topic: "t"}}}
+	if pp := g.Pipelines[0].ProcessorPipeline(nil); pp.Breaker.Disabled || pp.Guard.Disabled {
+		t.Errorf("zero Breaker/Guard in Go are off: %+v %+v", pp.Breaker, pp.Guard)
+	}
+	off := false
+	g.Pipelines[0].Breaker.Enabled = &off
+	g.SetDefaults()
+	if pp := g.Pipelines[0].ProcessorPipeline(nil); !pp.Breaker.Disabled || pp.Guard.Disabled {
+		t.Errorf("Enabled: &false in Go: %+v %+v", pp.Breaker, pp.Guard)
+	}
+}
+
+// Absent flow-control keys give the processor's defaults
+// (processor.Pipeline.WithDefaults), and the file's view after SetDefaults
+// shows the same values.
+func TestFlowControlDefaultKeys(t *testing.T) {
+	c := mustParse(t, pipe(), nil)
+	p := c.Pipelines[0]
+	pp := p.ProcessorPipeline(nil).WithDefaults()
+	wantB := processor.Breaker{
+		FailureRatio: processor.DefaultBreakerFailureRatio, MinCalls: processor.DefaultBreakerMinCalls,
+		Consecutive: processor.DefaultBreakerConsecutive, Window: processor.DefaultBreakerWindow,
+		OpenFor: processor.DefaultBreakerOpenFor, MaxOpen: processor.DefaultBreakerMaxOpen, Probes: processor.DefaultBreakerProbes,
+	}
+	wantG := processor.Guard{PermanentRatio: processor.DefaultGuardPermanentRatio, MinCalls: processor.DefaultGuardMinCalls, Window: processor.DefaultGuardWindow}
+	if pp.Breaker != wantB || pp.Breaker != (processor.Breaker{}).WithDefaults() {
+		t.Errorf("Breaker = %+v, want %+v", pp.Breaker, wantB)
+	}
+	if pp.Guard != wantG || pp.Guard != (processor.Guard{}).WithDefaults() {
+		t.Errorf("Guard = %+v, want %+v", pp.Guard, wantG)
+	}
+	if pp.RateLimit != 0 || pp.RateBurst != processor.DefaultRateBurst {
+		t.Errorf("RateLimit, RateBurst = %v, %d; want 0 (none), %d", pp.RateLimit, pp.RateBurst, processor.DefaultRateBurst)
+	}
+	// What SetDefaults wrote into the file's view converts to the same.
+	if got := p.ProcessorPipeline(nil); got.Breaker != wantB || got.Guard != wantG || got.RateBurst != processor.DefaultRateBurst {
+		t.Errorf("the file's view after SetDefaults: %+v %+v %d", got.Breaker, got.Guard, got.RateBurst)
+	}
+	if o := p.HTTPOptions(); o.Codes.Pause != nil {
+		t.Errorf("Codes.Pause = %v, want none", o.Codes.Pause)
+	}
+	if c.Processor.Token != "" {
+		t.Errorf("processor.token = %q, want none", c.Processor.Token)
+	}
+	// A max_open left out is at least open_for (the processor's rule).
+	c = mustParse(t, pipe("breaker: {open_for: 10m}"), nil)
+	if got := c.Pipelines[0].ProcessorPipeline(nil).WithDefaults().Breaker.MaxOpen; got != 10*time.Minute {
+		t.Errorf("max_open with open_for 10m = %s, want 10m", got)
+	}
+}
+
+// A bad flow-control value is reported at its key and line, by the
+// package's own check (its FieldError is the cause) or, for a rate that
+// does not parse, by the decoder.
+func TestFlowControlKeyErrors(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		doc   string
+		want  []string // exactly these errors, in order
+		kind  error
+		field string // the processor's or the handler's FieldError.Field, if any
+	}{
+		{"bad rate string", pipe("concurrency: 8", "rate_limit: fast"),
+			[]string{`line 5: pipelines[0].rate_limit: rate "fast": want calls per unit, e.g. 50/s or 3000/m`}, ErrType, ""},
+		{"bad rate unit", pipe("rate_limit: 50/d"),
+			[]string{`line 4: pipelines[0].rate_limit: rate "50/d": the unit after / must be s, m or h`}, ErrType, ""},
+		{"negative rate", pipe("rate_limit: -5/s"),
+			[]string{`line 4: pipelines[0].rate_limit: rate "-5/s": must not be negative`}, ErrType, ""},
+		{"rate list", pipe("rate_limit: [50]"),
+			[]string{`line 4: pipelines[0].rate_limit: want a rate such as 50/s, got a list`}, ErrType, ""},
+		{"burst", pipe("rate_limit_burst: -1"),
+			[]string{`line 4: pipelines[0].rate_limit_burst: -1: must be at least 1`}, ErrInvalid, "Pipelines[0].RateBurst"},
+		{"failure_ratio 2", pipe("breaker:", "  enabled: true", "  failure_ratio: 2"),
+			[]string{`line 6: pipelines[0].breaker.failure_ratio: 2: must be more than 0 and at most 1`}, ErrInvalid, "Pipelines[0].Breaker.FailureRatio"},
+		{"failover_to its own topic", pipe("breaker:", "  failover_to: solve.requests"),
+			[]string{`line 5: pipelines[0].breaker.failover_to: "solve.requests" is one of this pipeline's own topics; name another pipeline's main topic`}, ErrInvalid, "Pipelines[0].Breaker.FailoverTo"},
+		{"failover_to its own DLQ", pipe("breaker: {failover_to: solve.requests.dlq}"),
+			[]string{`line 4: pipelines[0].breaker.failover_to: "solve.requests.dlq" is one of this pipeline's own topics; name another pipeline's main topic`}, ErrInvalid, "Pipelines[0].Breaker.FailoverTo"},
+		{"failover_to illegal", pipe("breaker: {failover_to: 'a b'}"),
+			[]string{`line 4: pipelines[0].breaker.failover_to: "a b": a topic name uses only letters, digits, '.', '_' and '-'`}, ErrInvalid, "Pipelines[0].Breaker.FailoverTo"},
+		{"failover_retries alone", pipe("breaker: {failover_retries: true}"),
+			[]string{`line 4: pipelines[0].breaker.failover_retries: needs failover_to`}, ErrInvalid, "Pipelines[0].Breaker.FailoverRetries"},
+		{"breaker bounds", pipe("breaker:", "  min_calls: -1", "  consecutive: -2", "  window: 500ms", "  open_for: 1m", "  max_open: 30s", "  probes: 2000"),
+			[]string{
+				`line 5: pipelines[0].breaker.min_calls: -1: must be at least 1`,
+				`line 6: pipelines[0].breaker.consecutive: -2: must be at least 1`,
+				`line 7: pipelines[0].breaker.window: 500ms: must be at least 1s`,
+				`line 9: pipelines[0].breaker.max_open: 30s: must be at least open_for (1m0s)`,
+				`line 10: pipelines[0].breaker.probes: 2000: must be 1 to 1000`,
+			}, ErrInvalid, "Pipelines[0].Breaker.MinCalls"},
+		{"guard bounds", pipe("guard:", "  permanent_ratio: 1.5", "  min_calls: -1", "  window: 10ms"),
+			[]string{
+				`line 5: pipelines[0].guard.permanent_ratio: 1.5: must be more than 0 and at most 1`,
+				`line 6: pipelines[0].guard.min_calls: -1: must be at least 1`,
+				`line 7: pipelines[0].guard.window: 10ms: must be at least 1s`,
+			}, ErrInvalid, "Pipelines[0].Guard.PermanentRatio"},
+		{"auto_resume_after negative", pipe("guard: {auto_resume_after: -1m}"),
+			[]string{`line 4: pipelines[0].guard.auto_resume_after: bad duration "-1m": negative`}, ErrType, ""},
+		{"enabled not a bool", pipe("breaker: {enabled: maybe}"),
+			[]string{`line 4: pipelines[0].breaker.enabled: want true or false, got "maybe"`}, ErrType, ""},
+		{"pause 0s", pipe("handler:", "  codes:", "    pause:", "      ERROR_IP_BANNED: 5m", "      ERROR_ZERO_BALANCE: 0s"),
+			[]string{`line 8: pipelines[0].handler.codes.pause.ERROR_ZERO_BALANCE: 0s: must be 1s to 24h`}, ErrInvalid, "Codes.Pause"},
+		{"pause above 24h, a key with a dot", pipe("handler: {codes: {pause: {'A.B': 25h}}}"),
+			[]string{`line 4: pipelines[0].handler.codes.pause["A.B"]: 25h0m0s: must be 1s to 24h`}, ErrInvalid, "Codes.Pause"},
+		{"pause code in another list", pipe("handler:", "  codes:", "    permanent: [ERROR_ZERO_BALANCE]", "    pause: {ERROR_ZERO_BALANCE: 1m}"),
+			[]string{`line 7: pipelines[0].handler.codes.pause.ERROR_ZERO_BALANCE: "ERROR_ZERO_BALANCE" is in permanent too; a code has one class`}, ErrInvalid, "Codes.Pause"},
+		{"pause not a duration", pipe("handler: {codes: {pause: {X: soon}}}"),
+			[]string{`line 4: pipelines[0].handler.codes.pause.X: bad duration "soon": want e.g. 30s, 5m, 1h30m or 0`}, ErrType, ""},
+		{"unknown breaker key", pipe("breaker: {ratio: 0.5}"),
+			[]string{`line 4: pipelines[0].breaker.ratio: unknown key (known: enabled, failure_ratio, min_calls, consecutive, window, open_for, max_open, probes, failover_to, failover_retries)`}, ErrUnknownKey, ""},
+		{"unknown guard key", pipe("guard: {ratio: 0.5}"),
+			[]string{`line 4: pipelines[0].guard.ratio: unknown key (known: enabled, permanent_ratio, min_calls, window, auto_resume_after)`}, ErrUnknownKey, ""},
+		{"unknown processor key", pipe() + "processor:\n  tokn: x\n",
+			[]string{`line 5: processor.tokn: unknown key (known: token)`}, ErrUnknownKey, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := parseErr(t, tt.doc, nil)
+			if got := err.Error(); got != strings.Join(tt.want, "\n") {
+				t.Errorf("error:\n%s\nwant:\n%s", got, strings.Join(tt.want, "\n"))
+			}
+			if !errors.Is(err, tt.kind) {
+				t.Errorf("error is not %v: %v", tt.kind, err)
+			}
+			var fe *processor.FieldError
+			if tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field) {
+				t.Errorf("cause: %#v, want a FieldError of %s", fe, tt.field)
+			}
+		})
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/redrive/redrive/internal/redact"
+	"github.com/redrive/redrive/processor"
 )
 
 // decoder walks a YAML node tree into a Config. It is strict where
@@ -253,6 +254,19 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, opts string)
 		}
 		v.SetInt(i)
 	case reflect.Float32, reflect.Float64:
+		if opts == "rate" {
+			s, ok := d.want(n, path, "a rate such as 50/s")
+			if !ok {
+				return
+			}
+			r, err := processor.ParseRate(s)
+			if err != nil {
+				d.fail(n, path, ErrType, "%v", err)
+				return
+			}
+			v.SetFloat(r)
+			return
+		}
 		s, ok := d.want(n, path, "a number")
 		if !ok {
 			return

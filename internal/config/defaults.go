@@ -40,12 +40,14 @@ func DefaultTiers() []Duration {
 // retry.tiers become DefaultTiers; a zero jitter becomes 0.1 unless
 // JitterSet, which it then sets), what processor.Pipeline.WithDefaults
 // fills (dlq.topic "<topic>.dlq", not_ready_deadline, concurrency,
-// max_inflight, max_inflight_bytes) and handler.http's timeout and
-// max_body_bytes (httphandler.Options.WithDefaults). An empty pipeline
-// name becomes its topic; an unnamed analyzer rule or alert is named
-// "rule-<n>" or "alert-<n>" (n counting from 1), a republish rule's zero
-// max_redrives becomes 3 and an alert's zero repeat 1h. It also
-// upper-cases sasl.mechanism. It is idempotent, and Parse calls it.
+// max_inflight, max_inflight_bytes, rate_limit_burst, and the settings of
+// an enabled breaker and guard, whose absent enabled becomes true) and
+// handler.http's timeout and max_body_bytes
+// (httphandler.Options.WithDefaults). An empty pipeline name becomes its
+// topic; an unnamed analyzer rule or alert is named "rule-<n>" or
+// "alert-<n>" (n counting from 1), a republish rule's zero max_redrives
+// becomes 3 and an alert's zero repeat 1h. It also upper-cases
+// sasl.mechanism. It is idempotent, and Parse calls it.
 func (c *Config) SetDefaults() {
 	if c.HTTPAddr == "" {
 		c.HTTPAddr = DefaultHTTPAddr
@@ -102,8 +104,36 @@ func (p *Pipeline) setDefaults() {
 	p.Concurrency = pp.Concurrency
 	p.MaxInflight = pp.MaxInflight
 	p.MaxInflightBytes = pp.MaxInflightBytes
+	p.RateLimitBurst = pp.RateBurst
+	p.Breaker.setDefaults(pp.Breaker)
+	p.Guard.setDefaults(pp.Guard)
 	if h := p.Handler.HTTP; h != nil {
 		o := httphandler.Options{Timeout: h.Timeout.D(), MaxBodyBytes: h.MaxBodyBytes}.WithDefaults()
 		h.Timeout, h.MaxBodyBytes = Duration(o.Timeout), o.MaxBodyBytes
 	}
+}
+
+// setDefaults takes the processor's defaults of an enabled breaker (d is
+// b's processorBreaker after WithDefaults) and sets an absent enabled to
+// true. A disabled breaker's values stay as they are.
+func (b *Breaker) setDefaults(d processor.Breaker) {
+	on := b.On()
+	b.Enabled = &on
+	if !on {
+		return
+	}
+	b.FailureRatio, b.MinCalls, b.Consecutive, b.Probes = d.FailureRatio, d.MinCalls, d.Consecutive, d.Probes
+	b.Window, b.OpenFor, b.MaxOpen = Duration(d.Window), Duration(d.OpenFor), Duration(d.MaxOpen)
+}
+
+// setDefaults takes the processor's defaults of an enabled guard (d is
+// g's processorGuard after WithDefaults) and sets an absent enabled to
+// true. A disabled guard's values stay as they are.
+func (g *Guard) setDefaults(d processor.Guard) {
+	on := g.On()
+	g.Enabled = &on
+	if !on {
+		return
+	}
+	g.PermanentRatio, g.MinCalls, g.Window = d.PermanentRatio, d.MinCalls, Duration(d.Window)
 }

@@ -83,13 +83,46 @@ func (p Pipeline) processorPipeline() processor.Pipeline {
 		OrderByKey:       p.Ordering == "key",
 		RedactHeaders:    p.DLQ.RedactHeaders,
 		DLQHeaderStyle:   p.DLQ.HeaderStyle,
+		Breaker:          p.Breaker.processorBreaker(),
+		RateLimit:        p.RateLimit,
+		RateBurst:        p.RateLimitBurst,
+		Guard:            p.Guard.processorGuard(),
+	}
+}
+
+// processorBreaker is b as the processor takes it (enabled: false is
+// Disabled); zero values stay zero for processor.Breaker.WithDefaults.
+func (b Breaker) processorBreaker() processor.Breaker {
+	return processor.Breaker{
+		Disabled:        !b.On(),
+		FailureRatio:    b.FailureRatio,
+		MinCalls:        b.MinCalls,
+		Consecutive:     b.Consecutive,
+		Window:          b.Window.D(),
+		OpenFor:         b.OpenFor.D(),
+		MaxOpen:         b.MaxOpen.D(),
+		Probes:          b.Probes,
+		FailoverTo:      b.FailoverTo,
+		FailoverRetries: b.FailoverRetries,
+	}
+}
+
+// processorGuard is g as the processor takes it (enabled: false is
+// Disabled); zero values stay zero for processor.Guard.WithDefaults.
+func (g Guard) processorGuard() processor.Guard {
+	return processor.Guard{
+		Disabled:        !g.On(),
+		PermanentRatio:  g.PermanentRatio,
+		MinCalls:        g.MinCalls,
+		Window:          g.Window.D(),
+		AutoResumeAfter: g.AutoResumeAfter.D(),
 	}
 }
 
 // HTTPOptions are the options of the pipeline's built-in HTTP handler
-// (httphandler.New): handler.http, the code rules of handler.codes, and
-// the pipeline's concurrency. Without handler.http only Codes and
-// Concurrency are set.
+// (httphandler.New): handler.http, the code rules of handler.codes (pause
+// codes included), and the pipeline's concurrency. Without handler.http
+// only Codes and Concurrency are set.
 func (p Pipeline) HTTPOptions() httphandler.Options {
 	o := httphandler.Options{Concurrency: p.Concurrency}
 	if hc := p.Handler.HTTP; hc != nil {
@@ -104,6 +137,12 @@ func (p Pipeline) HTTPOptions() httphandler.Options {
 		o.Codes.MinDelay = make(map[string]time.Duration, len(cr.MinDelay))
 		for k, v := range cr.MinDelay {
 			o.Codes.MinDelay[k] = v.D()
+		}
+	}
+	if len(cr.Pause) > 0 {
+		o.Codes.Pause = make(map[string]time.Duration, len(cr.Pause))
+		for k, v := range cr.Pause {
+			o.Codes.Pause[k] = v.D()
 		}
 	}
 	return o

@@ -11,7 +11,7 @@ import (
 const RedactedValue = "[redacted]"
 
 // Redacted is a copy of c fit for printing: the SASL password, the
-// analyzer token and every handler.http header value are replaced by
+// analyzer and processor tokens and every handler.http header value are replaced by
 // "[redacted]" (empty values stay empty, so that a missing secret still
 // shows), a password in a handler URL and the values of its
 // secret-looking query parameters by "xxxxx" (redact.URL), and
@@ -25,6 +25,7 @@ func (c Config) Redacted() Config {
 		r.SASL = &s
 	}
 	r.Analyzer.Token = secretValue(c.Analyzer.Token)
+	r.Processor.Token = secretValue(c.Processor.Token)
 	if c.Analyzer.Alerts != nil {
 		r.Analyzer.Alerts = make([]AlertRule, len(c.Analyzer.Alerts))
 		copy(r.Analyzer.Alerts, c.Analyzer.Alerts)
@@ -62,9 +63,10 @@ func secretValue(s string) string {
 }
 
 // secretPath reports whether the value at a key's path is a secret that no
-// message may quote: sasl.password, analyzer.token, every handler.http
-// header, an alert's webhook, and any key whose own name looks secret
-// (redact.SecretName: a map key such as min_delay.api_key too).
+// message may quote: sasl.password, analyzer.token, processor.token, every
+// handler.http header, an alert's webhook, and any key whose own name
+// looks secret (redact.SecretName: a map key such as min_delay.api_key
+// too).
 func secretPath(path string) bool {
 	if strings.Contains(path, ".handler.http.headers") || strings.HasSuffix(path, ".webhook") {
 		return true

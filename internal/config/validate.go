@@ -234,6 +234,22 @@ var processorKeys = map[string]string{
 	"Concurrency":      "concurrency",
 	"MaxInflight":      "max_inflight",
 	"MaxInflightBytes": "max_inflight_bytes",
+	"RateLimit":        "rate_limit",
+	"RateBurst":        "rate_limit_burst",
+
+	"Breaker.FailureRatio":    "breaker.failure_ratio",
+	"Breaker.MinCalls":        "breaker.min_calls",
+	"Breaker.Consecutive":     "breaker.consecutive",
+	"Breaker.Window":          "breaker.window",
+	"Breaker.OpenFor":         "breaker.open_for",
+	"Breaker.MaxOpen":         "breaker.max_open",
+	"Breaker.Probes":          "breaker.probes",
+	"Breaker.FailoverTo":      "breaker.failover_to",
+	"Breaker.FailoverRetries": "breaker.failover_retries",
+	"Guard.PermanentRatio":    "guard.permanent_ratio",
+	"Guard.MinCalls":          "guard.min_calls",
+	"Guard.Window":            "guard.window",
+	"Guard.AutoResumeAfter":   "guard.auto_resume_after",
 }
 
 // httpKeys are the file's keys of httphandler.Options fields, relative to
@@ -250,6 +266,7 @@ var httpKeys = map[string]string{
 	"Codes.NotReady":  "handler.codes.not_ready",
 	"Codes.Permanent": "handler.codes.permanent",
 	"Codes.MinDelay":  "handler.codes.min_delay",
+	"Codes.Pause":     "handler.codes.pause",
 }
 
 // fieldPath is path with fe's list index or map key.
