@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,14 +165,28 @@ func TestOutageBreaker(t *testing.T) {
 			pr, _ := pipetest.RunProcessor(t, e.Config(), captchaHandler(t, s.URL, httphandler.Codes{}))
 			begin = time.Now()
 			produced := producePaced(t, e, requests(e.P.Topic, "o", n), span)
-			var sawOpen bool
-			got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool {
-				if l := pr.Status().Pipelines[0].Line; l.Breaker == "open" {
-					sawOpen = true
+			var sawOpen atomic.Bool
+			watchDone := make(chan struct{})
+			stopWatch := make(chan struct{})
+			go func() {
+				defer close(watchDone)
+				for {
+					if l := pr.Status().Pipelines[0].Line; l.Breaker == "open" && l.State == "stopped" {
+						sawOpen.Store(true)
+					}
+					select {
+					case <-stopWatch:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
 				}
+			}()
+			got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool {
 				return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n
 			}, 120*time.Second, 2*time.Second)
 			<-produced
+			close(stopWatch)
+			<-watchDone
 			results, dead := idsOf(got[e.P.Results]), got[e.P.DLQ]
 			calls := s.log()
 			recovered := begin.Add(outFrom + outFor)
@@ -199,7 +214,7 @@ func TestOutageBreaker(t *testing.T) {
 				}
 				return
 			}
-			if !sawOpen {
+			if !sawOpen.Load() {
 				t.Error("the breaker never showed open in the status")
 			}
 			if len(dead) != 0 {
