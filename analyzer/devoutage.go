@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -71,7 +72,7 @@ func (a *Analyzer) serveDevOutage(token string) http.HandlerFunc {
 // outageParam is the request's ?for=: a duration from 0 to MaxDevOutage,
 // given once.
 func outageParam(r *http.Request) (time.Duration, error) {
-	const want = "want ?for=<duration> from 0 (ends the outage) to 10m, e.g. ?for=30s"
+	want := "want ?for=<duration> from 0 (ends the outage) to " + strings.TrimSuffix(MaxDevOutage.String(), "0s") + ", e.g. ?for=30s"
 	q, err := query(r) // the guard refused what does not parse
 	if err != nil {
 		return 0, fmt.Errorf("query string: %w", err)

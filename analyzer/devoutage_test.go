@@ -110,7 +110,7 @@ func TestDevOutageEndpoint(t *testing.T) {
 		{"cross-site fetch", "/api/dev/outage?for=30s", map[string]string{"Origin": devOrigin, "Sec-Fetch-Site": "cross-site"}, 403, "cross-origin"},
 		{"no origin, no token", "/api/dev/outage?for=30s", nil, 401, "bearer token"},
 		{"no origin, wrong token", "/api/dev/outage?for=30s", map[string]string{"Authorization": "Bearer nope"}, 401, "bearer token"},
-		{"missing for", "/api/dev/outage", map[string]string{"Origin": devOrigin}, 400, "for: missing"},
+		{"missing for", "/api/dev/outage", map[string]string{"Origin": devOrigin}, 400, "from 0 (ends the outage) to 10m, e.g. ?for=30s"},
 		{"for twice", "/api/dev/outage?for=1s&for=2s", map[string]string{"Origin": devOrigin}, 400, "given 2 times"},
 		{"for not a duration", "/api/dev/outage?for=soon", map[string]string{"Origin": devOrigin}, 400, "not a duration"},
 		{"for above the cap", "/api/dev/outage?for=11m", map[string]string{"Origin": devOrigin}, 400, "out of range"},
