@@ -69,6 +69,10 @@ type Options struct {
 	AllowedHosts []string
 	// Now is the clock (tests).
 	Now func() time.Time
+	// DemoOutage, set only by `redrive dev`, makes its demo solver fail
+	// every call for d (0 ends an outage): POST /api/dev/outage calls it,
+	// and the dashboard shows a button for it. Nil: that endpoint is a 404.
+	DemoOutage func(ctx context.Context, d time.Duration) error
 }
 
 // Analyzer runs the readers, workers and alerts of every pipeline.

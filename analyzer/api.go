@@ -3,7 +3,6 @@ package analyzer
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -114,21 +113,22 @@ type ReplayResponse struct {
 // maxReplaySample is how many dead letters a replay answer shows.
 const maxReplaySample = 100
 
-// Handler serves the JSON API and the dashboard. token guards mutating
-// endpoints; empty turns them off.
+// Handler serves the JSON API and the dashboard. token guards POST
+// /api/replay (empty turns it off) and POST /api/dev/outage for clients
+// that are not the dashboard's page (devoutage.go).
 func (a *Analyzer) Handler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/stats", a.serveStats)
 	mux.HandleFunc("GET /api/deadletters", a.serveDeadLetters)
 	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", a.serveDeadLetter)
-	mux.HandleFunc("GET /api/pipelines", a.serveFlow) // flow.go
+	mux.HandleFunc("GET /api/pipelines", a.serveFlow)               // flow.go
+	mux.HandleFunc("POST /api/dev/outage", a.serveDevOutage(token)) // devoutage.go
 	mux.HandleFunc("POST /api/replay", func(w http.ResponseWriter, r *http.Request) {
 		if token == "" {
 			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
 			return
 		}
-		got, ok := bearerToken(r) // httpsafe.go
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(token)) != 1 {
+		if !validBearer(r, token) { // httpsafe.go
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive analyzer"`)
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
 			return

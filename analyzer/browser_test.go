@@ -139,6 +139,11 @@ func TestBrowserDashboard(t *testing.T) {
 		t.Errorf("the error text with markup is not shown as text")
 	}
 
+	// Not redrive dev: no outage button.
+	if e, ok := browserByID(dom, "dev"); !ok || !hasAttr(e, "hidden") {
+		t.Errorf("#dev present %v, shown without DemoOutage", ok)
+	}
+
 	// The header: the DLQ and the total.
 	if e, ok := browserByID(dom, "total-"+pipeline); !ok {
 		t.Errorf("no #total-%s", pipeline)
@@ -531,6 +536,8 @@ func TestBrowserFlow(t *testing.T) {
 		Pipelines: []analyzer.Pipeline{{Name: p.Name, Topic: p.Topic, DLQ: p.DLQ, Results: p.Results,
 			Tiers: []analyzer.Tier{{Name: "1s", Topic: p.TierTopics()[0]}}}},
 		Logger: log, FlowEvery: 500 * time.Millisecond, Processors: []string{psrv.URL, gone.URL},
+		// As in redrive dev: the page offers a solver outage.
+		DemoOutage: func(context.Context, time.Duration) error { return nil },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -604,6 +611,25 @@ func TestBrowserFlow(t *testing.T) {
 			t.Fatalf("the flow shows no traffic everywhere within 90s: %+v", f)
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+
+	// Paused by hand, the processor's line stops: the page shows why.
+	const pauseDetail = "browser test: <b>paused</b> by hand"
+	if err := pr.Pause(p.Name, pauseDetail); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var fr analyzer.FlowResponse
+		browserGetJSON(t, srv.URL+"/api/pipelines", &fr)
+		f = fr.Pipelines[0]
+		if f.Line == "stopped" && f.Processors[0].Line != nil && len(f.Processors[0].Line.Reasons) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the flow does not show the paused processor's line within 30s: %+v", f)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	dom := browserRun(t, chrome, srv.URL+"/", "--dump-dom")
@@ -705,6 +731,56 @@ func TestBrowserFlow(t *testing.T) {
 	if !reqs.seen("GET /api/pipelines 200") {
 		t.Errorf("the page did not GET /api/pipelines: %v", reqs.all())
 	}
+
+	// The line: the pipeline's state as a badge, and the reached
+	// processor's state, breaker and reasons as the API served them.
+	if e, ok := browserByID(outer, "line-"+p.Name); !ok || e.attrs["data-line"] != want.Line || e.text != want.Line || want.Line != "stopped" {
+		t.Errorf("#line-%s shows %q (data-line %q, present %v), the API says %q", p.Name, e.text, e.attrs["data-line"], ok, want.Line)
+	}
+	wl := want.Processors[0].Line
+	lines := browserOuter(outer, "flines-"+p.Name)
+	if wl == nil || lines == "" {
+		t.Fatalf("no line in the API (%+v) or no #flines-%s in the page", wl, p.Name)
+	}
+	if e, ok := browserFirst(lines, "div", map[string]string{"class": "fline"}); !ok || e.attrs["data-state"] != wl.State || e.attrs["data-breaker"] != wl.Breaker || e.attrs["data-instance"] != "flowui" {
+		t.Errorf("the processor's line shows state %q breaker %q instance %q (present %v), the API says %q %q flowui", e.attrs["data-state"], e.attrs["data-breaker"], e.attrs["data-instance"], ok, wl.State, wl.Breaker)
+	}
+	if e, ok := browserFirst(lines, "span", map[string]string{"data-line": wl.State}); !ok || e.text != wl.State {
+		t.Errorf("the processor's state badge shows %q (present %v), want %q", e.text, ok, wl.State)
+	}
+	if e, ok := browserFirst(lines, "span", map[string]string{"data-breaker": wl.Breaker}); !ok || !strings.HasPrefix(e.text, "breaker "+wl.Breaker) {
+		t.Errorf("the breaker shows %q (present %v), want breaker %s", e.text, ok, wl.Breaker)
+	}
+	var shown []string
+	for _, li := range browserAll(lines, "li") {
+		if r, ok := li.attrs["data-reason"]; ok {
+			shown = append(shown, r)
+		}
+	}
+	if len(shown) != len(wl.Reasons) {
+		t.Errorf("the page shows the reasons %v, the API %+v", shown, wl.Reasons)
+	}
+	for _, r := range wl.Reasons {
+		li, ok := browserFirst(lines, "li", map[string]string{"data-reason": r.Reason})
+		if !ok || li.attrs["data-since"] != r.Since.Format(time.RFC3339Nano) {
+			t.Errorf("reason %s: data-since %q (present %v), the API says %s", r.Reason, li.attrs["data-since"], ok, r.Since.Format(time.RFC3339Nano))
+		}
+	}
+	if !strings.Contains(lines, html.EscapeString(pauseDetail)) || strings.Contains(lines, "<b>paused") {
+		t.Errorf("the manual pause's detail %q is not shown as text:\n%s", pauseDetail, lines)
+	}
+	// redrive dev's outage button is offered (DemoOutage is set).
+	if e, ok := browserByID(dom, "dev"); !ok || hasAttr(e, "hidden") {
+		t.Errorf("#dev present %v, hidden %v: the outage button is not shown under DemoOutage", ok, hasAttr(e, "hidden"))
+	}
+	if e, ok := browserByID(dom, "dev-outage"); !ok || e.text != "Simulate a 30 s solver outage" {
+		t.Errorf("#dev-outage %q (present %v)", e.text, ok)
+	}
+}
+
+func hasAttr(e browserElem, name string) bool {
+	_, ok := e.attrs[name]
+	return ok
 }
 
 // browserInt formats n as the page does (en-US grouping).

@@ -23,6 +23,9 @@ type Tier struct {
 type FlowResponse struct {
 	Now       string `json:"now"`
 	Pipelines []Flow `json:"pipelines"`
+	// DevOutage says POST /api/dev/outage works: the analyzer runs inside
+	// `redrive dev` (Options.DemoOutage is set). Absent otherwise.
+	DevOutage bool `json:"dev_outage,omitempty"`
 }
 
 // Flow is one pipeline in FlowResponse.
@@ -38,14 +41,19 @@ type Flow struct {
 	// Processors is what the processors in Options.Processors report of
 	// this pipeline (GET /api/pipelines on each); Inflight is their sum,
 	// the p99s their largest. Empty without Options.Processors.
-	Processors         []FlowProcessor `json:"processors,omitempty"`
-	Inflight           int64           `json:"inflight"`
-	HandlerP99Seconds  float64         `json:"handler_p99_seconds"`
-	LatenessP99Seconds float64         `json:"lateness_p99_seconds"`
-	Main               FlowTopic       `json:"main"`
-	Tiers              []FlowTopic     `json:"tiers"`
-	Results            *FlowTopic      `json:"results,omitempty"`
-	DLQ                FlowTopic       `json:"dlq"`
+	Processors []FlowProcessor `json:"processors,omitempty"`
+	// Line is the processors' flow control of the pipeline in one word:
+	// the furthest from running of the states they report ("stopped" if
+	// any is stopped, else "probing" if any probes, else "running");
+	// empty when none reports one. Each one's is in Processors[i].Line.
+	Line               string      `json:"line,omitempty"`
+	Inflight           int64       `json:"inflight"`
+	HandlerP99Seconds  float64     `json:"handler_p99_seconds"`
+	LatenessP99Seconds float64     `json:"lateness_p99_seconds"`
+	Main               FlowTopic   `json:"main"`
+	Tiers              []FlowTopic `json:"tiers"`
+	Results            *FlowTopic  `json:"results,omitempty"`
+	DLQ                FlowTopic   `json:"dlq"`
 }
 
 // FlowTopic is one topic of a Flow.
@@ -83,6 +91,10 @@ type FlowProcessor struct {
 	Waiting            int64   `json:"waiting"`
 	HandlerP99Seconds  float64 `json:"handler_p99_seconds"`
 	LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
+	// Line is whether handler calls may start there, and why not; absent
+	// when the processor was not reached, does not run the pipeline, or
+	// reports no line (older than flow control).
+	Line *ProcessorLine `json:"line,omitempty"`
 }
 
 // flowWindow is the least time rates are taken over.
@@ -254,7 +266,7 @@ func (a *Analyzer) serveFlow(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	resp := FlowResponse{Now: a.o.Now().UTC().Format(time.RFC3339), Pipelines: []Flow{}}
+	resp := FlowResponse{Now: a.o.Now().UTC().Format(time.RFC3339), Pipelines: []Flow{}, DevOutage: a.o.DemoOutage != nil}
 	for _, p := range a.pipes {
 		if want == "" || p.cfg.Name == want {
 			f := p.flowNow()

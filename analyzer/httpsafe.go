@@ -1,6 +1,7 @@
 package analyzer
 
 import (
+	"crypto/subtle"
 	"io/fs"
 	"net"
 	"net/http"
@@ -84,6 +85,36 @@ func bearerToken(r *http.Request) (token string, ok bool) {
 		return "", false
 	}
 	return strings.TrimLeft(token, " "), true
+}
+
+// validBearer reports whether r carries "Authorization: Bearer <token>"
+// with token, compared in constant time; never with token empty (the
+// mutating endpoints are off then).
+func validBearer(r *http.Request, token string) bool {
+	got, ok := bearerToken(r)
+	return token != "" && ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+// sameOrigin reports whether a browser sent r from a page of this
+// analyzer: its Origin is http(s)://<the Host r is addressed to> (a Host
+// the guard allowed) and its Sec-Fetch-Site, when sent, is same-origin.
+// Browsers send Origin with every POST, and a form or script on another
+// site (or a sandboxed frame: "null") cannot send this one's. A client
+// that sends no Origin is not a browser page: false.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	u, err := url.Parse(o)
+	if o == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return false
+	}
+	if !strings.EqualFold(u.Host, r.Host) {
+		return false
+	}
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		return false
+	}
+	return true
 }
 
 // noDirs serves files from fsys with h, and 404 for a directory (no

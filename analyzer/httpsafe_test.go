@@ -53,3 +53,37 @@ func TestBearerToken(t *testing.T) {
 		}
 	}
 }
+
+func TestSameOrigin(t *testing.T) {
+	for _, c := range []struct {
+		host, origin, site string
+		want               bool
+	}{
+		{"127.0.0.1:9091", "http://127.0.0.1:9091", "", true},
+		{"127.0.0.1:9091", "http://127.0.0.1:9091", "same-origin", true},
+		{"LOCALHOST:9091", "http://localhost:9091", "", true},
+		{"dash.example.com", "https://dash.example.com", "", true},
+		{"127.0.0.1:9091", "", "", false},
+		{"127.0.0.1:9091", "null", "", false},
+		{"127.0.0.1:9091", "http://127.0.0.1:9090", "", false},
+		{"127.0.0.1:9091", "http://127.0.0.1", "", false},
+		{"127.0.0.1:9091", "http://evil.example", "", false},
+		{"127.0.0.1:9091", "file://127.0.0.1:9091", "", false},
+		{"127.0.0.1:9091", "http://u:p@127.0.0.1:9091", "", false},
+		{"127.0.0.1:9091", "http://127.0.0.1:9091/x", "", false},
+		{"127.0.0.1:9091", "http://127.0.0.1:9091", "cross-site", false},
+		{"127.0.0.1:9091", "http://127.0.0.1:9091", "same-site", false},
+	} {
+		r, _ := http.NewRequest("POST", "/", nil)
+		r.Host = c.host
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if c.site != "" {
+			r.Header.Set("Sec-Fetch-Site", c.site)
+		}
+		if got := sameOrigin(r); got != c.want {
+			t.Errorf("sameOrigin(Host %q, Origin %q, Sec-Fetch-Site %q) = %v, want %v", c.host, c.origin, c.site, got, c.want)
+		}
+	}
+}

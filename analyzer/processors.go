@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +34,56 @@ type processorStatus struct {
 			Waiting            int64   `json:"waiting"`
 			LatenessP99Seconds float64 `json:"lateness_p99_seconds"`
 		} `json:"tiers"`
+		// Line is absent from processors older than flow control.
+		Line *ProcessorLine `json:"line"`
 	} `json:"pipelines"`
+}
+
+// ProcessorLine is one processor's flow control of a pipeline, as its GET
+// /api/pipelines reports it (the processor package's LineStatus): whether
+// handler calls may start there, and why not.
+type ProcessorLine struct {
+	// State: "running", "probing" (the breaker is half-open: a few calls
+	// go through) or "stopped" (no call starts; Reasons say why).
+	State   string       `json:"state"`
+	Reasons []LineReason `json:"reasons,omitempty"`
+	// Breaker: "closed", "half-open", "open" or "disabled"; since when.
+	Breaker      string    `json:"breaker"`
+	BreakerSince time.Time `json:"breaker_since,omitzero"`
+	// OpenFor is how long an open breaker stays open this time ("30s").
+	OpenFor    string  `json:"open_for,omitempty"`
+	Guard      bool    `json:"guard"`                // the guard is on
+	RateLimit  float64 `json:"rate_limit,omitempty"` // handler calls per second, 0: none
+	FailoverTo string  `json:"failover_to,omitempty"`
+}
+
+// LineReason is one reason a processor's line is stopped.
+type LineReason struct {
+	// Reason: "breaker", "pause_code", "guard" or "manual".
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	// Until is when it ends by itself; absent: when an operator resumes
+	// or the breaker's probes succeed.
+	Until  time.Time `json:"until,omitzero"`
+	Detail string    `json:"detail"`
+}
+
+// maxLineReasons bounds the reasons of one line a processor may report
+// (it has four).
+const maxLineReasons = 16
+
+// lineRank orders line states from running to stopped, for Flow.Line: a
+// state this analyzer does not know ranks between running and probing.
+func lineRank(state string) int {
+	switch state {
+	case "running":
+		return 0
+	case "probing":
+		return 2
+	case "stopped":
+		return 3
+	}
+	return 1
 }
 
 // maxStatusBytes bounds what is read of one processor's answer.
@@ -58,6 +108,14 @@ func decodeProcessorStatus(r io.Reader) (*processorStatus, error) {
 	for _, p := range s.Pipelines {
 		if bad(p.Inflight, p.HandlerP99Seconds, p.LatenessP99Seconds) || p.Waiting < 0 {
 			return nil, fmt.Errorf("%w: pipeline %q has negative or non-finite numbers", ErrProcessorStatus, p.Name)
+		}
+		if l := p.Line; l != nil {
+			if bad(0, l.RateLimit) {
+				return nil, fmt.Errorf("%w: pipeline %q has a negative rate limit", ErrProcessorStatus, p.Name)
+			}
+			if len(l.Reasons) > maxLineReasons {
+				return nil, fmt.Errorf("%w: pipeline %q has %d reasons to be stopped, more than %d", ErrProcessorStatus, p.Name, len(l.Reasons), maxLineReasons)
+			}
 		}
 		for _, t := range p.Tiers {
 			if bad(t.Waiting, t.LatenessP99Seconds) {
@@ -145,6 +203,14 @@ func (a *Analyzer) addProcessors(f *Flow) {
 				}
 				fp.Inflight, fp.Waiting = p.Inflight, p.Waiting
 				fp.HandlerP99Seconds, fp.LatenessP99Seconds = p.HandlerP99Seconds, p.LatenessP99Seconds
+				if p.Line != nil {
+					l := *p.Line
+					l.Reasons = slices.Clone(l.Reasons) // the answer is kept; f is the caller's
+					fp.Line = &l
+					if f.Line == "" || lineRank(l.State) > lineRank(f.Line) {
+						f.Line = l.State
+					}
+				}
 				f.Inflight += p.Inflight
 				f.HandlerP99Seconds = max(f.HandlerP99Seconds, p.HandlerP99Seconds)
 				f.LatenessP99Seconds = max(f.LatenessP99Seconds, p.LatenessP99Seconds)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecodeProcessorStatus(t *testing.T) {
@@ -23,6 +24,9 @@ func TestDecodeProcessorStatus(t *testing.T) {
 		"negative p99":      `{"pipelines":[{"name":"a","handler_p99_seconds":-1}]}`,
 		"negative tier":     `{"pipelines":[{"name":"a","tiers":[{"name":"1s","waiting":-2}]}]}`,
 		"wrong type":        `{"pipelines":{"name":"a"}}`,
+		"negative rate":     `{"pipelines":[{"name":"a","line":{"state":"running","rate_limit":-1}}]}`,
+		"bad since":         `{"pipelines":[{"name":"a","line":{"state":"stopped","reasons":[{"reason":"manual","since":"yesterday"}]}}]}`,
+		"many reasons":      `{"pipelines":[{"name":"a","line":{"state":"stopped","reasons":[` + strings.Repeat(`{"reason":"manual"},`, maxLineReasons) + `{"reason":"manual"}]}}]}`,
 		"too large":         `{"instance":"` + strings.Repeat("x", maxStatusBytes) + `"}`,
 	} {
 		if _, err := decodeProcessorStatus(strings.NewReader(body)); !errors.Is(err, ErrProcessorStatus) {
@@ -55,4 +59,82 @@ func FuzzDecodeProcessorStatus(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The processors' lines reach the flow: each processor's as it reported
+// it, and the pipeline's in one word, the furthest from running.
+func TestAddProcessorsLine(t *testing.T) {
+	since := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	status := func(instance, line string) processorAnswer {
+		body := `{"instance":"` + instance + `","pipelines":[{"name":"solve","inflight":1,"tiers":[]` + line + `},{"name":"other","line":{"state":"stopped"}}]}`
+		s, err := decodeProcessorStatus(strings.NewReader(body))
+		if err != nil {
+			t.Fatalf("%s: %v", instance, err)
+		}
+		return processorAnswer{s: s}
+	}
+	running := `,"line":{"state":"running","breaker":"closed","breaker_since":"2026-01-02T03:04:05Z","guard":true,"rate_limit":5}`
+	stopped := `,"line":{"state":"stopped","reasons":[{"reason":"breaker","since":"2026-01-02T03:04:05Z","until":"2026-01-02T03:04:35Z","detail":"10 failures in a row"},` +
+		`{"reason":"manual","since":"2026-01-02T03:04:05Z","detail":"by 127.0.0.1:1: deploy"}],"breaker":"open","breaker_since":"2026-01-02T03:04:05Z","open_for":"30s","guard":true,"failover_to":"solve.b"}`
+	probing := `,"line":{"state":"probing","breaker":"half-open","guard":false}`
+	for _, c := range []struct {
+		name    string
+		answers []processorAnswer
+		want    string
+	}{
+		{"none reached", []processorAnswer{{err: errors.New("refused")}}, ""},
+		{"no line (an older processor)", []processorAnswer{status("p1", "")}, ""},
+		{"running", []processorAnswer{status("p1", running)}, "running"},
+		{"one of two stopped", []processorAnswer{status("p1", running), status("p2", stopped)}, "stopped"},
+		{"probing beats running", []processorAnswer{status("p1", probing), status("p2", running)}, "probing"},
+		{"stopped beats probing", []processorAnswer{status("p1", stopped), status("p2", probing), {err: errors.New("gone")}}, "stopped"},
+		{"an unknown state beats running", []processorAnswer{status("p1", `,"line":{"state":"draining"}`), status("p2", running)}, "draining"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a := &Analyzer{}
+			a.procs.last = map[string]processorAnswer{}
+			for i, ans := range c.answers {
+				u := "http://p" + string(rune('1'+i))
+				a.o.Processors = append(a.o.Processors, u)
+				a.procs.last[u] = ans
+			}
+			f := Flow{Name: "solve"}
+			a.addProcessors(&f)
+			if f.Line != c.want {
+				t.Errorf("Flow.Line %q, want %q", f.Line, c.want)
+			}
+			for i, fp := range f.Processors {
+				ans := c.answers[i]
+				switch {
+				case ans.err != nil || ans.s.Pipelines[0].Line == nil:
+					if fp.Line != nil {
+						t.Errorf("processor %d: line %+v, want none", i, fp.Line)
+					}
+				case fp.Line == nil || fp.Line.State != ans.s.Pipelines[0].Line.State:
+					t.Errorf("processor %d: line %+v, want %+v", i, fp.Line, ans.s.Pipelines[0].Line)
+				}
+			}
+		})
+	}
+
+	// Every field is carried, and the flow's copy is its own.
+	a := &Analyzer{o: Options{Processors: []string{"http://p"}}}
+	a.procs.last = map[string]processorAnswer{"http://p": status("p", stopped)}
+	var f Flow
+	f.Name = "solve"
+	a.addProcessors(&f)
+	l := f.Processors[0].Line
+	if l == nil || l.State != "stopped" || l.Breaker != "open" || !l.BreakerSince.Equal(since) || l.OpenFor != "30s" || !l.Guard || l.FailoverTo != "solve.b" || len(l.Reasons) != 2 {
+		t.Fatalf("line %+v", l)
+	}
+	if r := l.Reasons[0]; r.Reason != "breaker" || !r.Since.Equal(since) || !r.Until.Equal(since.Add(30*time.Second)) || r.Detail != "10 failures in a row" {
+		t.Errorf("reason %+v", r)
+	}
+	if r := l.Reasons[1]; r.Reason != "manual" || !r.Until.IsZero() || r.Detail != "by 127.0.0.1:1: deploy" {
+		t.Errorf("reason %+v", r)
+	}
+	l.Reasons[0].Detail = "changed"
+	if a.procs.last["http://p"].s.Pipelines[0].Line.Reasons[0].Detail != "10 failures in a row" {
+		t.Error("the flow shares its reasons with the kept answer")
+	}
 }

@@ -1,6 +1,7 @@
 // The redrive analyzer dashboard: plain JavaScript, no build step. It reads
-// GET api/stats, GET api/pipelines (the flow) and GET api/deadletters every
-// 5 seconds and posts api/replay. Everything from the API is put into the page as text
+// GET api/stats, GET api/pipelines (the flow, and the processors' lines)
+// and GET api/deadletters every 5 seconds and posts api/replay (and, under
+// redrive dev, api/dev/outage). Everything from the API is put into the page as text
 // (textContent, never innerHTML): dead letters carry whatever producers
 // wrote.
 "use strict";
@@ -269,6 +270,94 @@
     );
   }
 
+  // ---- the line: whether the processors' handler calls may start ----
+
+  // LINE_CLASS colours a line state's badge; a state this page does not
+  // know gets the plain badge (and is shown as text).
+  const LINE_CLASS = { running: "ok", probing: "warn", stopped: "bad" };
+  const BREAKER_CLASS = { closed: "ok", "half-open": "warn", open: "bad", disabled: "" };
+  const REASON_TITLE = { breaker: "circuit breaker open", pause_code: "pause code", guard: "guard tripped", manual: "paused by hand" };
+
+  const lineBadge = (stateName, attrs) =>
+    el("span", Object.assign({ class: "badge line " + (LINE_CLASS[stateName] || ""), "data-line": stateName, text: stateName || "?" }, attrs || {}));
+
+  // rel shows an RFC 3339 time against the analyzer's clock: "12s ago",
+  // "in 25s".
+  function rel(iso) {
+    const now = state.flows && state.flows.now ? Date.parse(state.flows.now) : Date.now();
+    const s = (Date.parse(iso) - now) / 1000;
+    if (isNaN(s)) return "";
+    return s >= 0 ? "in " + fmtAge(s) : fmtAge(-s) + " ago";
+  }
+
+  // renderLine is one processor's line of a pipeline: its state, the
+  // breaker, the reasons it is stopped with since, until and detail.
+  function renderLine(p) {
+    const l = p.line;
+    const who = p.instance || p.url;
+    const breaker =
+      l.breaker === "disabled"
+        ? "breaker off"
+        : `breaker ${l.breaker}` + (l.breaker === "open" && l.open_for ? ` for ${l.open_for}` : "") + (l.breaker_since ? ` since ${fmtTime(l.breaker_since).slice(11)} UTC` : "");
+    const facts = [];
+    facts.push(l.guard ? "guard on" : "guard off");
+    if (l.rate_limit) facts.push(`rate limit ${l.rate_limit}/s`);
+    if (l.failover_to) facts.push(`fails over to ${l.failover_to}`);
+    const reasons = l.reasons || [];
+    return el(
+      "div",
+      { class: "fline", "data-processor": p.url, "data-instance": p.instance || "", "data-state": l.state, "data-breaker": l.breaker },
+      el(
+        "div",
+        { class: "fline-head" },
+        lineBadge(l.state, { title: l.state === "probing" ? "the breaker is half-open: a few calls go through" : null }),
+        el("span", { class: "fline-who mono", title: p.url, text: who }),
+        el("span", { class: "badge breaker " + (BREAKER_CLASS[l.breaker] || ""), "data-breaker": l.breaker, title: l.breaker_since ? fmtTime(l.breaker_since) + " UTC" : null, text: breaker }),
+        el("span", { class: "hint", text: facts.join(" · ") })
+      ),
+      reasons.length
+        ? el(
+            "ul",
+            { class: "fline-reasons" },
+            ...reasons.map((r) =>
+              el(
+                "li",
+                { "data-reason": r.reason, "data-since": r.since || "", "data-until": r.until || "" },
+                el("span", { class: "reason", title: REASON_TITLE[r.reason] || null, text: r.reason }),
+                el("span", { class: "when", title: r.since ? r.since : null, text: r.since ? `since ${fmtTime(r.since).slice(11)} UTC (${rel(r.since)})` : "" }),
+                el("span", { class: "when", title: r.until ? r.until : null, text: r.until ? `until ${fmtTime(r.until).slice(11)} UTC (${rel(r.until)})` : "until resumed" }),
+                el("span", { class: "detail", text: r.detail || "" })
+              )
+            )
+          )
+        : null
+    );
+  }
+
+  // renderDev shows the dev tools when the analyzer runs in redrive dev.
+  function renderDev() {
+    $("dev").hidden = !(state.flows && state.flows.dev_outage === true);
+  }
+
+  async function devOutage() {
+    const button = $("dev-outage");
+    const out = $("dev-outage-result");
+    button.disabled = true;
+    out.classList.remove("error");
+    out.textContent = "asking the demo solver…";
+    try {
+      const r = await api("api/dev/outage?for=30s", { method: "POST" });
+      out.dataset.until = r.until || "";
+      out.textContent = `The demo solver answers 503 to every call until ${fmtTime(r.until).slice(11)} UTC: watch the processors' breaker open, probe and close.`;
+      refresh();
+    } catch (e) {
+      out.classList.add("error");
+      out.textContent = "outage: " + e.message;
+    } finally {
+      button.disabled = false;
+    }
+  }
+
   function renderFlows() {
     const box = $("flows");
     const flows = (state.flows && state.flows.pipelines) || [];
@@ -302,6 +391,7 @@
             : `first sample · group ${f.group}`;
         if (procs.length) note += ` · ${reached} of ${procs.length} processors reached`;
         const unreachable = procs.filter((p) => p.error).map((p) => `${p.url}: ${p.error}`).join("\n");
+        const lines = procs.filter((p) => !p.error && p.line);
         return el(
           "div",
           {
@@ -314,10 +404,18 @@
           el(
             "div",
             { class: "panel-head" },
-            el("h2", {}, f.name + " ", el("small", { text: "flow" })),
+            el(
+              "h2",
+              {},
+              f.name + " ",
+              el("small", { text: "flow" }),
+              f.line ? " " : null,
+              f.line ? lineBadge(f.line, { id: "line-" + f.name, title: "the processors' line: the furthest from running of their states" }) : null
+            ),
             el("span", { class: "hint" + (f.error ? " error" : ""), id: "flow-note-" + f.name, "data-processors": procs.length, "data-reached": reached, title: unreachable || null, text: note })
           ),
-          el("div", { class: "fchain" }, ...chain, el("div", { class: "fsinks" }, ...sinks))
+          el("div", { class: "fchain" }, ...chain, el("div", { class: "fsinks" }, ...sinks)),
+          lines.length ? el("div", { class: "flines", id: "flines-" + f.name }, ...lines.map((p) => renderLine(p))) : null
         );
       })
     );
@@ -857,6 +955,7 @@
 
   function render() {
     renderCards();
+    renderDev();
     renderFlows();
     const p = current();
     if (p) renderPipeline(p);
@@ -868,6 +967,7 @@
     loadToken();
     $("replay-token").addEventListener("input", saveToken);
     $("replay").addEventListener("submit", submitReplay);
+    $("dev-outage").addEventListener("click", devOutage);
     $("filters").addEventListener("submit", (e) => {
       e.preventDefault();
       state.filters = readFilters();

@@ -42,8 +42,9 @@ and /metrics, /healthz, /readyz on analyzer.http_addr.`,
 }
 
 // newAnalyzer builds the analyzer for c's pipelines, reporting into o;
-// processors (base URLs) add their live state to the flow view.
-func newAnalyzer(c *config.Config, o *obs.Server, processors ...string) (*analyzer.Analyzer, error) {
+// set, if any, change its options last (dev: the processors whose live
+// state the flow view adds, the demo solver's outage switch).
+func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)) (*analyzer.Analyzer, error) {
 	opts, err := kafkaconn.Opts(c)
 	if err != nil {
 		return nil, err
@@ -52,7 +53,7 @@ func newAnalyzer(c *config.Config, o *obs.Server, processors ...string) (*analyz
 	if err != nil {
 		return nil, err
 	}
-	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat, Processors: processors,
+	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat,
 		Limits: c.Analyzer.Limits()}
 	// The dashboard answers to the name it listens on and to the
 	// configured ones (besides the loopback names).
@@ -81,6 +82,9 @@ func newAnalyzer(c *config.Config, o *obs.Server, processors ...string) (*analyz
 			Window: al.Window.D(), Age: al.Age.D(), Webhook: al.Webhook, Repeat: al.Repeat.D(),
 			Match: match,
 		})
+	}
+	for _, f := range set {
+		f(&ao)
 	}
 	return analyzer.New(ao)
 }

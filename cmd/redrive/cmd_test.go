@@ -210,7 +210,7 @@ func TestDevRunsEverything(t *testing.T) {
 	done := make(chan int, 1)
 	var out syncBuf
 	go func() {
-		done <- runCtx(ctx, []string{"dev", "--kafka-port", "0", "--http", addr, "--analyzer", anAddr, "--rate", "100", "--duration", "90s"}, &out, &out)
+		done <- runCtx(ctx, []string{"dev", "--kafka-port", "0", "--http", addr, "--analyzer", anAddr, "--rate", "100", "--duration", "150s"}, &out, &out)
 	}()
 	// The processor's live state on its port, and the whole flow on the
 	// analyzer's: records reach the 1s tier, the results and the DLQ.
@@ -315,6 +315,9 @@ func TestDevRunsEverything(t *testing.T) {
 		if len(st.Pipelines) != 1 || st.Pipelines[0].Stats.Total == 0 || st.Pipelines[0].Stats.ByReason["permanent"] == 0 {
 			t.Errorf("the analyzer in dev reports no (permanent) dead letters: %+v", st)
 		}
+	})
+	t.Run("the dashboard's outage button opens the processor's breaker", func(t *testing.T) {
+		testDevOutage(t, addr, anAddr, out.String())
 	})
 	t.Run("dev exits 0 when stopped", func(t *testing.T) {
 		cancel()

@@ -25,7 +25,9 @@ func newDemoSolverCmd(_ *globals) *cobra.Command {
 ERROR_NO_SLOT_AVAILABLE and Retry-After (--fail-rate), 202 with a task id
 until polled --polls-to-ready times (--not-ready-rate), 400
 ERROR_WRONG_USER_KEY (--permanent-rate, or a value containing "bad-key").
-GET /stats: counters as JSON.`,
+GET /stats: counters as JSON. POST /outage?for=30s: an outage, every
+/solve call answered 503 ERROR_SERVICE_OUTAGE for that long (for=0 ends
+it; at most 10m); GET /outage: {"active", "until"}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ln, err := net.Listen("tcp", addr)

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/demosolver"
 	"github.com/redrive/redrive/internal/obs"
@@ -172,7 +173,12 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	}
 
 	ao := obs.New()
-	an, err := newAnalyzer(c, ao, "http://"+addr) // its flow view shows this processor's in flight and p99s
+	an, err := newAnalyzer(c, ao, func(o *analyzer.Options) {
+		o.Processors = []string{"http://" + addr} // its flow view shows this processor's in flight, p99s and line
+		if usesSolver(c, solverURL) {
+			o.DemoOutage = solverOutage(solver) // the dashboard's outage button
+		}
+	})
 	if err != nil {
 		return err
 	}
@@ -194,11 +200,11 @@ redrive dev is running
   processor     http://%s/api/pipelines   (this processor's live state; /metrics, /healthz, /readyz;
                 POST /api/pipelines/<name>/pause|resume with %s)
   kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s -C -J)
-  demo solver   %s
+  demo solver   %s   (an outage: the dashboard's button, or curl -X POST '%s?for=30s')
   traffic       %.0f requests/s to %s
 Ctrl-C stops it.
 
-`, analyzerURL, tokenNote, addr, pauseNote, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, f.rate, c.Pipelines[0].Topic)
+`, analyzerURL, tokenNote, addr, pauseNote, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, strings.TrimSuffix(solverURL, "/solve")+"/outage", f.rate, c.Pipelines[0].Topic)
 
 	if f.rate > 0 {
 		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)
@@ -208,6 +214,35 @@ Ctrl-C stops it.
 	return errors.Join(perr, <-anDone)
 }
 
+// usesSolver reports whether one of c's pipelines calls the demo solver
+// at url (always without -c; with it, those without handler.http).
+func usesSolver(c *config.Config, url string) bool {
+	for _, p := range c.Pipelines {
+		if p.Handler.HTTP != nil && p.Handler.HTTP.URL == url {
+			return true
+		}
+	}
+	return false
+}
+
+// solverOutage is the analyzer's DemoOutage for dev's own demo solver: it
+// runs in this process, so the switch is a call, not a request.
+func solverOutage(s *demosolver.Solver) func(context.Context, time.Duration) error {
+	return func(_ context.Context, d time.Duration) error {
+		o, err := s.SetOutage(d)
+		if err != nil {
+			return err
+		}
+		if o.Active {
+			slog.Warn("demo solver outage: every call is answered 503 "+demosolver.CodeOutage, "until", o.Until.Format(time.RFC3339))
+		} else {
+			slog.Info("demo solver outage ended")
+		}
+		return nil
+	}
+}
+
+// devToken is the replay token dev uses when the config sets none.
 // devToken is the replay token and processor.token dev uses when the
 // config sets none.
 const devToken = "dev"

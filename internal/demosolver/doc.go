@@ -26,6 +26,15 @@
 // counted as duplicates and never solved (charged) twice. The service
 // remembers the last 65536 keys and tasks.
 //
+// An outage can be switched on to show what a processor does when the
+// service is down (its circuit breaker opens): POST /outage?for=30s makes
+// every /solve call, new requests and polls alike, answer 503
+// ERROR_SERVICE_OUTAGE (no Retry-After) for that long, replacing an outage
+// already running; for=0 ends it; a missing or unparsable for, or one
+// above MaxOutage (10m), is a 400. GET /outage (and the POST) answer
+// {"active": true, "until": "<RFC 3339>"}, or {"active": false}. SetOutage
+// and Outage do the same from Go.
+//
 // GET /stats returns Stats as JSON. The service never sleeps past a
 // request's context and holds nothing on disk.
 package demosolver

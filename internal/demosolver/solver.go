@@ -3,8 +3,10 @@ package demosolver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ const (
 	CodeNotReady     = "CAPCHA_NOT_READY"        // 202: accepted, poll again (2captcha's spelling)
 	CodeWrongUserKey = "ERROR_WRONG_USER_KEY"    // 400: will never work
 	CodeWrongID      = "ERROR_WRONG_CAPTCHA_ID"  // 400: polled a task it does not know
+	CodeOutage       = "ERROR_SERVICE_OUTAGE"    // 503: every call during an outage (SetOutage)
 )
 
 const (
@@ -26,7 +29,12 @@ const (
 	MaxBodyBytes = 1 << 20
 	// maxTasks bounds the tasks and keys remembered; the oldest go first.
 	maxTasks = 1 << 16
+	// MaxOutage is the longest outage SetOutage and POST /outage accept.
+	MaxOutage = 10 * time.Minute
 )
+
+// ErrOutageRange: an outage's length is below zero or above MaxOutage.
+var ErrOutageRange = errors.New("outage length out of range")
 
 // Config is the solver's behaviour. The zero Config solves everything at once.
 type Config struct {
@@ -44,6 +52,8 @@ type Config struct {
 	Seed uint64
 	// PollsToReady is the poll on which a task is ready (at least the first).
 	PollsToReady int
+	// Now is the clock outages are timed by (tests); nil: time.Now.
+	Now func() time.Time
 }
 
 // Stats counts what the solver did.
@@ -59,6 +69,14 @@ type Stats struct {
 	UnknownTask int64 `json:"unknown_task"` // 400 ERROR_WRONG_CAPTCHA_ID
 	Rejected    int64 `json:"rejected"`     // wrong method or path, body too large
 	Pending     int64 `json:"pending"`      // tasks accepted and not yet solved
+	Outage      int64 `json:"outage"`       // 503 ERROR_SERVICE_OUTAGE: calls during an outage
+}
+
+// Outage is the answer of GET and POST /outage: whether the solver is in
+// an outage, and until when.
+type Outage struct {
+	Active bool       `json:"active"`
+	Until  *time.Time `json:"until,omitempty"` // only while active
 }
 
 // task is one accepted request, pending or solved.
@@ -81,6 +99,9 @@ type Solver struct {
 	byKey  map[string]*task
 	order  []uint64 // task ids, oldest first, for eviction
 	stats  Stats
+	// outageUntil: every /solve call before it is answered 503
+	// ERROR_SERVICE_OUTAGE; zero or past: no outage.
+	outageUntil time.Time
 }
 
 var _ http.Handler = (*Solver)(nil)
@@ -95,7 +116,44 @@ func New(cfg Config) *Solver {
 	if s.cfg.PollsToReady < 1 {
 		s.cfg.PollsToReady = 1
 	}
+	if s.cfg.Now == nil {
+		s.cfg.Now = time.Now
+	}
 	return s
+}
+
+// SetOutage makes every /solve call (new requests and polls alike) fail
+// with 503 ERROR_SERVICE_OUTAGE for d from now, replacing any outage
+// running; d == 0 ends one. d below zero or above MaxOutage is
+// ErrOutageRange. It returns the outage now in force.
+func (s *Solver) SetOutage(d time.Duration) (Outage, error) {
+	if d < 0 || d > MaxOutage {
+		return s.Outage(), fmt.Errorf("%w: %s, want 0 (ends it) to %s", ErrOutageRange, d, fmtDuration(MaxOutage))
+	}
+	s.mu.Lock()
+	if d == 0 {
+		s.outageUntil = time.Time{}
+	} else {
+		s.outageUntil = s.cfg.Now().Add(d)
+	}
+	s.mu.Unlock()
+	return s.Outage(), nil
+}
+
+// Outage reports whether an outage runs now, and until when.
+func (s *Solver) Outage() Outage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.outageLocked(s.cfg.Now())
+}
+
+// outageLocked is the outage at now. Caller holds mu.
+func (s *Solver) outageLocked(now time.Time) Outage {
+	if !now.Before(s.outageUntil) {
+		return Outage{}
+	}
+	u := s.outageUntil.UTC()
+	return Outage{Active: true, Until: &u}
 }
 
 // Stats returns the counters so far.
@@ -111,9 +169,18 @@ func (s *Solver) Stats() Stats {
 	return st
 }
 
-// ServeHTTP serves POST /solve and GET /stats.
+// ServeHTTP serves POST /solve, GET /stats, and GET and POST /outage.
 func (s *Solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
+	case "/outage":
+		switch r.Method {
+		case http.MethodGet:
+			writeJSON(w, http.StatusOK, s.Outage())
+		case http.MethodPost:
+			s.postOutage(w, r)
+		default:
+			s.reject(w, "GET, POST")
+		}
 	case "/solve":
 		if r.Method != http.MethodPost {
 			s.reject(w, http.MethodPost)
@@ -125,12 +192,59 @@ func (s *Solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			s.reject(w, http.MethodGet)
 			return
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(s.Stats())
+		writeJSON(w, http.StatusOK, s.Stats())
 	default:
 		s.count(func(st *Stats) { st.Rejected++ })
 		http.NotFound(w, r)
 	}
+}
+
+// postOutage is POST /outage?for=<duration>: an outage of that length
+// from now (0 ends one); a missing, unparsable or out-of-range for is a
+// 400 saying what is wanted.
+func (s *Solver) postOutage(w http.ResponseWriter, r *http.Request) {
+	want := "want ?for=<duration> from 0 (ends the outage) to " + fmtDuration(MaxOutage) + ", e.g. ?for=30s"
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		http.Error(w, "query string: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	v := q["for"]
+	switch {
+	case len(v) > 1:
+		http.Error(w, fmt.Sprintf("for: given %d times; %s", len(v), want), http.StatusBadRequest)
+		return
+	case len(v) == 0 || v[0] == "":
+		http.Error(w, "for: missing; "+want, http.StatusBadRequest)
+		return
+	}
+	d, err := time.ParseDuration(v[0])
+	if err != nil {
+		http.Error(w, fmt.Sprintf("for %q: not a duration; %s", v[0], want), http.StatusBadRequest)
+		return
+	}
+	o, err := s.SetOutage(d)
+	if err != nil {
+		http.Error(w, fmt.Sprintf("for %q: %s", v[0], want), http.StatusBadRequest)
+		return
+	}
+	writeJSON(w, http.StatusOK, o)
+}
+
+// fmtDuration is d as ParseDuration reads it, without a trailing "0s" ("10m").
+func fmtDuration(d time.Duration) string {
+	s := d.String()
+	if t := strings.TrimSuffix(s, "0s"); t != s && strings.HasSuffix(t, "m") {
+		return t
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 func (s *Solver) reject(w http.ResponseWriter, allow string) {
@@ -146,7 +260,17 @@ func (s *Solver) count(f func(*Stats)) {
 }
 
 func (s *Solver) solve(w http.ResponseWriter, r *http.Request) {
-	s.count(func(st *Stats) { st.Requests++ })
+	s.mu.Lock()
+	s.stats.Requests++
+	down := s.outageLocked(s.cfg.Now()).Active
+	if down {
+		s.stats.Outage++
+	}
+	s.mu.Unlock()
+	if down { // the whole service is down: no task, key or poll is looked at
+		fail(w, http.StatusServiceUnavailable, CodeOutage, false)
+		return
+	}
 	if s.cfg.Latency > 0 {
 		t := time.NewTimer(s.cfg.Latency)
 		select {

@@ -3,6 +3,7 @@ package demosolver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -301,4 +302,187 @@ func FuzzSolve(f *testing.F) {
 			t.Fatalf("status %d", w.Code)
 		}
 	})
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// call sends one request straight to the handler.
+func call(s *Solver, method, target string) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, httptest.NewRequest(method, target, nil))
+	return w
+}
+
+func outageOf(t *testing.T, w *httptest.ResponseRecorder) Outage {
+	t.Helper()
+	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("%d %q: %s", w.Code, w.Header().Get("Content-Type"), w.Body.String())
+	}
+	var o Outage
+	if err := json.Unmarshal(w.Body.Bytes(), &o); err != nil {
+		t.Fatalf("body %q: %v", w.Body.String(), err)
+	}
+	return o
+}
+
+// An outage answers every /solve call 503 ERROR_SERVICE_OUTAGE, new
+// requests and polls alike, until its time is up; for=0 ends it early.
+func TestOutage(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	s := New(Config{NotReadyRate: 1, PollsToReady: 2, Now: clock.Now})
+	task := post(t, s, "img", "k1", "1", "") // a task pending before the outage
+	state := task.header.Get("Redrive-State")
+	if task.status != 202 || state == "" {
+		t.Fatalf("before the outage: %+v", task)
+	}
+	if o := outageOf(t, call(s, http.MethodGet, "/outage")); o.Active || o.Until != nil {
+		t.Fatalf("GET /outage before any: %+v", o)
+	}
+
+	o := outageOf(t, call(s, http.MethodPost, "/outage?for=30s"))
+	if want := clock.Now().Add(30 * time.Second); !o.Active || o.Until == nil || !o.Until.Equal(want) {
+		t.Fatalf("POST /outage?for=30s: %+v, want active until %s", o, want)
+	}
+	if g := outageOf(t, call(s, http.MethodGet, "/outage")); !g.Active || !g.Until.Equal(*o.Until) {
+		t.Fatalf("GET /outage during it: %+v", g)
+	}
+	down := func(what string, r reply) {
+		t.Helper()
+		if r.status != 503 || r.header.Get("Redrive-Error-Code") != CodeOutage || r.body.Request != CodeOutage || r.header.Get("Retry-After") != "" {
+			t.Fatalf("%s during the outage: %+v", what, r)
+		}
+	}
+	down("a new request", post(t, s, "img", "k2", "1", ""))
+	down("a poll", post(t, s, "img", "k1", "1", state))
+	down("a request without a key", post(t, s, "img", "", "", ""))
+	clock.Add(29 * time.Second)
+	down("a request 29s in", post(t, s, "img", "k3", "1", ""))
+	if st := s.Stats(); st.Outage != 4 || st.Requests != 5 || st.Polls != 0 || st.Accepted != 1 {
+		t.Fatalf("stats during the outage %+v", st)
+	}
+
+	// Its time up, the solver answers as before: the pending task is kept.
+	clock.Add(time.Second)
+	if g := outageOf(t, call(s, http.MethodGet, "/outage")); g.Active {
+		t.Fatalf("GET /outage after it: %+v", g)
+	}
+	if r := post(t, s, "img", "k1", "1", state); r.status != 202 || r.header.Get("Redrive-State") != state {
+		t.Fatalf("the first poll after the outage: %+v", r)
+	}
+	if r := post(t, s, "img", "k1", "1", state); r.status != 200 {
+		t.Fatalf("the second poll after the outage: %+v", r)
+	}
+
+	// A new outage replaces the one running; for=0 ends it.
+	outageOf(t, call(s, http.MethodPost, "/outage?for=10m"))
+	if o := outageOf(t, call(s, http.MethodPost, "/outage?for=1s")); !o.Until.Equal(clock.Now().Add(time.Second)) {
+		t.Fatalf("a shorter outage does not replace the longer: %+v", o)
+	}
+	if o := outageOf(t, call(s, http.MethodPost, "/outage?for=0")); o.Active {
+		t.Fatalf("for=0: %+v", o)
+	}
+	if r := post(t, s, "img", "k9", "1", ""); r.status == 503 {
+		t.Fatalf("after for=0: %+v", r)
+	}
+}
+
+func TestOutageBadRequests(t *testing.T) {
+	s := New(Config{})
+	for target, want := range map[string]string{
+		"/outage":               "for: missing",
+		"/outage?for=":          "for: missing",
+		"/outage?for=soon":      `for "soon": not a duration`,
+		"/outage?for=30":        `for "30": not a duration`,
+		"/outage?for=-1s":       `for "-1s"`,
+		"/outage?for=11m":       `for "11m"`,
+		"/outage?for=1h":        `for "1h"`,
+		"/outage?for=%zz":       "query string",
+		"/outage?for=1s&for=2s": "for: given 2 times",
+	} {
+		w := call(s, http.MethodPost, target)
+		if w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), want) {
+			t.Errorf("POST %s: %d %q, want 400 with %q", target, w.Code, w.Body.String(), want)
+		}
+		if want != "query string" && !strings.Contains(w.Body.String(), "want ?for=<duration> from 0 (ends the outage) to 10m") {
+			t.Errorf("POST %s: %q does not say what is wanted", target, w.Body.String())
+		}
+	}
+	if o := s.Outage(); o.Active {
+		t.Fatalf("a refused request started an outage: %+v", o)
+	}
+	if o := outageOf(t, call(s, http.MethodPost, "/outage?for=10m")); !o.Active {
+		t.Fatalf("for=10m (the cap) refused: %+v", o)
+	}
+	if _, err := s.SetOutage(MaxOutage + 1); !errors.Is(err, ErrOutageRange) {
+		t.Errorf("SetOutage past the cap: %v", err)
+	}
+	if _, err := s.SetOutage(-time.Nanosecond); !errors.Is(err, ErrOutageRange) {
+		t.Errorf("SetOutage below zero: %v", err)
+	}
+	if w := call(s, http.MethodDelete, "/outage"); w.Code != http.StatusMethodNotAllowed || w.Header().Get("Allow") != "GET, POST" {
+		t.Errorf("DELETE /outage: %d Allow %q", w.Code, w.Header().Get("Allow"))
+	}
+}
+
+// Outages are switched while requests are answered (run with -race).
+func TestOutageConcurrent(t *testing.T) {
+	s := New(Config{FailRate: 0.2, NotReadyRate: 0.2, Seed: 9})
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 25 {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/solve", strings.NewReader("v"))
+				req.Header.Set("Idempotency-Key", fmt.Sprint("k", i, "-", j))
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 200 && resp.StatusCode != 202 && resp.StatusCode != 503 {
+					t.Errorf("status %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for j := range 50 {
+			d := "0"
+			if j%2 == 0 {
+				d = "1m"
+			}
+			resp, err := http.Post(srv.URL+"/outage?for="+d, "", nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+			_ = s.Outage()
+		}
+	})
+	wg.Wait()
+	if o := s.Outage(); o.Active { // the last switch ended it
+		t.Errorf("outage %+v after for=0", o)
+	}
+	if st := s.Stats(); st.Requests != 200 || st.Solved+st.NoSlot+st.Accepted+st.Outage+st.Permanent != 200 {
+		t.Errorf("stats %+v", st)
+	}
 }
