@@ -59,6 +59,18 @@ func TestProcessorTokenConfigGuardsPauseResume(t *testing.T) {
 		t.Errorf("GET /api/pipelines: %+v", st.Pipelines[0])
 	}
 
+	ready := func() bool {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	if !kafkatest.Eventually(30*time.Second, ready) {
+		t.Fatalf("never ready:\n%s", out.String())
+	}
+
 	post := func(path, bearer string) (int, []byte) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, base+path, nil)
@@ -92,6 +104,24 @@ func TestProcessorTokenConfigGuardsPauseResume(t *testing.T) {
 	}
 	if !getJSON(base, &st) || len(st.Pipelines) != 1 || st.Pipelines[0].Line.State != "stopped" {
 		t.Errorf("GET /api/pipelines after pause: %+v", st)
+	}
+	// A paused process is healthy: Kubernetes must not restart it. Over
+	// 3s the poll loop keeps beating (its polls return every 2s).
+	for i := range 4 {
+		for _, path := range []string{"/readyz", "/healthz"} {
+			resp, err := http.Get("http://" + addr + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s while paused (check %d): %d %s", path, i, resp.StatusCode, b)
+			}
+		}
+		if i < 3 {
+			time.Sleep(time.Second)
+		}
 	}
 	code, body = post("/"+topic+"/resume", token)
 	ps = processor.PipelineStatus{}
