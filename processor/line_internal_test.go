@@ -249,7 +249,7 @@ func TestGuardAutoResume(t *testing.T) {
 	tl.call(t, Fail("bad", nil))
 	tl.call(t, Fail("bad", nil))
 	start := time.Now()
-	if tl.blocked(100 * time.Millisecond) == false {
+	if tl.blocked(100*time.Millisecond) == false {
 		t.Fatal("guard did not stop the line")
 	}
 	if tl.blocked(2 * time.Second) {

@@ -155,7 +155,9 @@ func TestOutageBreaker(t *testing.T) {
 				e.P.Breaker = processor.Breaker{Disabled: true}
 			}
 			var begin time.Time
-			down := func(now time.Time) bool { return now.After(begin.Add(outFrom)) && now.Before(begin.Add(outFrom+outFor)) }
+			down := func(now time.Time) bool {
+				return now.After(begin.Add(outFrom)) && now.Before(begin.Add(outFrom+outFor))
+			}
 			s := newScriptedSolver(t, func(id string, now time.Time) (int, string) {
 				if down(now) {
 					return http.StatusServiceUnavailable, `{"status":0,"request":"ERROR_NO_SLOT_AVAILABLE"}`
@@ -256,7 +258,9 @@ func TestFailoverWhileOpen(t *testing.T) {
 	e.P.Breaker.FailoverTo = other
 	e.P.Breaker.OpenFor, e.P.Breaker.MaxOpen = 2*time.Second, 2*time.Second
 	var begin time.Time
-	down := func(now time.Time) bool { return now.After(begin.Add(2*time.Second)) && now.Before(begin.Add(9*time.Second)) }
+	down := func(now time.Time) bool {
+		return now.After(begin.Add(2*time.Second)) && now.Before(begin.Add(9*time.Second))
+	}
 	s := newScriptedSolver(t, func(id string, now time.Time) (int, string) {
 		if down(now) {
 			return http.StatusBadGateway, `{"status":0,"request":"ERROR_BAD_GATEWAY"}`
