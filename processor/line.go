@@ -54,6 +54,9 @@ type line struct {
 
 	mu sync.Mutex
 	cb *gobreaker.TwoStepCircuitBreaker[struct{}] // nil: disabled; a new one on Resume
+	// gen numbers the breakers: callbacks of one replaced by resume (a
+	// call still in flight reports to it) are ignored.
+	gen int
 	// The breaker's state as its callback told it; openUntil is when an
 	// open breaker lets probes through (OpenFor doubled per reopening, up
 	// to MaxOpen), kept here because gobreaker's own open time is fixed.
@@ -88,7 +91,7 @@ func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, t
 	if cfg.RateLimit > 0 {
 		l.lim = rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, cfg.RateBurst))
 	}
-	l.cb = l.newBreaker()
+	l.cb = l.newBreaker(0)
 	l.openFor = cfg.Breaker.OpenFor
 	if g := cfg.Guard; !g.Disabled {
 		l.guardCalls = newRatioWindow(g.Window)
@@ -98,7 +101,7 @@ func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, t
 
 // newBreaker is a closed breaker (gobreaker, a rolling window of ten
 // buckets over Window), nil when disabled.
-func (l *line) newBreaker() *gobreaker.TwoStepCircuitBreaker[struct{}] {
+func (l *line) newBreaker(gen int) *gobreaker.TwoStepCircuitBreaker[struct{}] {
 	b := l.cfg.Breaker
 	if b.Disabled {
 		return nil
@@ -121,19 +124,25 @@ func (l *line) newBreaker() *gobreaker.TwoStepCircuitBreaker[struct{}] {
 				return false
 			}
 			l.mu.Lock()
-			l.trip = why
+			if l.gen == gen {
+				l.trip = why
+			}
 			l.mu.Unlock()
 			return true
 		},
 		IsExcluded:    func(err error) bool { return errors.Is(err, errNotCounted) },
-		OnStateChange: func(_ string, from, to gobreaker.State) { l.onBreaker(from, to) },
+		OnStateChange: func(_ string, from, to gobreaker.State) { l.onBreaker(gen, from, to) },
 	})
 }
 
 // onBreaker follows the breaker's transitions (called under its lock).
-func (l *line) onBreaker(from, to gobreaker.State) {
+func (l *line) onBreaker(gen int, from, to gobreaker.State) {
 	now := time.Now()
 	l.mu.Lock()
+	if gen != l.gen {
+		l.mu.Unlock()
+		return // a breaker resume replaced
+	}
 	l.bstate, l.bsince = to, now
 	b := l.cfg.Breaker
 	switch to {
@@ -425,9 +434,13 @@ func (l *line) pauseByHand(detail string) {
 // resume clears every stop: manual, guard, a pause code's pause, and the
 // breaker (a new, closed one; the operator says the service is back).
 func (l *line) resume(detail string) {
+	l.mu.Lock()
+	l.gen++
+	gen := l.gen
+	l.mu.Unlock()
 	var cb *gobreaker.TwoStepCircuitBreaker[struct{}]
 	if !l.cfg.Breaker.Disabled {
-		cb = l.newBreaker()
+		cb = l.newBreaker(gen)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -364,3 +364,22 @@ func FuzzParseRate(f *testing.F) {
 		}
 	})
 }
+
+// TestResumeIgnoresTheOldBreaker: a call let through by the breaker that
+// resume replaced reports a failure late; it must not reopen the line.
+func TestResumeIgnoresTheOldBreaker(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{Consecutive: 2, OpenFor: 100 * time.Millisecond, Probes: 1}})
+	tl.call(t, Retry("x", errDown))
+	tl.call(t, Retry("x", errDown)) // open
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	probe, _, ok := tl.enter(ctx, false, never) // half-open: the probe is out
+	if !ok {
+		t.Fatal("no probe")
+	}
+	tl.resume("test")
+	tl.leave(probe, Retry("x", errDown), time.Now()) // the old breaker's probe fails
+	if st := tl.status(time.Now()); st.State != "running" || st.Breaker != "closed" {
+		t.Fatalf("after resume and a late failure of the old breaker's probe: %+v, want running and closed", st)
+	}
+}
