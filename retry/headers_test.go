@@ -25,7 +25,7 @@ var knownHeaders = []string{
 	retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt, retry.HeaderError, retry.HeaderErrorCode,
 	retry.HeaderErrorClass, retry.HeaderState, retry.HeaderReason, retry.HeaderRedrives,
 	retry.HeaderGroup, retry.HeaderInstance, retry.HeaderTruncated, retry.HeaderNotReadySince,
-	retry.HeaderTruncatedKey, retry.HeaderTruncatedHeaders,
+	retry.HeaderTruncatedKey, retry.HeaderTruncatedHeaders, retry.HeaderFailovers,
 }
 
 func h(k, v string) kgo.RecordHeader { return kgo.RecordHeader{Key: k, Value: []byte(v)} }
@@ -58,6 +58,7 @@ func fullMeta() retry.Meta {
 		NotReadySince:    t0.Add(-40 * time.Second),
 		TruncatedKey:     300_000,
 		TruncatedHeaders: "x-big=900000,x%20odd=5",
+		Failovers:        2,
 	}
 }
 
@@ -226,6 +227,7 @@ func TestEncodeWireFormat(t *testing.T) {
 		retry.HeaderNotReadySince:    "1740830360123",
 		retry.HeaderTruncatedKey:     "300000",
 		retry.HeaderTruncatedHeaders: "x-big=900000,x%20odd=5",
+		retry.HeaderFailovers:        "2",
 	}
 	if len(hs) != len(want) {
 		t.Errorf("%d headers, want %d: %s", len(hs), len(want), fmtHeaders(hs))
