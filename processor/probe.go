@@ -25,6 +25,9 @@ func (p *pipeline) probe(ctx context.Context) {
 	if p.cfg.Results != "" {
 		outs = append(outs, p.cfg.Results)
 	}
+	if f := p.cfg.Breaker.FailoverTo; f != "" && !p.cfg.Breaker.Disabled {
+		outs = append(outs, f)
+	}
 	names := append([]string{p.cfg.Topic}, outs...)
 	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
