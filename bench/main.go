@@ -6,6 +6,12 @@
 //
 //	REDRIVE_TEST_BROKERS=127.0.0.1:9092 go run ./bench
 //
+// -only runs some scenarios instead of all (comma-separated: ceiling,
+// happy, failure, paced, slow, analyzer, scaling, outage); ratios to the
+// ceiling need "ceiling" among them. For example the outage scenario alone:
+//
+//	REDRIVE_TEST_BROKERS=127.0.0.1:9092 go run ./bench -only outage
+//
 // The benchmarks themselves are ordinary Go benchmarks
 // (processor/bench_test.go, analyzer/bench_test.go); this command only
 // builds their test binaries, runs them with -test.benchtime 1x and reads
@@ -23,6 +29,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,7 +44,15 @@ var (
 	conc        = flag.Int("concurrency", 256, "handler concurrency of the happy/failure/scaling runs")
 	logPath     = flag.String("log", filepath.Join(os.TempDir(), "redrive-bench.log"), "where the benchmarks' full output goes")
 	allowFake   = flag.Bool("allow-fake", false, "run without REDRIVE_TEST_BROKERS (embedded kfake: the figures mean little)")
+	only        = flag.String("only", "", "run only these scenarios, comma-separated: "+strings.Join(scenarios, ", ")+" (default: all)")
+	outageRun   = flag.Duration("outage-run", 60*time.Second, "how long the outage scenario offers records")
+	outageLen   = flag.Duration("outage-length", 20*time.Second, "the outage in the middle of the outage scenario")
+	outageRate  = flag.Int("outage-rate", 2000, "records/s offered by the outage scenario")
+	outageOpen  = flag.Duration("outage-open-for", 2*time.Second, "Breaker.OpenFor of the outage scenario's breaker=on run")
+	outageMax   = flag.Duration("outage-max-open", 4*time.Second, "Breaker.MaxOpen of the outage scenario's breaker=on run")
 )
+
+var scenarios = []string{"ceiling", "happy", "failure", "paced", "slow", "analyzer", "scaling", "outage"}
 
 type result map[string]float64 // unit → value
 
@@ -45,6 +60,17 @@ var lineRE = regexp.MustCompile(`^(Benchmark\S+?)(-\d+)?\s+\d+\s+(.*)$`)
 
 func main() {
 	flag.Parse()
+	want := map[string]bool{}
+	for _, name := range strings.Split(*only, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		if !slices.Contains(scenarios, name) {
+			fatal(fmt.Sprintf("-only: unknown scenario %q (known: %s)", name, strings.Join(scenarios, ", ")))
+		}
+		want[name] = true
+	}
+	selected := func(name string) bool { return len(want) == 0 || want[name] }
 	if os.Getenv("REDRIVE_TEST_BROKERS") == "" {
 		if b := os.Getenv("KAFKA_BROKERS"); b != "" {
 			os.Setenv("REDRIVE_TEST_BROKERS", b)
@@ -64,7 +90,11 @@ func main() {
 	defer os.RemoveAll(dir)
 	began := time.Now()
 	procBin, anBin := filepath.Join(dir, "processor.test"), filepath.Join(dir, "analyzer.test")
-	for pkg, out := range map[string]string{"./processor": procBin, "./analyzer": anBin} {
+	bins := map[string]string{"./processor": procBin}
+	if selected("analyzer") {
+		bins["./analyzer"] = anBin
+	}
+	for pkg, out := range bins {
 		step("building %s", pkg)
 		cmd := exec.Command("go", "test", "-c", "-o", out, pkg)
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -72,7 +102,10 @@ func main() {
 			fatal(fmt.Sprintf("go test -c %s: %v (see %s)", pkg, err, *logPath))
 		}
 	}
-	run := func(bin, bench string, args ...string) map[string]result {
+	run := func(scenario, bin, bench string, args ...string) map[string]result {
+		if !selected(scenario) {
+			return map[string]result{}
+		}
 		step("%s %s", bench, strings.Join(args, " "))
 		a := append([]string{"-test.run", "^$", "-test.bench", bench, "-test.benchtime", "1x", "-test.timeout", "14m"}, args...)
 		cmd := exec.Command(bin, a...)
@@ -90,15 +123,17 @@ func main() {
 	}
 	n := strconv.Itoa(*records)
 	tuned := []string{"-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)}
-	ceil1 := one(run(procBin, "^BenchmarkCeiling$", "-bench.records", n))
-	happyDefault := one(run(procBin, "^BenchmarkHappyPath$", "-bench.records", n, "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"))
-	happy := one(run(procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
-	failure := one(run(procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
-	paced := one(run(procBin, "^BenchmarkFailurePaced$", "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)))
-	slow := one(run(procBin, "^BenchmarkSlowHandler$", "-bench.slowrecords", strconv.Itoa(*slowRecs)))
-	an := one(run(anBin, "^BenchmarkRebuild$", "-bench.deadletters", strconv.Itoa(*deadLetters)))
-	scaling := run(procBin, "^BenchmarkScaling$", append([]string{"-bench.records", strconv.Itoa(*scaleRecs)}, tuned...)...)
-	ceil2 := one(run(procBin, "^BenchmarkCeiling$", "-bench.records", n))
+	ceil1 := one(run("ceiling", procBin, "^BenchmarkCeiling$", "-bench.records", n))
+	happyDefault := one(run("happy", procBin, "^BenchmarkHappyPath$", "-bench.records", n, "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"))
+	happy := one(run("happy", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
+	failure := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
+	paced := one(run("paced", procBin, "^BenchmarkFailurePaced$", "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)))
+	slow := one(run("slow", procBin, "^BenchmarkSlowHandler$", "-bench.slowrecords", strconv.Itoa(*slowRecs)))
+	an := one(run("analyzer", anBin, "^BenchmarkRebuild$", "-bench.deadletters", strconv.Itoa(*deadLetters)))
+	scaling := run("scaling", procBin, "^BenchmarkScaling$", append([]string{"-bench.records", strconv.Itoa(*scaleRecs)}, tuned...)...)
+	outage := run("outage", procBin, "^BenchmarkOutage$", "-bench.concurrency", strconv.Itoa(*conc), "-bench.outagerun", outageRun.String(), "-bench.outage", outageLen.String(),
+		"-bench.outagerate", strconv.Itoa(*outageRate), "-bench.openfor", outageOpen.String(), "-bench.maxopen", outageMax.String())
+	ceil2 := one(run("ceiling", procBin, "^BenchmarkCeiling$", "-bench.records", n))
 
 	ceiling := (ceil1["records/s"] + ceil2["records/s"]) / 2
 	if ceil1["records/s"] == 0 || ceil2["records/s"] == 0 {
@@ -112,27 +147,41 @@ func main() {
 	}
 
 	fmt.Printf("\nredrive benchmarks, %s, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
-	fmt.Printf("broker %s; %d records of 200 B per run (scaling %d, slow handler %d, analyzer %d dead letters); handler concurrency %d, MaxInflight %d unless said\n\n",
-		os.Getenv("REDRIVE_TEST_BROKERS"), *records, *scaleRecs, *slowRecs, *deadLetters, *conc, *inflight)
-	fmt.Println("| # | scenario | records/s | ratio to ceiling | CPU s / M records | peak RSS MB | other |")
-	fmt.Println("|---|---|---:|---:|---:|---:|---|")
-	row := func(num, name string, r result, ratioCell, other string) {
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", num, name, f0(r["records/s"]), ratioCell, f2(r["cpu-s/M"]), f0(r["peak-rss-MB"]), other)
+	mainTable := false
+	for _, name := range scenarios {
+		mainTable = mainTable || (name != "outage" && selected(name))
 	}
-	row("1", "ceiling: raw franz-go consume→produce, 6 partitions (first run)", ceil1, "1.00", fmt.Sprintf("wall %s rec/s", f0(ceil1["wall-records/s"])))
-	row("1", "ceiling (last run)", ceil2, fmt.Sprintf("mean %s rec/s", f0(ceiling)), fmt.Sprintf("wall %s rec/s", f0(ceil2["wall-records/s"])))
-	row("2", "happy path: no-op handler + results, default MaxInflight (4×concurrency)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
-	row("2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
-	row("3", "failure path: every record fails once into a 1 s tier", failure, ratio(failure), lateness(failure))
-	row("3", fmt.Sprintf("failure path, offered at %s rec/s (below capacity): the scheduler's lateness", f0(paced["offered-records/s"])), paced, "–", lateness(paced))
+	fmt.Printf("broker %s", os.Getenv("REDRIVE_TEST_BROKERS"))
+	if mainTable {
+		fmt.Printf("; %d records of 200 B per run (scaling %d, slow handler %d, analyzer %d dead letters); handler concurrency %d, MaxInflight %d unless said",
+			*records, *scaleRecs, *slowRecs, *deadLetters, *conc, *inflight)
+	}
+	fmt.Print("\n\n")
+	row := func(scenario, num, name string, r result, ratioCell, other string) {
+		if selected(scenario) {
+			fmt.Printf("| %s | %s | %s | %s | %s | %s | %s |\n", num, name, f0(r["records/s"]), ratioCell, f2(r["cpu-s/M"]), f0(r["peak-rss-MB"]), other)
+		}
+	}
+	if mainTable {
+		fmt.Println("| # | scenario | records/s | ratio to ceiling | CPU s / M records | peak RSS MB | other |")
+		fmt.Println("|---|---|---:|---:|---:|---:|---|")
+	}
+	row("ceiling", "1", "ceiling: raw franz-go consume→produce, 6 partitions (first run)", ceil1, "1.00", fmt.Sprintf("wall %s rec/s", f0(ceil1["wall-records/s"])))
+	row("ceiling", "1", "ceiling (last run)", ceil2, fmt.Sprintf("mean %s rec/s", f0(ceiling)), fmt.Sprintf("wall %s rec/s", f0(ceil2["wall-records/s"])))
+	row("happy", "2", "happy path: no-op handler + results, default MaxInflight (4×concurrency)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
+	row("happy", "2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
+	row("failure", "3", "failure path: every record fails once into a 1 s tier", failure, ratio(failure), lateness(failure))
+	row("paced", "3", fmt.Sprintf("failure path, offered at %s rec/s (below capacity): the scheduler's lateness", f0(paced["offered-records/s"])), paced, "–", lateness(paced))
 	bound := slow["bound-records/s"]
 	slowRatio := "–"
 	if bound > 0 && slow["records/s"] > 0 {
 		slowRatio = fmt.Sprintf("%.2f of Little's bound", slow["records/s"]/bound)
 	}
-	row("4", fmt.Sprintf("slow handler: HTTP handler, 200 ms server, concurrency 1000 (bound %s rec/s)", f0(bound)), slow, slowRatio, "")
-	fmt.Printf("| 5 | analyzer: rebuild statistics from %s dead letters until /api/stats is ready | %s | – | – | – | DLQ filled at %s rec/s |\n",
-		f0(an["dead-letters"]), f0(an["records/s"]), f0(an["fill-records/s"]))
+	row("slow", "4", fmt.Sprintf("slow handler: HTTP handler, 200 ms server, concurrency 1000 (bound %s rec/s)", f0(bound)), slow, slowRatio, "")
+	if selected("analyzer") {
+		fmt.Printf("| 5 | analyzer: rebuild statistics from %s dead letters until /api/stats is ready | %s | – | – | – | DLQ filled at %s rec/s |\n",
+			f0(an["dead-letters"]), f0(an["records/s"]), f0(an["fill-records/s"]))
+	}
 	for _, path := range []string{"happy", "failure"} {
 		for _, k := range []int{1, 2, 4} {
 			r := scaling[fmt.Sprintf("BenchmarkScaling/%s/instances=%d", path, k)]
@@ -143,11 +192,61 @@ func main() {
 			if d := r["duplicates"]; d > 0 {
 				other += fmt.Sprintf(" %s duplicates", f0(d))
 			}
-			row("6", fmt.Sprintf("scaling: %s path, %d instance(s), 12 partitions", path, k), r, ratio(r), other)
+			row("scaling", "6", fmt.Sprintf("scaling: %s path, %d instance(s), 12 partitions", path, k), r, ratio(r), other)
 		}
 	}
-	fmt.Printf("\nrecords/s: first record fetched → last outcome acknowledged; CPU: the benchmark process (clients + redrive + test server), not the broker; peak RSS: per test process (VmHWM reset after the preload). Took %s; full output in %s.\n",
-		time.Since(began).Round(time.Second), *logPath)
+	if mainTable {
+		fmt.Println("\nrecords/s: first record fetched → last outcome acknowledged; CPU: the benchmark process (clients + redrive + test server), not the broker; peak RSS: per test process (VmHWM reset after the preload).")
+		fmt.Println()
+	}
+	if selected("outage") {
+		outageTable(outage)
+	}
+	fmt.Printf("\nTook %s; full output in %s.\n", time.Since(began).Round(time.Second), *logPath)
+}
+
+// outageTable prints scenario 7: BenchmarkOutage's two runs.
+func outageTable(rs map[string]result) {
+	from := (*outageRun - *outageLen) / 2
+	fmt.Printf("7 outage: %s offered at %d rec/s (a batch every 100 ms, 6 partitions), handler concurrency %d, default MaxInflight; the in-process handler answers Retry(\"http_503\") from %s to %s and succeeds otherwise; "+
+		"tiers 1s, 5s, 3 attempts, no jitter (a record's attempts span 6 s, less than the outage); breaker on: OpenFor %s, MaxOpen %s, the rest default (10 in a row, or 50%% of ≥ 20 calls in 30 s; 3 probes)\n\n",
+		*outageRun, *outageRate, *conc, from, from+*outageLen, *outageOpen, *outageMax)
+	fmt.Println("| # | breaker | offered | results | dead letters | lost | wasted calls | first success after recovery | full rate after recovery | backlog cleared after recovery | longest wait | CPU s / M records | peak RSS MB | other |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	for _, on := range []string{"off", "on"} {
+		r, ok := rs["BenchmarkOutage/breaker="+on]
+		if !ok {
+			fmt.Printf("| 7 | %s | failed: see the log |||||||||||||\n", on)
+			continue
+		}
+		var other []string
+		if v, ok := r["breaker-opens"]; ok {
+			other = append(other, fmt.Sprintf("opened %s after the outage began, %s times (probes failing); line stopped %s; running again %s after recovery",
+				secs(r, "breaker-open-after-s"), n0(v), secs(r, "stopped-s"), secs(r, "closed-after-s")))
+		}
+		if d := r["duplicates"]; d > 0 {
+			other = append(other, fmt.Sprintf("%s duplicates", n0(d)))
+		}
+		fmt.Printf("| 7 | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", on,
+			n0(r["offered"]), n0(r["results"]), n0(r["dead-letters"]), n0(r["lost"]), n0(r["wasted-calls"]),
+			secs(r, "first-success-s"), secs(r, "full-rate-s"), secs(r, "backlog-s"), secs(r, "max-wait-s"),
+			f2(r["cpu-s/M"]), f0(r["peak-rss-MB"]), strings.Join(other, "; "))
+	}
+	fmt.Println("\nlost = offered − (results + dead letters), must be 0; wasted calls: handler calls during the outage; first success: the first handler call after the outage that succeeded; " +
+		"full rate: the first 100 ms interval after the outage with results acknowledged at ≥ 90 % of the offered rate; backlog cleared: every record offered before the outage ended has its result or dead letter acknowledged; " +
+		"longest wait: offered → final outcome acknowledged. Times in seconds, from kgo acknowledgements and handler call times.")
+}
+
+// n0 is a count, 0 included.
+func n0(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
+// secs is a time in seconds with one decimal, "–" when not reported.
+func secs(r result, unit string) string {
+	v, ok := r[unit]
+	if !ok {
+		return "–"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " s"
 }
 
 func lateness(r result) string {

@@ -3,6 +3,7 @@ package processor_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
@@ -435,5 +437,330 @@ func BenchmarkHeaderCodec(b *testing.B) {
 		if _, _, err := retry.Decode(hs); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The outage benchmark's settings (BenchmarkOutage).
+var (
+	benchOutageRun  = flag.Duration("bench.outagerun", 60*time.Second, "how long the outage benchmark offers records")
+	benchOutageLen  = flag.Duration("bench.outage", 20*time.Second, "the outage in the middle of the run: the handler answers 503 (Retry)")
+	benchOutageRate = flag.Int("bench.outagerate", 2000, "records/s offered by the outage benchmark (in batches every 100 ms)")
+	benchOpenFor    = flag.Duration("bench.openfor", 2*time.Second, "Breaker.OpenFor of the outage benchmark's breaker=on run")
+	benchMaxOpen    = flag.Duration("bench.maxopen", 4*time.Second, "Breaker.MaxOpen of the outage benchmark's breaker=on run")
+)
+
+var errOutage = errors.New("503 Service Unavailable (benchmark outage)")
+
+// outageRun is one run of BenchmarkOutage: the handler (503 during the
+// outage, success otherwise), the kgo hook that sees the outcome records
+// acknowledged, and the offered records. Times are offsets from the start
+// of the offered load.
+type outageRun struct {
+	start          atomic.Int64 // unix ns: the first batch offered
+	from, to       time.Duration
+	firstOK        time.Duration // the first successful call after the outage; -1: none
+	results, dlq   string
+	n              int
+	mu             sync.Mutex
+	calls, wasted  int
+	offeredAt      []time.Duration // per record k<i>
+	resultAt       []time.Duration // first acknowledgement of its result; -1: none
+	deadAt         []time.Duration // of its dead letter; -1: none
+	unique, acks   int             // records with a final outcome; all final outcome acks
+	foreign        int             // outcome acks whose key is not one of ours
+	done           chan struct{}
+	breakerSamples []breakerSample
+}
+
+type breakerSample struct {
+	at    time.Duration
+	state string // LineStatus.State
+	open  bool   // LineStatus.Breaker == "open"
+	since time.Time
+}
+
+var _ kgo.HookProduceRecordUnbuffered = (*outageRun)(nil)
+
+func newOutageRun(results, dlq string, n int, from, to time.Duration) *outageRun {
+	o := &outageRun{from: from, to: to, firstOK: -1, results: results, dlq: dlq, n: n, done: make(chan struct{}),
+		offeredAt: make([]time.Duration, n), resultAt: make([]time.Duration, n), deadAt: make([]time.Duration, n)}
+	for i := range n {
+		o.resultAt[i], o.deadAt[i] = -1, -1
+	}
+	return o
+}
+
+func (o *outageRun) since() time.Duration { return time.Since(time.Unix(0, o.start.Load())) }
+
+func (o *outageRun) Handle(context.Context, *processor.Request) processor.Outcome {
+	at := o.since()
+	down := at >= o.from && at < o.to
+	o.mu.Lock()
+	o.calls++
+	if down {
+		o.wasted++
+	} else if at >= o.to && o.firstOK < 0 {
+		o.firstOK = at
+	}
+	o.mu.Unlock()
+	if down {
+		return processor.Retry("http_503", errOutage)
+	}
+	return processor.Succeed(nil)
+}
+
+func (o *outageRun) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if err != nil || (r.Topic != o.results && r.Topic != o.dlq) {
+		return
+	}
+	at := o.since()
+	i, perr := strconv.Atoi(strings.TrimPrefix(string(r.Key), "k"))
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.acks++
+	if perr != nil || i < 0 || i >= o.n {
+		o.foreign++
+		return
+	}
+	if o.resultAt[i] < 0 && o.deadAt[i] < 0 {
+		o.unique++
+		if o.unique == o.n {
+			close(o.done)
+		}
+	}
+	if r.Topic == o.results && o.resultAt[i] < 0 {
+		o.resultAt[i] = at
+	} else if r.Topic == o.dlq && o.deadAt[i] < 0 {
+		o.deadAt[i] = at
+	}
+}
+
+// watch samples the line's state every 100 ms until ctx ends.
+func (o *outageRun) watch(ctx context.Context, pr *processor.Processor) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := pr.Status()
+		if len(st.Pipelines) == 0 {
+			continue
+		}
+		l := st.Pipelines[0].Line
+		s := breakerSample{at: o.since(), state: l.State, open: l.Breaker == "open", since: l.BreakerSince}
+		o.mu.Lock()
+		o.breakerSamples = append(o.breakerSamples, s)
+		o.mu.Unlock()
+	}
+}
+
+// report adds the outage metrics:
+//
+//	offered, results, dead-letters, lost (offered − records with a result
+//	or a dead letter; must be 0), duplicates (outcome acks beyond one per
+//	record), calls, wasted-calls (handler calls during the outage);
+//	first-success-s: from the end of the outage to the first handler call
+//	  that succeeded;
+//	full-rate-s: from the end of the outage to the start of the first
+//	  100 ms interval of the offering grid (each starts with a batch
+//	  offered) in which results were acknowledged at ≥ 90 % of the offered
+//	  rate (the backlog's burst counts); absent if never (a 1 s window
+//	  would be met early by a burst at its end);
+//	backlog-s: from the end of the outage until every record offered
+//	  before it had its final outcome (result or dead letter) acknowledged;
+//	max-wait-s: the longest time from offering a record to its final
+//	  outcome's acknowledgement;
+//	breaker-open-after-s (from the start of the outage), closed-after-s
+//	  (from its end, until the line was running again), breaker-opens and
+//	  stopped-s (time the line was seen stopped), from 100 ms status samples.
+func (o *outageRun) report(b *testing.B, rate float64) {
+	b.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var results, dead int
+	var resAt []time.Duration
+	backlog, maxWait := time.Duration(0), time.Duration(0)
+	for i := range o.n {
+		final := time.Duration(-1)
+		if a := o.resultAt[i]; a >= 0 {
+			results++
+			resAt = append(resAt, a)
+			final = a
+		}
+		if a := o.deadAt[i]; a >= 0 {
+			dead++
+			if final < 0 || a < final {
+				final = a
+			}
+		}
+		if final < 0 {
+			continue
+		}
+		maxWait = max(maxWait, final-o.offeredAt[i])
+		if o.offeredAt[i] < o.to {
+			backlog = max(backlog, final-o.to)
+		}
+	}
+	lost := o.n - o.unique
+	b.ReportMetric(float64(o.n), "offered")
+	b.ReportMetric(rate, "offered-records/s")
+	b.ReportMetric(float64(results), "results")
+	b.ReportMetric(float64(dead), "dead-letters")
+	b.ReportMetric(float64(lost), "lost")
+	b.ReportMetric(float64(o.acks-o.unique-o.foreign), "duplicates")
+	b.ReportMetric(float64(o.calls), "calls")
+	b.ReportMetric(float64(o.wasted), "wasted-calls")
+	b.ReportMetric(backlog.Seconds(), "backlog-s")
+	b.ReportMetric(maxWait.Seconds(), "max-wait-s")
+	if lost > 0 {
+		b.Errorf("%d of %d offered records have neither a result nor a dead letter", lost, o.n)
+	}
+	if o.foreign > 0 {
+		b.Errorf("%d outcome records with a key not offered by the benchmark", o.foreign)
+	}
+
+	if o.firstOK >= 0 {
+		b.ReportMetric((o.firstOK - o.to).Seconds(), "first-success-s")
+	}
+	// Results per 100 ms interval of the offering grid (each interval
+	// starts with a batch offered).
+	const step = 100 * time.Millisecond
+	bins := map[time.Duration]int{}
+	for _, a := range resAt {
+		bins[a/step]++
+	}
+	need := 0.9 * rate * step.Seconds()
+	full := false
+	for k := o.to / step; len(resAt) > 0 && k <= resAt[len(resAt)-1]/step; k++ {
+		if float64(bins[k]) >= need {
+			b.ReportMetric((k*step - o.to).Seconds(), "full-rate-s")
+			full = true
+			break
+		}
+	}
+	if !full {
+		b.Logf("results never reached 90%% of %.0f rec/s in a 100 ms interval after the outage", rate)
+	}
+
+	var opens int
+	var prevSince time.Time
+	openAfter, closedAfter, stopped := time.Duration(-1), time.Duration(-1), time.Duration(0)
+	for _, s := range o.breakerSamples {
+		if s.state == "stopped" {
+			stopped += 100 * time.Millisecond
+		}
+		if s.open && !s.since.Equal(prevSince) {
+			opens++
+			prevSince = s.since
+		}
+		if s.open && openAfter < 0 && s.at >= o.from {
+			openAfter = s.at - o.from
+		}
+		if s.at >= o.to && closedAfter < 0 && s.state == "running" {
+			closedAfter = s.at - o.to
+		}
+	}
+	if opens > 0 {
+		b.ReportMetric(float64(opens), "breaker-opens")
+		b.ReportMetric(openAfter.Seconds(), "breaker-open-after-s")
+		b.ReportMetric(stopped.Seconds(), "stopped-s")
+		if closedAfter >= 0 {
+			b.ReportMetric(closedAfter.Seconds(), "closed-after-s")
+		}
+	}
+}
+
+// BenchmarkOutage offers records at -bench.outagerate for -bench.outagerun
+// (every 100 ms a batch) to a running processor whose in-process handler
+// answers Retry("http_503") during -bench.outage in the middle of the run
+// and succeeds otherwise; once with the circuit breaker off and once on
+// (OpenFor -bench.openfor, MaxOpen -bench.maxopen, the rest default).
+// Both runs have tiers 1s and 5s, 3 attempts, no jitter: a record's
+// attempts span 6 s, far less than the outage, so without the breaker
+// every record whose first attempt falls in the outage's first 14 s is
+// dead-lettered (exhausted). The metrics are outageRun.report's.
+func BenchmarkOutage(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "breaker=off"
+		if on {
+			name = "breaker=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			run, outage := *benchOutageRun, *benchOutageLen
+			const tick = 100 * time.Millisecond
+			per := max(1, *benchOutageRate/10)
+			ticks := int(run / tick)
+			n, rate := ticks*per, float64(per)*float64(time.Second/tick)
+			from := (run - outage) / 2
+			e := newEnv(b, []time.Duration{time.Second, 5 * time.Second}, 6)
+			tune(e)
+			e.P.Schedule.Jitter = 0
+			if on {
+				e.P.Breaker = processor.Breaker{OpenFor: *benchOpenFor, MaxOpen: *benchMaxOpen}
+			}
+			o := newOutageRun(e.P.Results, e.P.DLQ, n, from, from+outage)
+			cfg := e.Config()
+			cfg.ClientOpts = append(cfg.ClientOpts, kgo.WithHooks(o))
+			pr, stop := pipetest.RunProcessor(b, cfg, o)
+			if !kafkatest.Eventually(30*time.Second, func() bool {
+				st := pr.Status()
+				return len(st.Pipelines) > 0 && st.Pipelines[0].Joined && st.Pipelines[0].Partitions > 0
+			}) {
+				b.Fatal("the processor did not join within 30s")
+			}
+			cl := e.Cluster.Client(b, kgo.ProducerLinger(time.Millisecond))
+			val := make([]byte, benchValueBytes)
+			copy(val, "outage")
+			var produceErr atomic.Value
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			resetPeakRSS()
+			start := time.Now()
+			o.start.Store(start.UnixNano())
+			go o.watch(ctx, pr)
+			for k := range ticks {
+				time.Sleep(time.Until(start.Add(time.Duration(k) * tick)))
+				at := time.Since(start)
+				for j := range per {
+					i := k*per + j
+					o.mu.Lock()
+					o.offeredAt[i] = at
+					o.mu.Unlock()
+					cl.Produce(ctx, &kgo.Record{Topic: e.P.Topic, Key: []byte("k" + strconv.Itoa(i)), Value: val}, func(_ *kgo.Record, err error) {
+						if err != nil {
+							produceErr.Store(err)
+						}
+					})
+				}
+			}
+			if err := cl.Flush(ctx); err != nil {
+				b.Fatalf("flush: %v", err)
+			}
+			if err, _ := produceErr.Load().(error); err != nil {
+				b.Fatalf("produce: %v", err)
+			}
+			select {
+			case <-o.done:
+			case <-time.After(2*time.Minute + *benchMaxOpen):
+				b.Errorf("outcomes still missing 2m after the last record was offered")
+			}
+			b.StopTimer()
+			time.Sleep(500 * time.Millisecond) // duplicates, if any
+			cancel()
+			if err := stop(); err != nil {
+				b.Errorf("stop: %v", err)
+			}
+			o.report(b, rate)
+			b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(n)*1e6, "cpu-s/M")
+			if rss := peakRSSMB(); rss > 0 {
+				b.ReportMetric(rss, "peak-rss-MB")
+			}
+		})
 	}
 }
