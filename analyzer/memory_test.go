@@ -19,7 +19,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
 var (
@@ -87,6 +89,13 @@ func TestDeadLettersMemoryBoundedByBytes(t *testing.T) {
 
 	base, _ := e.start(nil, nil, "")
 	waitStats(t, base, int64(n))
+	// "After reading" means both readers: the rule worker reads the DLQ
+	// too, and while it lags it legitimately holds its polled and buffered
+	// fetches (up to 2 × 32 MiB), which a loaded machine caught here.
+	group := topics.AnalyzerGroupID(e.main)
+	if !kafkatest.Eventually(60*time.Second, func() bool { return e.c.LagProblem(t, group, []string{e.dlqName}, 2) == "" }) {
+		t.Fatalf("the rule worker did not read the DLQ: %s", e.c.LagProblem(t, group, []string{e.dlqName}, 2))
+	}
 	runtime.GC()
 	retained := heapBytes() - base0
 
