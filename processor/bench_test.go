@@ -259,6 +259,10 @@ func BenchmarkHappyPath(b *testing.B) {
 	n := *benchRecords
 	e := newEnv(b, []time.Duration{time.Second}, 6)
 	tune(e)
+	// The line as shipped: breaker and guard on (pipetest turns them off).
+	// The failure paths keep them off: every record failing once would
+	// rightly open the breaker.
+	e.P.Breaker, e.P.Guard = processor.Breaker{}, processor.Guard{}
 	preload(b, e, e.P.Topic, n, "ok")
 	m := newMeter(e.P.Results, n)
 	b.ResetTimer()

@@ -70,19 +70,18 @@ type line struct {
 	pauseSince, pauseUntil time.Time
 	pauseCode              string
 
-	guardOn         bool
-	guardSince      time.Time
-	guardDetail     string
-	guardCalls      ratioWindow
-	manualOn        bool
-	manualSince     time.Time
-	manualDetail    string
-	stopped         bool          // shutdown: waiters leave, run ends
-	changed         chan struct{} // closed and replaced on every change
-	pausedMain      bool          // what run last applied
-	pausedTiers     bool
-	reported        map[string]bool // reasons last reported in metrics and logs
-	rateLimitedSecs float64
+	guardOn      bool
+	guardSince   time.Time
+	guardDetail  string
+	guardCalls   ratioWindow
+	manualOn     bool
+	manualSince  time.Time
+	manualDetail string
+	stopped      bool          // shutdown: waiters leave, run ends
+	changed      chan struct{} // closed and replaced on every change
+	pausedMain   bool          // what run last applied
+	pausedTiers  bool
+	reported     map[string]bool // reasons last reported in metrics and logs
 }
 
 func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, tiers bool)) *line {
@@ -297,17 +296,24 @@ func (l *line) enter(ctx context.Context, canForward bool, abandoned func() bool
 			wake = time.Time{}
 		}
 		t.waited = true
-		d := time.Second
-		if !wake.IsZero() {
-			d = min(d, max(time.Until(wake), time.Millisecond))
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-		case <-ch:
-		case <-timer.C:
-		}
-		timer.Stop()
+		waitChange(ctx, ch, wake)
+	}
+}
+
+// waitChange waits until the line changes (ch), ctx ends, or wake (when
+// the state changes by itself); at most a second, after which the caller
+// looks again anyway.
+func waitChange(ctx context.Context, ch <-chan struct{}, wake time.Time) {
+	d := time.Second
+	if !wake.IsZero() {
+		d = min(d, max(time.Until(wake), time.Millisecond))
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-ch:
+	case <-timer.C:
 	}
 }
 
@@ -330,11 +336,7 @@ func (l *line) token(ctx context.Context, ch <-chan struct{}) (waited, ok bool) 
 	case <-ctx.Done():
 		r.Cancel()
 	}
-	waitedFor := time.Since(start).Seconds()
-	l.m.rateLimited.WithLabelValues(l.name).Add(waitedFor)
-	l.mu.Lock()
-	l.rateLimitedSecs += waitedFor
-	l.mu.Unlock()
+	l.m.rateLimited.WithLabelValues(l.name).Add(time.Since(start).Seconds())
 	return true, ok
 }
 
@@ -501,19 +503,9 @@ func (l *line) run(ctx context.Context) {
 		if halfOpen {
 			cb.State() // open → half-open (onBreaker logs it and kicks)
 		}
-		d := time.Second
-		if !wake.IsZero() {
-			d = min(d, max(time.Until(wake), time.Millisecond))
-		}
-		timer := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
+		if waitChange(ctx, ch, wake); ctx.Err() != nil {
 			return
-		case <-ch:
-		case <-timer.C:
 		}
-		timer.Stop()
 	}
 }
 

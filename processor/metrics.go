@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "redrive_commit_failures_total", Help: "Offset commits that failed.",
 		}, []string{"pipeline"}),
 		produceFails: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_produce_failures_total", Help: "Outcome writes (retry, dlq, results) that failed and are being retried.",
+			Name: "redrive_produce_failures_total", Help: "Outcome writes (retry, dlq, results, failover) that failed and are being retried.",
 		}, []string{"pipeline", "kind"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_consumer_lag", Help: "Consumer group lag in records per topic (main and tiers), from the committed offsets.",
@@ -243,7 +243,7 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 		m.deadLetters.WithLabelValues(name, r, "")
 	}
 	m.commitFailures.WithLabelValues(name)
-	for _, k := range []outKind{toRetry, toDLQ, toResults} {
+	for _, k := range []outKind{toRetry, toDLQ, toResults, toFailover} {
 		m.produceFails.WithLabelValues(name, string(k))
 	}
 	for _, t := range append([]string{p.Topic}, tiers...) {

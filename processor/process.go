@@ -69,11 +69,7 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	}
 	d, call := screen(meta, w.decodeErr, w.ps.tier, p.pol, now)
 	if !call {
-		if d.hop {
-			p.m.hops.WithLabelValues(p.cfg.Name, d.meta.Tier).Inc()
-		} else {
-			p.m.outcomes.WithLabelValues(p.cfg.Name, d.early, tierLabel, d.meta.ErrorCode).Inc()
-		}
+		p.countEarly(d, tierLabel)
 		return d, true
 	}
 
@@ -96,7 +92,7 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			now = time.Now()
 			if d, call := screen(meta, nil, w.ps.tier, p.pol, now); !call {
 				t.abandon()
-				p.m.outcomes.WithLabelValues(p.cfg.Name, d.early, tierLabel, d.meta.ErrorCode).Inc()
+				p.countEarly(d, tierLabel)
 				return d, true
 			}
 		}
@@ -120,6 +116,15 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			continue // the line stopped because of this outage: call again once it runs, no attempt spent
 		}
 		return decide(meta, out, p.pol, now), true
+	}
+}
+
+// countEarly counts a decision screen made without the handler.
+func (p *pipeline) countEarly(d decision, tierLabel string) {
+	if d.hop {
+		p.m.hops.WithLabelValues(p.cfg.Name, d.meta.Tier).Inc()
+	} else {
+		p.m.outcomes.WithLabelValues(p.cfg.Name, d.early, tierLabel, d.meta.ErrorCode).Inc()
 	}
 }
 
@@ -168,8 +173,8 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 			return
 		}
 		go func() {
-			if p.write(ctx, w, to, rec, err) {
-				p.finishSent(w, to)
+			if written, ok := p.write(ctx, w, to, rec, err); ok {
+				p.finishSent(w, written)
 			} else {
 				p.complete(w, false)
 			}
@@ -196,13 +201,13 @@ const maxShrinks = 10
 
 // write retries a failed outcome write with backoff for as long as the
 // partition is ours and the process runs, and reports true once the broker
-// acknowledged it. A record too large for its topic is dead-lettered
+// acknowledged it, with the kind of record it wrote. A record too large for its topic is dead-lettered
 // instead (the DLQ builder cuts it to fit), so it is never dropped. A dead
 // letter refused as too large although it fits the limit redrive learned
 // (the topic's limit was lowered, or a broker counts differently) is
 // rebuilt at half its size, at most maxShrinks times; only then does the
 // write wait and retry like any other failure.
-func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Record, err error) bool {
+func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Record, err error) (written outKind, ok bool) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval = 100*time.Millisecond, 10*time.Second
 	failing := false
@@ -214,10 +219,10 @@ func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Reco
 	shrinks := 0
 	for {
 		if err == nil {
-			return true
+			return to, true
 		}
 		if ctx.Err() != nil {
-			return false
+			return to, false
 		}
 		if isTooLarge(err) && to != toDLQ {
 			p.log.Warn("outcome record too large for its topic; dead-lettering it", "topic", rec.Topic, "src", srcOf(w), "err", err)
@@ -251,7 +256,7 @@ func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Reco
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			return false
+			return to, false
 		}
 		err = p.cl.ProduceSync(ctx, rec).FirstErr()
 	}
