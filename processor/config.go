@@ -72,6 +72,9 @@ type Pipeline struct {
 	// Guard stops the line when nearly every call fails permanently (a
 	// wrong API key): the zero value is on, with the Default* settings.
 	Guard Guard
+	// Callbacks, when set, makes submitted jobs wait for the service's
+	// callback before they are polled (callback.go).
+	Callbacks *Callbacks
 }
 
 // Breaker is a pipeline's circuit breaker (flow.go): it counts handler

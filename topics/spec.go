@@ -40,6 +40,10 @@ func AnalyzerGroupID(pipeline string) string { return GroupID(pipeline) + ".anal
 // "<main>.dlq".
 func DefaultDLQ(main string) string { return main + ".dlq" }
 
+// CallbacksTopic is the callbacks topic of a main topic whose pipeline has
+// a callback intake and configures no topic: "<main>.callbacks".
+func CallbacksTopic(main string) string { return main + ".callbacks" }
+
 // MaxNameLen is Kafka's limit on the length of a topic name.
 const MaxNameLen = 249
 
@@ -99,6 +103,9 @@ type PipelineSpec struct {
 	// DefaultPartitions, DefaultReplication).
 	Partitions  int32
 	Replication int16
+	// Callbacks is the callbacks topic (CallbacksTopic) of a pipeline with
+	// a callback intake; empty: none.
+	Callbacks string
 }
 
 // Topic config keys this package sets and checks.

@@ -39,6 +39,10 @@ type Config struct {
 	Brokers []string `yaml:"brokers" config:"csv"`
 	// HTTPAddr serves /metrics, /healthz and /readyz (default 127.0.0.1:9090).
 	HTTPAddr string `yaml:"http_addr"`
+	// CallbackAddr serves the callback paths of the pipelines that have
+	// handler.callback (public-facing, apart from HTTPAddr); default
+	// 0.0.0.0:8443 when a pipeline has a callback.
+	CallbackAddr string `yaml:"callback_addr"`
 	// ClientID is the Kafka client id (default: franz-go's).
 	ClientID string `yaml:"client_id"`
 	// Instance is written to redrive-instance on dead letters (default: the
@@ -184,6 +188,24 @@ type DLQ struct {
 type Handler struct {
 	HTTP  *HTTPHandler `yaml:"http"` // nil: a handler embedded in Go
 	Codes Codes        `yaml:"codes"`
+	// Callback: the service calls back with the job's answer; records
+	// wait for it (up to Wait) before they are polled.
+	Callback *Callback `yaml:"callback"`
+}
+
+// Callback is the callback intake of a pipeline (processor/callback) and
+// how long a submitted job waits for its callback (processor.Callbacks).
+type Callback struct {
+	Path        string   `yaml:"path"`         // served on callback_addr; required, starts with /
+	Token       string   `yaml:"token"`        // shared secret: ?token= or Redrive-Callback-Token; "": none
+	IDField     string   `yaml:"id_field"`     // default "id"
+	ResultField string   `yaml:"result_field"` // default "code"
+	ErrorField  string   `yaml:"error_field"`  // optional
+	Wait        Duration `yaml:"wait"`         // default 2m
+	Topic       string   `yaml:"topic"`        // default <topic>.callbacks
+	MaxEntries  int      `yaml:"max_entries"`  // callbacks held per process; default 100000
+	// MaxBodyBytes bounds a callback request's body (default 64 KiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes" config:"bytes"`
 }
 
 // HTTPHandler is the built-in HTTP handler.
@@ -195,11 +217,40 @@ type HTTPHandler struct {
 	// MaxBodyBytes bounds the response body read (default 1 MiB). The file
 	// may say 1048576 or "1MiB".
 	MaxBodyBytes int64 `yaml:"max_body_bytes" config:"bytes"`
+	// Query fields are added to the submit URL's query (api key, json=1,
+	// pingback), values URL-escaped.
+	Query map[string]string `yaml:"query"`
+	// Form fields are added to a form body (application/x-www-form-urlencoded
+	// records and records without a content type).
+	Form map[string]string `yaml:"form"`
+	// Poll makes the handler speak a job API: the submit's answer gives a
+	// job id, which is then polled.
+	Poll *Poll `yaml:"poll"`
+}
+
+// Poll is the poll side of a job API (httphandler.Poll).
+type Poll struct {
+	URL         string      `yaml:"url"`          // template: {state} is the job id; required
+	Method      string      `yaml:"method"`       // GET (default) or POST
+	Body        string      `yaml:"body"`         // POST: form body template, {state} expanded
+	StateField  string      `yaml:"state_field"`  // JSON path of the job id in the submit answer; required
+	ResultField string      `yaml:"result_field"` // JSON path of the result in a done answer; "": the whole answer
+	FirstAfter  Duration    `yaml:"first_after"`  // default 5s
+	Every       Duration    `yaml:"every"`        // default 5s
+	Status      *PollStatus `yaml:"status"`       // a status field's values (SMM panels)
+}
+
+// PollStatus reads a poll answer's status field; values match without case.
+type PollStatus struct {
+	Field   string   `yaml:"field"` // JSON path; required
+	Done    []string `yaml:"done"`
+	Pending []string `yaml:"pending"`
+	Failed  []string `yaml:"failed"`
 }
 
 // JSONMode reads the ok flag and the code from a JSON body (2captcha style).
 type JSONMode struct {
-	OKField   string `yaml:"ok_field"`   // dotted path, required
+	OKField   string `yaml:"ok_field"`   // dotted path; without it, ok is code_field absent
 	OKValue   any    `yaml:"ok_value"`   // a string, bool or number; required
 	CodeField string `yaml:"code_field"` // dotted path, optional
 }

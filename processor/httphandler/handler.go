@@ -85,7 +85,60 @@ type Options struct {
 	// the host, so none is closed and reopened between requests. Default
 	// DefaultConcurrency.
 	Concurrency int
+	// Query fields are added to the submit URL's query (an api key,
+	// json=1, a pingback URL), values URL-escaped.
+	Query map[string]string
+	// Form fields are added to the body of a form record
+	// (application/x-www-form-urlencoded, or a record without a content
+	// type, which is then sent as a form).
+	Form map[string]string
+	// Poll, when set, makes the handler speak a job API: the call is a
+	// submit; its answer, when ok, holds the job id (StateField) and means
+	// not ready; the record is then called again with the job id as its
+	// state, and that call polls Poll.URL instead of submitting again.
+	Poll *Poll
 }
+
+// Poll is the poll side of a job API (submit, then poll).
+type Poll struct {
+	// URL is a template: {state} becomes the job id, query-escaped. http
+	// or https, absolute.
+	URL string
+	// Method is GET (default) or POST.
+	Method string
+	// Body is the form body template of a POST poll; {state} becomes the
+	// job id, query-escaped.
+	Body string
+	// StateField is the JSON path of the job id in the submit's answer
+	// ("request" for {"status":1,"request":"2122988149"}, "order" for
+	// {"order":23501}); a number is used as written. Required.
+	StateField string
+	// ResultField is the JSON path of the result in a done poll answer;
+	// empty: the whole answer is the result.
+	ResultField string
+	// FirstAfter is how long after the submit the first poll is made;
+	// Every how long after a not-ready poll the next is. Defaults
+	// DefaultPollFirstAfter, DefaultPollEvery.
+	FirstAfter, Every time.Duration
+	// Status, when set, reads a status field of the poll answer.
+	Status *StatusTable
+}
+
+// StatusTable classifies a poll answer by the value of a status field
+// (SMM panels: {"status":"In progress"}). Values match without regard to
+// case; a number matches its decimal form ("1" and 1 are the same).
+type StatusTable struct {
+	Field   string   // JSON path; required
+	Done    []string // success: the whole answer (or ResultField) is the result
+	Pending []string // not ready: polled again after Poll.Every
+	Failed  []string // permanent failure; the answer is the error
+}
+
+// Defaults of Poll.
+const (
+	DefaultPollFirstAfter = 5 * time.Second
+	DefaultPollEvery      = 5 * time.Second
+)
 
 // JSONRule is JSON mode: the body of a 2xx answer says whether it worked.
 type JSONRule struct {
