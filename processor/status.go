@@ -55,6 +55,30 @@ type PipelineStatus struct {
 	WriteError string `json:"write_error,omitempty"`
 	// Line is whether handler calls may start, and why not.
 	Line LineStatus `json:"line"`
+	// Callbacks: a pipeline with Callbacks; counts since this instance
+	// started.
+	Callbacks *CallbackStatus `json:"callbacks,omitempty"`
+}
+
+// CallbackStatus is a pipeline's callbacks (callback.go) in
+// PipelineStatus; counts since this instance started.
+type CallbackStatus struct {
+	Topic string `json:"topic"`
+	Wait  string `json:"wait"`
+	// Held: callbacks in memory now (matched ones kept to spot duplicates).
+	Held int `json:"held"`
+	// Received: callback records read. Matched: records finished by their
+	// callback. Duplicate: a callback for a job already called back.
+	// Late: a callback for a job this instance finished by polling.
+	Received  uint64 `json:"received"`
+	Matched   uint64 `json:"matched"`
+	Duplicate uint64 `json:"duplicate"`
+	Late      uint64 `json:"late"`
+	// Polls: handler calls that polled a job (fallback polls included).
+	Polls uint64 `json:"polls"`
+	// ViaCallback, ViaPoll: jobs finished by a callback, by a poll.
+	ViaCallback uint64 `json:"via_callback"`
+	ViaPoll     uint64 `json:"via_poll"`
 }
 
 // LineStatus is a pipeline's flow control (flow.go) in PipelineStatus.
