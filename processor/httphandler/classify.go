@@ -32,7 +32,8 @@ var (
 
 // ResponseError is Outcome.Err for an HTTP answer that was not a success.
 type ResponseError struct {
-	URL        string // the handler's URL without query or user info
+	Method     string // GET or POST; "" is POST
+	URL        string // the URL called, without query or user info
 	StatusCode int
 	Code       string // the outcome's code
 	Cause      error  // ErrBodyTooLarge, ErrBadResponse, ErrNotOK, or nil for a failing status
@@ -40,10 +41,15 @@ type ResponseError struct {
 	Body       string // the start of the body, valid UTF-8, control characters as spaces
 }
 
-// Error is "POST <url>: <status>[: <detail>][: <body>]", at most 1 KiB.
+// Error is "<method> <url>: <status>[: <detail>][: <body>]", at most 1 KiB.
 func (e *ResponseError) Error() string {
 	var b strings.Builder
-	b.WriteString("POST ")
+	if e.Method == "" {
+		b.WriteString(http.MethodPost)
+	} else {
+		b.WriteString(e.Method)
+	}
+	b.WriteString(" ")
 	b.WriteString(e.URL)
 	b.WriteString(": ")
 	b.WriteString(strings.TrimSpace(strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)))
@@ -65,16 +71,24 @@ func (e *ResponseError) Unwrap() error { return e.Cause }
 // MaxBodyBytes bytes; tooLarge says the answer had more. sent is the state
 // the request carried. It must not panic, whatever the answer.
 func (h *Handler) classify(status int, header http.Header, body []byte, tooLarge bool, sent []byte, now time.Time) processor.Outcome {
+	return h.classifyCall(call{method: http.MethodPost, safeURL: h.safeURL, sent: sent}, status, header, body, tooLarge, now)
+}
+
+// classifyCall is classify for the answer to c: its method and URL name
+// it in errors; the state it sent is kept on a not-ready answer without
+// one; a job API's submit reads a 202 like any 2xx.
+func (h *Handler) classifyCall(c call, status int, header http.Header, body []byte, tooLarge bool, now time.Time) processor.Outcome {
+	sent := c.sent
 	var doc any
 	var docErr error = ErrBadResponse
 	if h.json != nil && !tooLarge {
 		doc, docErr = decodeJSON(body)
 	}
-	rerr := &ResponseError{URL: h.safeURL, StatusCode: status}
+	rerr := &ResponseError{Method: c.method, URL: c.safeURL, StatusCode: status}
 	var kind processor.Kind
 	fallback := "http_" + strconv.Itoa(status)
 	switch {
-	case status == http.StatusAccepted:
+	case status == http.StatusAccepted && !c.submitJob:
 		kind = processor.NotReady
 	case isSuccess(status):
 		switch {

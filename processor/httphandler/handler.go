@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -169,26 +168,36 @@ type Codes struct {
 
 // Handler is the HTTP processor.Handler. It is safe for concurrent use.
 type Handler struct {
-	url      string // as configured
-	safeURL  string // for messages: no query, no user info
-	timeout  time.Duration
-	maxBody  int64
-	headers  http.Header
-	ctype    string // default Content-Type
-	json     *jsonRule
-	classOf  map[string]processor.Kind
-	minDelay map[string]time.Duration
-	pause    map[string]time.Duration
-	client   *http.Client
+	url         string // as configured, with the Query fields
+	urlWithForm string // url with the Form fields too, for records that are not forms
+	safeURL     string // for messages: no query, no user info
+	timeout     time.Duration
+	maxBody     int64
+	headers     http.Header
+	ctype       string // default Content-Type
+	ctypeSet    bool   // Options.Headers has a Content-Type
+	form        string // the Form fields, encoded
+	json        *jsonRule
+	classOf     map[string]processor.Kind
+	minDelay    map[string]time.Duration
+	pause       map[string]time.Duration
+	poll        *poller // nil: no job API
+	pollSafeURL string  // the poll URL template for messages
+	client      *http.Client
 }
 
-var _ processor.Handler = (*Handler)(nil)
+var (
+	_ processor.Handler         = (*Handler)(nil)
+	_ processor.CallbackHandler = (*Handler)(nil)
+)
 
 // ErrOptions is wrapped by every error New returns.
 var ErrOptions = errors.New("httphandler: bad options")
 
 // WithDefaults is o with Timeout and MaxBodyBytes filled in when zero
-// (DefaultTimeout, DefaultMaxBodyBytes).
+// (DefaultTimeout, DefaultMaxBodyBytes), and a Poll's (a copy: the
+// caller's is not changed) Method (GET when empty, upper-cased),
+// FirstAfter and Every (DefaultPollFirstAfter, DefaultPollEvery).
 func (o Options) WithDefaults() Options {
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
@@ -196,13 +205,34 @@ func (o Options) WithDefaults() Options {
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if o.Poll != nil {
+		p := o.Poll.WithDefaults()
+		o.Poll = &p
+	}
 	return o
+}
+
+// WithDefaults is p with Method (GET when empty, else upper-cased),
+// FirstAfter and Every (DefaultPollFirstAfter, DefaultPollEvery) filled in.
+func (p Poll) WithDefaults() Poll {
+	p.Method = strings.ToUpper(strings.TrimSpace(p.Method))
+	if p.Method == "" {
+		p.Method = http.MethodGet
+	}
+	if p.FirstAfter == 0 {
+		p.FirstAfter = DefaultPollFirstAfter
+	}
+	if p.Every == 0 {
+		p.Every = DefaultPollEvery
+	}
+	return p
 }
 
 // Validate checks options whose defaults are filled in (WithDefaults). It
 // reports every problem, each a *processor.FieldError naming the Options
 // field ("URL", "Headers" with its Key, "JSON.OKField", "Codes.Permanent"
-// with its Index), joined with errors.Join. New runs it.
+// with its Index, "Poll.URL", "Poll.Status.Done" with its Index), joined
+// with errors.Join. New runs it.
 func (o Options) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
@@ -229,21 +259,43 @@ func (o Options) Validate() error {
 		errs = append(errs, err.(interface{ Unwrap() []error }).Unwrap()...)
 	}
 	if j := o.JSON; j != nil {
-		if j.OKField == "" {
-			bad("JSON.OKField", "required with json: the path of the ok flag, e.g. status")
-		} else if _, err := splitPath(j.OKField); err != nil {
-			bad("JSON.OKField", "%v", err)
+		switch {
+		case j.OKField == "" && j.CodeField == "":
+			bad("JSON.OKField", "required with json unless code_field is set: the path of the ok flag, e.g. status")
+		case j.OKField != "":
+			if _, err := splitPath(j.OKField); err != nil {
+				bad("JSON.OKField", "%v", err)
+			}
 		}
 		if j.CodeField != "" {
 			if _, err := splitPath(j.CodeField); err != nil {
 				bad("JSON.CodeField", "%v", err)
 			}
 		}
-		if j.OKValue == nil {
-			bad("JSON.OKValue", "required with json: the value that means ok, e.g. 1")
-		} else if _, err := normalise(j.OKValue); err != nil {
-			bad("JSON.OKValue", "%v", err)
+		switch {
+		case j.OKField == "" && j.OKValue != nil:
+			bad("JSON.OKValue", "needs ok_field; without one an answer is ok when code_field is absent, null or empty")
+		case j.OKField == "":
+		case j.OKValue == nil:
+			bad("JSON.OKValue", "required with ok_field: the value that means ok, e.g. 1")
+		default:
+			if _, err := normalise(j.OKValue); err != nil {
+				bad("JSON.OKValue", "%v", err)
+			}
 		}
+	}
+	for _, f := range []struct {
+		name   string
+		fields map[string]string
+	}{{"Query", o.Query}, {"Form", o.Form}} {
+		for _, k := range slices.Sorted(maps.Keys(f.fields)) {
+			if k == "" {
+				bad(f.name, "empty field name")
+			}
+		}
+	}
+	if p := o.Poll; p != nil {
+		errs = append(errs, p.validate()...)
 	}
 	if err := o.Codes.Validate(); err != nil {
 		errs = append(errs, err.(interface{ Unwrap() []error }).Unwrap()...)
@@ -349,7 +401,8 @@ func New(o Options) (*Handler, error) {
 	}
 	u, _ := url.Parse(o.URL) // checked by Validate
 	h := &Handler{
-		url:      o.URL,
+		url:      addQuery(o.URL, encodeFields(o.Query)),
+		form:     encodeFields(o.Form),
 		safeURL:  messageURL(u),
 		timeout:  o.Timeout,
 		maxBody:  o.MaxBodyBytes,
@@ -362,7 +415,7 @@ func New(o Options) (*Handler, error) {
 	for k, v := range o.Headers {
 		ck := http.CanonicalHeaderKey(k)
 		if ck == "Content-Type" {
-			h.ctype = v
+			h.ctype, h.ctypeSet = v, true
 			continue
 		}
 		h.headers.Set(ck, v)
@@ -383,6 +436,12 @@ func New(o Options) (*Handler, error) {
 	}
 	maps.Copy(h.minDelay, o.Codes.MinDelay)
 	maps.Copy(h.pause, o.Codes.Pause)
+	h.urlWithForm = addQuery(h.url, h.form)
+	if o.Poll != nil {
+		h.poll = compilePoll(o.Poll)
+		pu, _ := url.Parse(expandTemplate(o.Poll.URL, templateMarker, true)) // checked by Validate
+		h.pollSafeURL = strings.ReplaceAll(messageURL(pu), templateMarker, statePlaceholder)
+	}
 	h.client = o.Client
 	if h.client == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -402,7 +461,8 @@ func New(o Options) (*Handler, error) {
 	return h, nil
 }
 
-// Handle POSTs req's record and maps the answer to an Outcome.
+// Handle POSTs req's record and maps the answer to an Outcome. With a
+// job API (Options.Poll), a request with State polls that job instead.
 func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.Outcome {
 	if req.ID != "" && !validValue(req.ID) {
 		return processor.Reject(CodeBadID,
@@ -414,53 +474,18 @@ func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.
 		return processor.Reject(CodeBadID,
 			fmt.Errorf("request id of %d bytes cannot be sent as %s: longer than %d bytes", len(req.ID), HeaderIdempotencyKey, retry.MaxIDBytes))
 	}
-	actx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	var value []byte
-	var key []byte
-	ctype := h.ctype
-	if req.Record != nil {
-		value, key = req.Record.Value, req.Record.Key
-		for _, hd := range req.Record.Headers {
-			if strings.EqualFold(hd.Key, "content-type") && len(hd.Value) > 0 && validValue(string(hd.Value)) {
-				ctype = string(hd.Value)
-				break
-			}
-		}
+	if h.poll != nil && len(req.State) > 0 {
+		job := bytes.Clone(req.State)
+		c := h.pollCall(string(job))
+		out, status := h.do(ctx, req, c)
+		return h.polled(c, job, out, status)
 	}
-	hr, err := http.NewRequestWithContext(actx, http.MethodPost, h.url, bytes.NewReader(value))
-	if err != nil { // the URL was checked in New; not reached in practice
-		return processor.Retry(CodeNetwork, fmt.Errorf("POST %s: %w", h.safeURL, err))
+	c := h.submitCall(req)
+	out, status := h.do(ctx, req, c)
+	if h.poll != nil {
+		return h.submitted(c, out, status)
 	}
-	hr.Header = h.headers.Clone()
-	hr.Header.Set("Content-Type", ctype)
-	if req.ID != "" {
-		// With this header net/http treats the POST as replayable: when a
-		// reused keep-alive connection breaks before any answer, it resends
-		// the request on a fresh connection within this attempt. A solver
-		// that read the request and then hung up sees it again at once; it
-		// would anyway on the next attempt, and dedupes by this key.
-		hr.Header.Set(HeaderIdempotencyKey, req.ID)
-	}
-	hr.Header.Set(HeaderAttempt, strconv.Itoa(req.Attempt))
-	if len(req.State) > 0 {
-		setBytes(hr.Header, HeaderState, HeaderStateEncoding, req.State)
-	}
-	if key != nil {
-		setBytes(hr.Header, HeaderKey, HeaderKeyEncoding, key)
-	}
-
-	resp, err := h.client.Do(hr)
-	if err != nil {
-		return h.transportFailure(ctx, err)
-	}
-	defer resp.Body.Close()
-	body, tooLarge, err := readBody(resp.Body, h.maxBody)
-	if err != nil && (isSuccess(resp.StatusCode) || ctx.Err() != nil) {
-		// A failure's body only adds detail; a success's is the result.
-		return h.transportFailure(ctx, err)
-	}
-	return h.classify(resp.StatusCode, resp.Header, body, tooLarge, req.State, time.Now())
+	return out
 }
 
 // readBody reads at most limit bytes of r; tooLarge reports that there was more.
@@ -474,8 +499,8 @@ func readBody(r io.Reader, limit int64) (body []byte, tooLarge bool, err error) 
 
 func isSuccess(status int) bool { return status >= 200 && status < 300 }
 
-// transportFailure is the outcome of a request that got no (complete) answer.
-func (h *Handler) transportFailure(ctx context.Context, err error) processor.Outcome {
+// transportFailure is the outcome of a call that got no (complete) answer.
+func (h *Handler) transportFailure(ctx context.Context, c call, err error) processor.Outcome {
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
 		err = uerr.Err // its text repeats the URL, query included
@@ -496,7 +521,7 @@ func (h *Handler) transportFailure(ctx context.Context, err error) processor.Out
 		code, what = CodeConnect, "cannot connect"
 	}
 	return processor.Retry(code,
-		&transportError{msg: truncate(fmt.Sprintf("POST %s: %s: %v", h.safeURL, what, err), maxErrorBytes), err: err})
+		&transportError{msg: truncate(fmt.Sprintf("%s %s: %s: %v", c.method, c.safeURL, what, err), maxErrorBytes), err: err})
 }
 
 // transportError keeps the cause for errors.Is with a message of bounded length.

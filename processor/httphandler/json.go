@@ -11,10 +11,12 @@ import (
 	"strings"
 )
 
-// jsonRule is a checked JSONRule.
+// jsonRule is a checked JSONRule. Without okPath, ok means the code
+// field is absent, null or "".
 type jsonRule struct {
 	okPath, codePath []string
 	okName           string // OKField as configured, for messages
+	codeName         string // CodeField as configured, for messages
 	want             okValue
 }
 
@@ -29,15 +31,21 @@ type okValue struct {
 }
 
 func compileJSON(r *JSONRule) (*jsonRule, error) {
-	okPath, err := splitPath(r.OKField)
-	if err != nil {
-		return nil, fmt.Errorf("ok field: %w", err)
-	}
-	c := &jsonRule{okPath: okPath, okName: r.OKField}
+	c := &jsonRule{okName: r.OKField, codeName: r.CodeField}
+	var err error
 	if r.CodeField != "" {
 		if c.codePath, err = splitPath(r.CodeField); err != nil {
 			return nil, fmt.Errorf("code field: %w", err)
 		}
+	}
+	if r.OKField == "" {
+		if c.codePath == nil {
+			return nil, errors.New("ok field: required without a code field")
+		}
+		return c, nil
+	}
+	if c.okPath, err = splitPath(r.OKField); err != nil {
+		return nil, fmt.Errorf("ok field: %w", err)
 	}
 	if c.want, err = normalise(r.OKValue); err != nil {
 		return nil, fmt.Errorf("ok value: %w", err)
@@ -163,8 +171,17 @@ func lookup(v any, path []string) (any, bool) {
 	return v, true
 }
 
-// ok reports whether doc holds the ok value; when not, detail says what it holds.
+// ok reports whether doc holds the ok value (without an ok field: whether
+// the code field is absent, null or ""); when not, detail says what it
+// holds.
 func (r *jsonRule) ok(doc any) (ok bool, detail string) {
+	if r.okPath == nil {
+		v, found := lookup(doc, r.codePath)
+		if s, isStr := v.(string); !found || v == nil || isStr && strings.TrimSpace(s) == "" {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%s is %s, want it absent", r.codeName, describe(v))
+	}
 	v, found := lookup(doc, r.okPath)
 	if found && r.want.equal(v) {
 		return true, ""
