@@ -108,3 +108,31 @@ func TestJSONNotOKMessage(t *testing.T) {
 		t.Fatalf("message\n %s\nwant\n %s", out.Err, want)
 	}
 }
+
+// Without ok_field, an answer is ok when code_field is absent, null or
+// empty (SMM panels: {"order":23501} or {"error":"..."}).
+func TestJSONWithoutOKField(t *testing.T) {
+	o := Options{JSON: &JSONRule{CodeField: "error"}, Codes: Codes{Pause: map[string]time.Duration{"Not enough funds on balance": time.Minute}}}
+	for body, want := range map[string]struct {
+		kind processor.Kind
+		code string
+	}{
+		`{"order":23501}`:                         {processor.Success, ""},
+		`{"order":1,"error":null}`:                {processor.Success, ""},
+		`{"order":1,"error":""}`:                  {processor.Success, ""},
+		`{"order":1,"error":"  "}`:                {processor.Success, ""},
+		`[1,2]`:                                   {processor.Success, ""},
+		`{"error":"Incorrect request"}`:           {processor.Transient, "Incorrect request"},
+		`{"error":"Not enough funds on balance"}`: {processor.Paused, "Not enough funds on balance"},
+		`{"error":{"message":"x"}}`:               {processor.Transient, CodeNotOK},
+		`{"error":0}`:                             {processor.Transient, "0"},
+		`{"error":false}`:                         {processor.Transient, "false"},
+		`not json`:                                {processor.Transient, CodeBadResponse},
+	} {
+		h := serve(t, o, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) })
+		out := h.Handle(context.Background(), request("x"))
+		if out.Kind != want.kind || out.Code != want.code {
+			t.Errorf("%s: %v %q (%v), want %v %q", body, out.Kind, out.Code, out.Err, want.kind, want.code)
+		}
+	}
+}
