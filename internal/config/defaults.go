@@ -42,8 +42,8 @@ func DefaultTiers() []Duration {
 // fills (dlq.topic "<topic>.dlq", not_ready_deadline, concurrency,
 // max_inflight, max_inflight_bytes, rate_limit_burst, and the settings of
 // an enabled breaker and guard, whose absent enabled becomes true) and
-// handler.http's timeout and max_body_bytes
-// (httphandler.Options.WithDefaults). An empty pipeline name becomes its
+// handler.http's timeout and max_body_bytes, and its poll's method (GET,
+// upper-cased), first_after and every (httphandler.Options.WithDefaults). An empty pipeline name becomes its
 // topic; an unnamed analyzer rule or alert is named "rule-<n>" or
 // "alert-<n>" (n counting from 1), a republish rule's zero max_redrives
 // becomes 3 and an alert's zero repeat 1h. It also upper-cases
@@ -110,6 +110,10 @@ func (p *Pipeline) setDefaults() {
 	if h := p.Handler.HTTP; h != nil {
 		o := httphandler.Options{Timeout: h.Timeout.D(), MaxBodyBytes: h.MaxBodyBytes}.WithDefaults()
 		h.Timeout, h.MaxBodyBytes = Duration(o.Timeout), o.MaxBodyBytes
+		if pc := h.Poll; pc != nil {
+			d := httphandler.Poll{Method: pc.Method, FirstAfter: pc.FirstAfter.D(), Every: pc.Every.D()}.WithDefaults()
+			pc.Method, pc.FirstAfter, pc.Every = d.Method, Duration(d.FirstAfter), Duration(d.Every)
+		}
 	}
 }
 

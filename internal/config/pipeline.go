@@ -120,15 +120,25 @@ func (g Guard) processorGuard() processor.Guard {
 }
 
 // HTTPOptions are the options of the pipeline's built-in HTTP handler
-// (httphandler.New): handler.http, the code rules of handler.codes (pause
-// codes included), and the pipeline's concurrency. Without handler.http
-// only Codes and Concurrency are set.
+// (httphandler.New): handler.http (its query and form fields and its poll
+// included), the code rules of handler.codes (pause codes included), and
+// the pipeline's concurrency. Without handler.http only Codes and
+// Concurrency are set. Zero values stay zero: the handler fills its
+// defaults (httphandler.Options.WithDefaults).
 func (p Pipeline) HTTPOptions() httphandler.Options {
 	o := httphandler.Options{Concurrency: p.Concurrency}
 	if hc := p.Handler.HTTP; hc != nil {
 		o.URL, o.Timeout, o.Headers, o.MaxBodyBytes = hc.URL, hc.Timeout.D(), hc.Headers, hc.MaxBodyBytes
+		o.Query, o.Form = hc.Query, hc.Form
 		if hc.JSON != nil {
 			o.JSON = &httphandler.JSONRule{OKField: hc.JSON.OKField, OKValue: hc.JSON.OKValue, CodeField: hc.JSON.CodeField}
+		}
+		if pc := hc.Poll; pc != nil {
+			o.Poll = &httphandler.Poll{URL: pc.URL, Method: pc.Method, Body: pc.Body, StateField: pc.StateField, ResultField: pc.ResultField,
+				FirstAfter: pc.FirstAfter.D(), Every: pc.Every.D()}
+			if st := pc.Status; st != nil {
+				o.Poll.Status = &httphandler.StatusTable{Field: st.Field, Done: st.Done, Pending: st.Pending, Failed: st.Failed}
+			}
 		}
 	}
 	cr := p.Handler.Codes

@@ -14,7 +14,10 @@ const RedactedValue = "[redacted]"
 // analyzer and processor tokens and every handler.http header value are replaced by
 // "[redacted]" (empty values stay empty, so that a missing secret still
 // shows), a password in a handler URL and the values of its
-// secret-looking query parameters by "xxxxx" (redact.URL), and
+// secret-looking query parameters by "xxxxx" (redact.URL), the same in
+// its poll's url and body, the values of its query and form fields with
+// a secret-looking name by "[redacted]" (the secrets in the others by
+// "xxxxx"), and
 // everything after the host of an alert webhook URL by "[redacted]"
 // (RedactedURL). c itself is not changed.
 func (c Config) Redacted() Config {
@@ -50,9 +53,33 @@ func (c Config) Redacted() Config {
 			}
 		}
 		hc.URL = redact.URL(h.URL)
+		hc.Query, hc.Form = redactFields(h.Query), redactFields(h.Form)
+		if h.Poll != nil {
+			pc := *h.Poll
+			pc.URL, pc.Body = redact.URL(pc.URL), redact.Text(pc.Body)
+			hc.Poll = &pc
+		}
 		r.Pipelines[i].Handler.HTTP = &hc
 	}
 	return r
+}
+
+// redactFields is query or form fields fit for printing: the value of a
+// secret-looking name (api_key, key, token) replaced by "[redacted]", the
+// secrets inside any other (a pingback URL's token) by redact.Text.
+func redactFields(fields map[string]string) map[string]string {
+	if fields == nil {
+		return nil
+	}
+	out := make(map[string]string, len(fields))
+	for k, v := range fields {
+		if redact.SecretName(k) {
+			out[k] = secretValue(v)
+		} else {
+			out[k] = redact.Text(v)
+		}
+	}
+	return out
 }
 
 func secretValue(s string) string {
