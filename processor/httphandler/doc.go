@@ -1,6 +1,7 @@
 // Package httphandler is redrive's built-in processor.Handler: it POSTs each
-// record to one URL and turns the HTTP response into an Outcome, following
-// the protocol in docs/http-protocol.md.
+// record to one URL (and, for a job API, polls the job it started) and
+// turns the HTTP response into an Outcome, following the protocol in
+// docs/http-protocol.md.
 //
 // Request. Body: the record value. Headers:
 //
@@ -52,10 +53,36 @@
 // (not_ok when there is none) unless a code rule says otherwise. A 2xx body
 // that is not JSON is transient, code bad_response.
 //
+// Without OKField (CodeField set), an answer is ok when the code field is
+// absent, null or "" (SMM panels: {"order":23501}; {"error":"..."} is not
+// ok, its code the error text).
+//
+// Query and form fields (Options.Query, Options.Form) are added to the
+// URL's query and to a form body: of a record whose content type is
+// application/x-www-form-urlencoded, or of a record without one when no
+// static Content-Type is set (it is then sent as a form). Any other
+// record's body is sent as it is, and the form fields go to the query.
+//
+// Job APIs (Options.Poll). A request without State is a submit; an ok
+// answer (a 202 is read like a 200) holds the job id at Poll.StateField
+// and becomes processor.Poll(job id, FirstAfter), or a transient failure
+// no_job_id. A request with State polls that job: GET (or POST with a
+// form body) Poll.URL with {state} replaced by the job id (path-escaped
+// in the path, query-escaped in the query and body), classified as above;
+// then a not-ready answer is Poll(job id, Every), an ok answer is read by
+// Poll.Status (done, pending, failed; other values unknown_status, none
+// no_status) and Poll.ResultField (no_result when missing). Every
+// transient or paused outcome of a poll carries the job id as its State,
+// so that the next attempt polls again instead of submitting again.
+//
+// CallbackOutcome says what a callback (processor.Callback) means, by the
+// same code rules; see its documentation.
+//
 // Errors. Outcome.Err is a *ResponseError for an answer that was not a
 // success and wraps the transport error otherwise. Its text, which becomes
 // redrive-error, is at most 1 KiB of valid UTF-8 and names the URL without
-// its query or user info, which often carry API keys.
+// its query or user info, which often carry API keys, after the method
+// (POST, or GET for a poll).
 //
 // The package must never follow a redirect, read an unbounded body, or panic
 // on a response; a Handler is safe for concurrent use.
