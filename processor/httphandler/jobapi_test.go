@@ -430,3 +430,87 @@ func TestSubmitQueryAndForm(t *testing.T) {
 		})
 	}
 }
+
+// Whatever a job API answers: a submit's answer is never a success (an
+// accepted one is not-ready with a usable job id); a poll's answer keeps
+// the job id on every outcome but a success or a permanent failure; no
+// message shows the key or is longer than 1 KiB, and each names the method.
+func FuzzJobAnswer(f *testing.F) {
+	for _, s := range []struct {
+		status int
+		header string
+		body   string
+	}{
+		{200, "", `{"status":1,"request":"2122988149"}`},
+		{200, "", `{"status":0,"request":"CAPCHA_NOT_READY"}`},
+		{200, "", `{"status":"In progress","request":"x"}`},
+		{200, "", `{"status":"Completed","request":{"a":[1,2]}}`},
+		{200, "", `{"status":"partial"}`},
+		{200, "", `{"status":7,"request":23501}`},
+		{200, "", `{"status":1,"request":null}`},
+		{202, "Retry-After: 30", `{"status":1,"request":"77"}`},
+		{503, "Redrive-Error-Code: ERROR_ZERO_BALANCE", ""},
+		{400, "", `{"error":"bad"}`},
+		{200, "", "\xff\x00"},
+	} {
+		f.Add(s.status, s.header, []byte(s.body), "2122988149")
+	}
+	o := Options{
+		URL:   "http://127.0.0.1:1/in.php?key=s3cret",
+		Query: map[string]string{"key": "s3cret"},
+		JSON:  &JSONRule{CodeField: "error"},
+		Poll: &Poll{URL: "http://127.0.0.1:1/res.php?key=s3cret&id={state}", StateField: "request", ResultField: "request",
+			Status: &StatusTable{Field: "status", Done: []string{"Completed", "1"}, Pending: []string{"In progress"}, Failed: []string{"Partial"}}},
+		Codes: Codes{NotReady: []string{"CAPCHA_NOT_READY"}, Permanent: []string{"ERROR_WRONG"}, Pause: map[string]time.Duration{"ERROR_ZERO_BALANCE": time.Minute}},
+	}
+	h, err := New(o)
+	if err != nil {
+		f.Fatal(err)
+	}
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, status int, header string, body []byte, job string) {
+		check := func(what string, out processor.Outcome, method string) {
+			if out.Err != nil {
+				msg := out.Err.Error()
+				if strings.Contains(msg, "s3cret") || len(msg) > maxErrorBytes || !strings.HasPrefix(msg, method+" http://127.0.0.1:1/") {
+					t.Fatalf("%s: message %q", what, msg)
+				}
+			}
+			if len(out.Code) > maxCodeBytes {
+				t.Fatalf("%s: code %q", what, out.Code)
+			}
+		}
+		// The submit.
+		c := h.submitCall(jobRequest("x", "", ""))
+		out := h.submitted(c, h.classifyCall(c, status, parseHeader(header), body, false, now), status)
+		check("submit", out, "POST")
+		switch out.Kind {
+		case processor.Success:
+			t.Fatalf("a submit succeeded: %+v", out)
+		case processor.NotReady:
+			if isSuccess(status) && (len(out.State) == 0 || len(out.State) > retry.MaxStateBytes || strings.TrimSpace(string(out.State)) == "") {
+				t.Fatalf("accepted with state %q", out.State)
+			}
+		}
+		if job == "" {
+			return
+		}
+		// A poll.
+		c = h.pollCall(job)
+		out = h.polled(c, []byte(job), h.classifyCall(c, status, parseHeader(header), body, false, now), status)
+		check("poll", out, "GET")
+		switch out.Kind {
+		case processor.Success, processor.Permanent, processor.Invalid:
+			if out.State != nil {
+				t.Fatalf("poll: %v with state %q", out.Kind, out.State)
+			}
+		default:
+			if string(out.State) != job {
+				t.Fatalf("poll: %v with state %q, want the job id %q", out.Kind, out.State, job)
+			}
+		}
+		if out.Kind == processor.NotReady && out.MinDelay < h.poll.every {
+			t.Fatalf("poll: not ready after %s, less than every", out.MinDelay)
+		}
+	})
+}
