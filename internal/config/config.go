@@ -238,6 +238,9 @@ type Poll struct {
 	FirstAfter  Duration    `yaml:"first_after"`  // default 5s
 	Every       Duration    `yaml:"every"`        // default 5s
 	Status      *PollStatus `yaml:"status"`       // a status field's values (SMM panels)
+	// Resubmit: codes of a poll answer or callback meaning the job failed
+	// and is submitted again (httphandler.Poll.Resubmit).
+	Resubmit []string `yaml:"resubmit"`
 }
 
 // PollStatus reads a poll answer's status field; values match without case.

@@ -135,7 +135,7 @@ func (p Pipeline) HTTPOptions() httphandler.Options {
 		}
 		if pc := hc.Poll; pc != nil {
 			o.Poll = &httphandler.Poll{URL: pc.URL, Method: pc.Method, Body: pc.Body, StateField: pc.StateField, ResultField: pc.ResultField,
-				FirstAfter: pc.FirstAfter.D(), Every: pc.Every.D()}
+				FirstAfter: pc.FirstAfter.D(), Every: pc.Every.D(), Resubmit: pc.Resubmit}
 			if st := pc.Status; st != nil {
 				o.Poll.Status = &httphandler.StatusTable{Field: st.Field, Done: st.Done, Pending: st.Pending, Failed: st.Failed}
 			}

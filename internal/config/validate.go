@@ -275,6 +275,7 @@ var httpKeys = map[string]string{
 	"Poll.Status.Done":    "handler.http.poll.status.done",
 	"Poll.Status.Pending": "handler.http.poll.status.pending",
 	"Poll.Status.Failed":  "handler.http.poll.status.failed",
+	"Poll.Resubmit":       "handler.http.poll.resubmit",
 	"Codes.Transient":     "handler.codes.transient",
 	"Codes.NotReady":      "handler.codes.not_ready",
 	"Codes.Permanent":     "handler.codes.permanent",

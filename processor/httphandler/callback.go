@@ -60,6 +60,9 @@ func (h *Handler) CallbackOutcome(cb processor.Callback) processor.Outcome {
 	}
 	err := &CallbackError{JobID: cb.JobID, Code: code, Text: text}
 	minDelay := h.minDelay[code]
+	if h.poll != nil && h.poll.resubmit[code] {
+		return processor.RetryAfter(code, err, minDelay) // the job failed: submitted anew
+	}
 	if d, ok := h.pause[code]; ok {
 		return processor.Pause(code, err, d)
 	}
@@ -84,6 +87,9 @@ func (h *Handler) isCode(code string) bool {
 		return false
 	}
 	if _, ok := h.classOf[code]; ok {
+		return true
+	}
+	if h.poll != nil && h.poll.resubmit[code] {
 		return true
 	}
 	_, ok := h.pause[code]

@@ -121,6 +121,12 @@ type Poll struct {
 	FirstAfter, Every time.Duration
 	// Status, when set, reads a status field of the poll answer.
 	Status *StatusTable
+	// Resubmit are codes of a poll answer (or a callback) meaning the job
+	// failed and may be submitted again (2captcha's
+	// ERROR_CAPTCHA_UNSOLVABLE): a transient failure without the job id,
+	// so the next attempt submits anew. Any other failed poll keeps the
+	// job id and polls the same job again.
+	Resubmit []string
 }
 
 // StatusTable classifies a poll answer by the value of a status field

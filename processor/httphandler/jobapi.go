@@ -56,6 +56,7 @@ type poller struct {
 	stateName, resultName string // as configured, for messages
 	firstAfter, every     time.Duration
 	status                *statusTable
+	resubmit              map[string]bool // Poll.Resubmit
 }
 
 // statusTable is a checked StatusTable.
@@ -101,6 +102,11 @@ func (p *Poll) validate() []error {
 			bad("Poll.ResultField", -1, "%v", err)
 		}
 	}
+	for i, code := range p.Resubmit {
+		if strings.TrimSpace(code) == "" {
+			bad("Poll.Resubmit", i, "empty code")
+		}
+	}
 	if p.FirstAfter <= 0 {
 		bad("Poll.FirstAfter", -1, "%s: must be more than 0", p.FirstAfter)
 	}
@@ -142,6 +148,12 @@ func compilePoll(p *Poll) *poller {
 	c := &poller{url: p.URL, body: p.Body, method: p.Method, stateName: p.StateField, resultName: p.ResultField,
 		firstAfter: p.FirstAfter, every: p.Every}
 	c.statePath, _ = splitPath(p.StateField)
+	if len(p.Resubmit) > 0 {
+		c.resubmit = make(map[string]bool, len(p.Resubmit))
+		for _, code := range p.Resubmit {
+			c.resubmit[code] = true
+		}
+	}
 	if p.ResultField != "" {
 		c.resultPath, _ = splitPath(p.ResultField)
 	}
@@ -242,9 +254,15 @@ func (h *Handler) submitted(c call, out processor.Outcome, status int) processor
 
 // polled is the outcome of a poll of job: every failure but a permanent
 // one keeps the job id as its state, so that the next call polls again
-// instead of submitting again; an ok answer is read by the status table
-// and the result field.
+// instead of submitting again (a resubmit is charged again) — except a
+// code in Poll.Resubmit: the job itself failed and may be tried anew
+// (2captcha's ERROR_CAPTCHA_UNSOLVABLE), a transient failure without
+// state. An ok answer is read by the status table and the result field.
 func (h *Handler) polled(c call, job []byte, out processor.Outcome, status int) processor.Outcome {
+	if h.poll.resubmit[out.Code] && out.Kind != processor.Success {
+		out.Kind, out.State, out.MinDelay = processor.Transient, nil, 0
+		return out
+	}
 	switch out.Kind {
 	case processor.NotReady:
 		out.State, out.MinDelay = job, max(out.MinDelay, h.poll.every)

@@ -514,3 +514,31 @@ func FuzzJobAnswer(f *testing.F) {
 		}
 	})
 }
+
+// A code in poll.resubmit means the job failed: the next attempt submits
+// anew (no job id kept), from a poll answer and from a callback alike.
+func TestPollResubmitCodes(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"status":0,"request":"ERROR_CAPTCHA_UNSOLVABLE"}`)
+	}))
+	defer api.Close()
+	h, err := New(Options{URL: api.URL + "/in.php", JSON: &JSONRule{OKField: "status", OKValue: 1, CodeField: "request"},
+		Poll: &Poll{URL: api.URL + "/res.php?id={state}", StateField: "request", Resubmit: []string{"ERROR_CAPTCHA_UNSOLVABLE"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := h.Handle(t.Context(), jobRequest("", "", "77"))
+	if out.Kind != processor.Transient || out.State != nil || out.Code != "ERROR_CAPTCHA_UNSOLVABLE" {
+		t.Fatalf("poll answer: %v state %q code %q, want transient without state", out.Kind, out.State, out.Code)
+	}
+	out = h.CallbackOutcome(processor.Callback{JobID: "77", Result: []byte("ERROR_CAPTCHA_UNSOLVABLE")})
+	if out.Kind != processor.Transient || out.State != nil {
+		t.Fatalf("callback: %v state %q, want transient without state", out.Kind, out.State)
+	}
+	// Not in resubmit: the same answer is a plain transient failure that keeps the job.
+	h2, _ := New(Options{URL: api.URL + "/in.php", JSON: &JSONRule{OKField: "status", OKValue: 1, CodeField: "request"},
+		Poll: &Poll{URL: api.URL + "/res.php?id={state}", StateField: "request"}})
+	if out := h2.Handle(t.Context(), jobRequest("", "", "77")); out.Kind != processor.Transient || string(out.State) != "77" {
+		t.Fatalf("without resubmit: %v state %q, want transient keeping 77", out.Kind, out.State)
+	}
+}
