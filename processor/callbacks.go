@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"bytes"
 	"container/list"
 	"context"
 	"errors"
@@ -385,6 +386,9 @@ func (p *pipeline) onCallbackRecord(r *kgo.Record, now time.Time) {
 		return
 	}
 	c.store.count(cbReceived)
+	// A copy: the value is a slice of the fetched batch, which a held
+	// callback would otherwise keep alive for minutes.
+	cb.Result = bytes.Clone(cb.Result)
 	if c.store.add(cb, now) {
 		p.matchWaiting(cb.JobID)
 	}

@@ -305,4 +305,7 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 	}
 	m.rateLimited.WithLabelValues(name)
 	m.failovers.WithLabelValues(name)
+	// Every pipeline's, with callbacks or not: a dashboard over several
+	// pipelines shows 0 for one without callbacks, not "no data".
+	m.callbackCounters(name)
 }
