@@ -3,10 +3,13 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/internal/kafkatest"
@@ -139,10 +142,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // finishes the record at once with the callback's answer (the handler's
 // CallbackOutcome): one result each, no poll.
 func TestCallbackWhileWaiting(t *testing.T) {
-	e := newEnv(t, []time.Duration{time.Second, 5 * time.Second, 20 * time.Second}, 2)
-	cbTopic := e.WithCallbacks(2, 5*time.Second)
+	// The wait only bounds how slow the test machine may be: the records
+	// finish as soon as their callbacks are read.
+	e := newEnv(t, []time.Duration{time.Second, 10 * time.Second, 30 * time.Second}, 2)
+	cbTopic := e.WithCallbacks(2, 10*time.Second)
 	api := newJobAPI()
-	pr, _ := pipetest.RunProcessor(t, e.Config(), cbJobAPI{api})
+	cfg := e.Config()
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	pr, _ := pipetest.RunProcessor(t, cfg, cbJobAPI{api})
 	js := jobs(20)
 	api.produceJobs(e, js)
 	waitFor(t, "every job submitted and waiting", func() bool {
@@ -158,9 +166,20 @@ func TestCallbackWhileWaiting(t *testing.T) {
 	if n := api.totalPolls(); n != 0 {
 		t.Errorf("%d polls, want none: every callback came within the wait", n)
 	}
+	// Counted once each outcome is acknowledged.
+	waitFor(t, "every match counted", func() bool { return cbStatus(t, pr).Matched == uint64(len(js)) })
 	st := cbStatus(t, pr)
-	if st.Matched != uint64(len(js)) || st.Received != uint64(len(js)) || st.ViaCallback != uint64(len(js)) || st.Polls != 0 || st.Topic != cbTopic || st.Wait != "5s" {
+	if st.Matched != uint64(len(js)) || st.Received != uint64(len(js)) || st.ViaCallback != uint64(len(js)) || st.Polls != 0 || st.Topic != cbTopic || st.Wait != "10s" {
 		t.Errorf("status %+v: want %d received, matched and via_callback, no polls", st, len(js))
+	}
+	for name, want := range map[string]float64{
+		`redrive_callbacks_total{event="received"}`: 20, `redrive_callbacks_total{event="matched"}`: 20,
+		`redrive_callbacks_total{event="duplicate"}`: 0, `redrive_callbacks_held`: 20, `redrive_polls_total`: 0,
+		`redrive_job_seconds_count{via="callback"}`: 20, `redrive_job_seconds_count{via="poll"}`: 0,
+	} {
+		if got := gathered(t, reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
 	}
 	// The results record is not a poll: redrive-polls stays unset.
 	for _, r := range e.CollectN(e.P.Results, len(js), 30*time.Second, 0) {
@@ -173,8 +192,8 @@ func TestCallbackWhileWaiting(t *testing.T) {
 // A callback that is read before its record (here: before the job is even
 // submitted) is matched when the record is admitted.
 func TestCallbackBeforeRecord(t *testing.T) {
-	e := newEnv(t, []time.Duration{time.Second, 3 * time.Second}, 2)
-	cbTopic := e.WithCallbacks(2, 3*time.Second)
+	e := newEnv(t, []time.Duration{time.Second, 10 * time.Second}, 2)
+	cbTopic := e.WithCallbacks(2, 10*time.Second)
 	api := newJobAPI()
 	pr, _ := pipetest.RunProcessor(t, e.Config(), api)
 	js := jobs(20)
@@ -190,7 +209,8 @@ func TestCallbackBeforeRecord(t *testing.T) {
 	if n := api.totalPolls(); n != 0 {
 		t.Errorf("%d polls, want none", n)
 	}
-	if st := cbStatus(t, pr); st.Matched != uint64(len(js)) || st.Held != len(js) {
+	waitFor(t, "every match counted", func() bool { return cbStatus(t, pr).Matched == uint64(len(js)) })
+	if st := cbStatus(t, pr); st.Held != len(js) {
 		t.Errorf("status %+v: want %d matched and held (kept for duplicates)", st, len(js))
 	}
 }
@@ -206,6 +226,7 @@ func TestCallbackFallbackPoll(t *testing.T) {
 	js := jobs(10)
 	api.produceJobs(e, js)
 	got := resultsByJob(t, e, len(js), time.Second)
+	waitFor(t, "every job counted", func() bool { return cbStatus(t, pr).ViaPoll == uint64(len(js)) })
 	api.mu.Lock()
 	defer api.mu.Unlock()
 	for _, j := range js {
@@ -227,8 +248,8 @@ func TestCallbackFallbackPoll(t *testing.T) {
 // Every callback sent twice (and again after the job finished): one
 // result per job, the copies counted as duplicates.
 func TestCallbackDuplicates(t *testing.T) {
-	e := newEnv(t, []time.Duration{time.Second, 5 * time.Second, 20 * time.Second}, 2)
-	cbTopic := e.WithCallbacks(2, 5*time.Second)
+	e := newEnv(t, []time.Duration{time.Second, 10 * time.Second, 30 * time.Second}, 2)
+	cbTopic := e.WithCallbacks(2, 10*time.Second)
 	api := newJobAPI()
 	pr, _ := pipetest.RunProcessor(t, e.Config(), api)
 	js := jobs(20)
@@ -309,10 +330,53 @@ func TestCallbackRestart(t *testing.T) {
 	if n := api2.submitted(); n != 0 {
 		t.Errorf("%d jobs submitted again after the restart", n)
 	}
-	if st := cbStatus(t, pr2); st.Matched != uint64(len(js)) {
-		t.Errorf("new processor's status %+v: want %d matched", st, len(js))
-	}
+	waitFor(t, "every match counted", func() bool { return cbStatus(t, pr2).Matched == uint64(len(js)) })
 	if p := e.LagProblem(append([]string{e.P.Topic}, e.P.TierTopics()...), 2); p != "" {
 		t.Logf("lag: %s", p) // informative: the commit loop may not have run yet
 	}
+}
+
+// gathered is the value of one series of reg, named as name{label="v"}
+// (labels other than pipeline; a histogram's _count); 0 when absent.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	base, sel, _ := strings.Cut(strings.TrimSuffix(name, "}"), "{")
+	family, count := base, false
+	if f, ok := strings.CutSuffix(base, "_count"); ok {
+		family, count = f, true
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != family {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if sel != "" && !hasLabel(m, sel) {
+				continue
+			}
+			switch {
+			case count:
+				return float64(m.GetHistogram().GetSampleCount())
+			case m.Counter != nil:
+				return m.GetCounter().GetValue()
+			default:
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+func hasLabel(m *dto.Metric, sel string) bool {
+	k, v, _ := strings.Cut(sel, "=")
+	v = strings.Trim(v, `"`)
+	for _, l := range m.GetLabel() {
+		if l.GetName() == k && l.GetValue() == v {
+			return true
+		}
+	}
+	return false
 }
