@@ -89,7 +89,9 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	attempt, _, state := attemptOf(meta)
 	req := &Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
 	b := p.cfg.Breaker
-	canForward := b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers
+	// A record with state (a job submitted to this pipeline's service) is
+	// never forwarded: the other service knows nothing of that job.
+	canForward := b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers && len(state) == 0
 	for {
 		t, forward, ok := p.line.enter(ctx, canForward, w.ps.leaving.Load)
 		if !ok {
