@@ -300,7 +300,8 @@ func (fe *fieldErrs) add(field, format string, args ...any) {
 // WithDefaults is p with every zero value that has a default filled in:
 // DLQ (topics.DefaultDLQ(Topic)), NotReadyDeadline, Concurrency,
 // MaxInflight (DefaultInflightPerSlot × Concurrency), MaxInflightBytes,
-// MaxWaiting. Name and Schedule have no default.
+// MaxWaiting, a copy of Callbacks with its defaults (Callbacks.WithDefaults).
+// Name and Schedule have no default.
 func (p Pipeline) WithDefaults() Pipeline {
 	if p.DLQ == "" && p.Topic != "" {
 		p.DLQ = topics.DefaultDLQ(p.Topic)
@@ -325,7 +326,27 @@ func (p Pipeline) WithDefaults() Pipeline {
 	}
 	p.Breaker = p.Breaker.WithDefaults()
 	p.Guard = p.Guard.WithDefaults()
+	if p.Callbacks != nil {
+		cb := p.Callbacks.WithDefaults(p.Topic)
+		p.Callbacks = &cb // a copy: the caller's Callbacks stays as it was
+	}
 	return p
+}
+
+// WithDefaults fills the zero settings of a pipeline's Callbacks: Topic
+// (topics.CallbacksTopic(main), "<main>.callbacks"), Wait
+// (DefaultCallbackWait), MaxEntries (DefaultCallbackEntries).
+func (c Callbacks) WithDefaults(main string) Callbacks {
+	if c.Topic == "" && main != "" {
+		c.Topic = topics.CallbacksTopic(main)
+	}
+	if c.Wait == 0 {
+		c.Wait = DefaultCallbackWait
+	}
+	if c.MaxEntries == 0 {
+		c.MaxEntries = DefaultCallbackEntries
+	}
+	return c
 }
 
 // Validate checks a pipeline whose defaults are filled in (WithDefaults)
@@ -443,6 +464,23 @@ func (p Pipeline) validate() []error {
 			}
 		}
 	}
+	if c := p.Callbacks; c != nil {
+		if c.Topic == "" && p.Topic == "" {
+			// it defaults from the topic: the topic's error says it
+		} else if err := topics.ValidateName(c.Topic); err != nil {
+			errs = append(errs, &FieldError{Field: "Callbacks.Topic", Index: -1, Msg: err.Error(), Err: err})
+		} else if c.Topic == p.Topic || slices.Contains(tiers, c.Topic) || c.Topic == p.DLQ || c.Topic == p.Results {
+			errs.add("Callbacks.Topic", "%q is one of this pipeline's other topics (main, tier, DLQ or results); callbacks need a topic of their own", c.Topic)
+		}
+		if c.Wait <= 0 {
+			errs.add("Callbacks.Wait", "%s: must be more than 0", c.Wait)
+		} else if p.NotReadyDeadline > 0 && c.Wait >= p.NotReadyDeadline {
+			errs.add("Callbacks.Wait", "%s: must be less than not_ready_deadline (%s), or a job without a callback expires before its first poll", c.Wait, p.NotReadyDeadline)
+		}
+		if c.MaxEntries < 1 {
+			errs.add("Callbacks.MaxEntries", "%d: must be at least 1", c.MaxEntries)
+		}
+	}
 	if b := p.Breaker; b.FailoverRetries && b.FailoverTo == "" {
 		errs.add("Breaker.FailoverRetries", "needs failover_to")
 	}
@@ -542,6 +580,16 @@ func (c Config) Validate() error {
 				errs.add(at+"Topic", "tier topic %q is consumed by pipelines[%d] too; a topic belongs to one pipeline", t, j)
 			}
 			consumed[t] = i
+		}
+	}
+	// A callbacks topic holds callbacks only: never another pipeline's
+	// main or tier topic.
+	for i, p := range c.Pipelines {
+		if p.Callbacks == nil || p.Callbacks.Topic == "" {
+			continue
+		}
+		if j, dup := consumed[p.Callbacks.Topic]; dup && j != i {
+			errs.add("Pipelines["+strconv.Itoa(i)+"].Callbacks.Topic", "%q is consumed by pipelines[%d]; callbacks need a topic of their own", p.Callbacks.Topic, j)
 		}
 	}
 	return errors.Join(errs...)

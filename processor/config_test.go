@@ -90,3 +90,45 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("New with concurrency -4: %v", err)
 	}
 }
+
+func TestCallbacksDefaultsAndValidate(t *testing.T) {
+	p := validPipeline("p", "t")
+	orig := &Callbacks{}
+	p.Callbacks = orig
+	d := p.WithDefaults()
+	if c := d.Callbacks; c == orig || c.Topic != "t.callbacks" || c.Topic != topics.CallbacksTopic("t") || c.Wait != DefaultCallbackWait || c.MaxEntries != DefaultCallbackEntries {
+		t.Errorf("WithDefaults: %+v (the caller's %+v must stay as it was)", c, orig)
+	}
+	if *orig != (Callbacks{}) {
+		t.Errorf("WithDefaults changed the caller's Callbacks: %+v", orig)
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("Validate: %v", err)
+	}
+	for _, tt := range []struct {
+		field string
+		cb    Callbacks
+		msg   string
+	}{
+		{"Callbacks.Wait", Callbacks{Wait: -time.Second}, "-1s: must be more than 0"},
+		{"Callbacks.Wait", Callbacks{Wait: 10 * time.Minute}, "must be less than not_ready_deadline (10m0s)"},
+		{"Callbacks.MaxEntries", Callbacks{MaxEntries: -1}, "-1: must be at least 1"},
+		{"Callbacks.Topic", Callbacks{Topic: "t.retry.5s"}, "is one of this pipeline's other topics"},
+		{"Callbacks.Topic", Callbacks{Topic: "t.dlq"}, "is one of this pipeline's other topics"},
+		{"Callbacks.Topic", Callbacks{Topic: "a/b"}, "a topic name uses only"},
+	} {
+		p := validPipeline("p", "t")
+		cb := tt.cb
+		p.Callbacks = &cb
+		err := p.WithDefaults().Validate()
+		var fe *FieldError
+		if !errors.As(err, &fe) || fe.Field != tt.field || !strings.Contains(fe.Msg, tt.msg) {
+			t.Errorf("%+v: Validate = %v, want %s: %s", tt.cb, err, tt.field, tt.msg)
+		}
+	}
+	c := Config{Brokers: []string{"h:1"}, Pipelines: []Pipeline{validPipeline("a", "t"), validPipeline("b", "u")}}
+	c.Pipelines[1].Callbacks = &Callbacks{Topic: "t"}
+	if err := c.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), `Pipelines[1].Callbacks.Topic: "t" is consumed by pipelines[0]`) {
+		t.Errorf("a callbacks topic that is another pipeline's main topic: %v", err)
+	}
+}

@@ -19,10 +19,18 @@ type policy struct {
 	notReadyDeadline time.Duration
 	results          bool       // the pipeline has a results topic
 	rnd              *rand.Rand // jitter source; nil: the global one
+	// callbackWait is Callbacks.Wait of a pipeline with callbacks (0:
+	// none): a submit's NotReady waits at least this long for its
+	// callback before the first poll.
+	callbackWait time.Duration
 }
 
 func policyOf(cfg Pipeline) policy {
-	return policy{sched: cfg.Schedule, ttl: cfg.TTL, notReadyDeadline: cfg.NotReadyDeadline, results: cfg.Results != ""}
+	p := policy{sched: cfg.Schedule, ttl: cfg.TTL, notReadyDeadline: cfg.NotReadyDeadline, results: cfg.Results != ""}
+	if cfg.Callbacks != nil {
+		p.callbackWait = cfg.Callbacks.Wait
+	}
+	return p
 }
 
 // decision is what becomes of one record. It is made by screen (before the
@@ -224,25 +232,40 @@ func clampFuture(meta *retry.Meta, now time.Time) (clamped clampMask) {
 }
 
 // attemptOf is the attempt number, whether the call is a not-ready poll, and
-// the state the handler gets, for a record with these headers.
+// the state the handler gets, for a record with these headers. The state
+// is passed on whatever the last class: a not-ready answer's, and a
+// transient failure's or a pause's that carried one (a failed poll of a
+// job API keeps its job id, so the next attempt polls again instead of
+// submitting a second job).
 func attemptOf(meta retry.Meta) (attempt int, poll bool, state []byte) {
 	poll = meta.ErrorClass == retry.ClassNotReady
 	attempt = meta.Attempt + 1
 	if poll && meta.Attempt > 0 {
 		attempt = meta.Attempt // a poll belongs to the attempt that was accepted
 	}
-	if poll {
-		state = meta.State
-	}
-	return attempt, poll, state
+	return attempt, poll, meta.State
 }
 
 // decide is what becomes of a record with headers meta (identity and
 // origin filled) whose handler answered out at now. An Outcome without a
 // valid Kind is decided as Transient (see checked).
 func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
+	return decideAs(meta, out, p, now, false)
+}
+
+// decideCallback is decide for an outcome that a callback gave
+// (callbacks.go): the same rules, but it is not a poll, so redrive-polls
+// is not counted.
+func decideCallback(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
+	return decideAs(meta, out, p, now, true)
+}
+
+func decideAs(meta retry.Meta, out Outcome, p policy, now time.Time, byCallback bool) decision {
 	out, _ = checked(out)
-	attempt, poll, _ := attemptOf(meta)
+	attempt, poll, callState := attemptOf(meta)
+	if byCallback {
+		poll = false // redrive-polls counts handler calls only
+	}
 	meta.State = nil
 	meta.Due, meta.Tier = time.Time{}, ""
 	switch out.Kind {
@@ -263,26 +286,35 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 			meta.NotReadySince = now
 		}
 		fail(&meta, now, retry.ClassNotReady, out.Code, errText(out, "not ready"))
-		if len(out.State) > retry.MaxStateBytes {
-			fail(&meta, now, retry.ClassPermanent, CodeStateTooLarge, fmt.Sprintf("handler state of %d bytes exceeds %d", len(out.State), retry.MaxStateBytes))
-			return dead(meta, reasonPermanent, "")
-		}
-		if !utf8.Valid(out.State) {
-			// Header values are UTF-8 text (the wire contract); binary state
-			// would make the retry record invalid on its next read.
-			fail(&meta, now, retry.ClassPermanent, CodeBadState, "handler state is not valid UTF-8 (encode binary state, e.g. base64)")
-			return dead(meta, reasonPermanent, "")
+		if d, bad := badState(&meta, out, now); bad {
+			return d
 		}
 		meta.State = out.State
-		idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
+		minDelay := out.MinDelay
+		if len(callState) == 0 && minDelay < p.callbackWait {
+			// A submit in a pipeline with callbacks: the record waits for
+			// its callback; the first poll is not before the wait is over.
+			minDelay = p.callbackWait
+		}
+		idx, due := p.sched.Next(now, 0, min(minDelay, p.dueLimit(meta)), p.rnd)
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 
 	case Transient:
 		meta.Attempt++ // a failed poll is a failed attempt too
 		meta.Polls += btoi(poll)
-		meta.NotReadySince = time.Time{}
 		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "transient failure"))
+		if len(out.State) > 0 {
+			// A failed poll that keeps its job: the next attempt polls the
+			// same job again (never submits a second one), and the
+			// not-ready clock goes on.
+			if d, bad := badState(&meta, out, now); bad {
+				return d
+			}
+			meta.State = out.State
+		} else {
+			meta.NotReadySince = time.Time{}
+		}
 		if p.sched.Exhausted(meta.Attempt) {
 			return dead(meta, reasonExhausted, "")
 		}
@@ -293,8 +325,14 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 	case Paused:
 		// The pipeline's line holds a paused record and calls it again
 		// (flow.go); decided here only without one: back to the tier
-		// covering the pause, no attempt spent.
+		// covering the pause, no attempt spent, its State (a job id) kept.
 		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "paused"))
+		if len(out.State) > 0 {
+			if d, bad := badState(&meta, out, now); bad {
+				return d
+			}
+			meta.State = out.State
+		}
 		idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
@@ -311,6 +349,22 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 		fail(&meta, now, retry.ClassPermanent, out.Code, errText(out, "permanent failure"))
 		return dead(meta, reasonPermanent, "")
 	}
+}
+
+// badState is the permanent dead letter of an outcome whose State cannot
+// be written: larger than retry.MaxStateBytes or not UTF-8 (header values
+// are UTF-8 text, the wire contract; binary state would make the retry
+// record invalid on its next read). bad is false when the state is fine.
+func badState(meta *retry.Meta, out Outcome, now time.Time) (d decision, bad bool) {
+	if len(out.State) > retry.MaxStateBytes {
+		fail(meta, now, retry.ClassPermanent, CodeStateTooLarge, fmt.Sprintf("handler state of %d bytes exceeds %d", len(out.State), retry.MaxStateBytes))
+		return dead(*meta, reasonPermanent, ""), true
+	}
+	if !utf8.Valid(out.State) {
+		fail(meta, now, retry.ClassPermanent, CodeBadState, "handler state is not valid UTF-8 (encode binary state, e.g. base64)")
+		return dead(*meta, reasonPermanent, ""), true
+	}
+	return decision{}, false
 }
 
 func dead(meta retry.Meta, reason, early string) decision {

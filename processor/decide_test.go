@@ -168,6 +168,104 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// TestDecideJobs is issue 14's part of the table: a transient or paused
+// outcome that keeps its State (a failed poll of a job API), the submit
+// of a pipeline with callbacks waiting for its callback, and an outcome
+// given by a callback (decideCallback: not a poll).
+func TestDecideJobs(t *testing.T) {
+	errDown := errors.New("503: down")
+	cbPol := with(pol, func(p *policy) { p.callbackWait = 2 * time.Minute })
+	// transientPoll is polled() after a failed poll that kept its job.
+	transientPoll := func(state string) retry.Meta {
+		m := errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 2, 3 }), retry.ClassTransient, "http_503", "503: down")
+		m.State = []byte(state)
+		return m
+	}
+	cases := []struct {
+		name     string
+		meta     retry.Meta
+		out      Outcome
+		pol      policy
+		callback bool
+		want     decision
+	}{
+		{"transient with state keeps it and the not-ready clock", polled(), Outcome{Kind: Transient, Code: "http_503", Err: errDown, State: []byte("task-9")}, pol, false,
+			toTier(transientPoll("task-9"), 1, 30*time.Second)},
+		{"transient with a new state takes it", polled(), Outcome{Kind: Transient, Code: "http_503", Err: errDown, State: []byte("task-10")}, pol, false,
+			toTier(transientPoll("task-10"), 1, 30*time.Second)},
+		{"transient with state on the last attempt: exhausted", with(polled(), func(m *retry.Meta) { m.Attempt = 2 }),
+			Outcome{Kind: Transient, Code: "http_503", Err: errDown, State: []byte("task-9")}, pol, false,
+			toDead(with(transientPoll("task-9"), func(m *retry.Meta) { m.Attempt = 3 }), reasonExhausted)},
+		{"transient without state drops the clock (as before)", polled(), Retry("http_503", errDown), pol, false,
+			toTier(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls, m.NotReadySince = 2, 3, time.Time{} }), retry.ClassTransient, "http_503", "503: down"), 1, 30*time.Second)},
+		{"transient state too large", polled(), Outcome{Kind: Transient, Code: "http_503", State: []byte(strings.Repeat("s", retry.MaxStateBytes+1))}, pol, false,
+			toDead(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 2, 3 }), retry.ClassPermanent, CodeStateTooLarge,
+				fmt.Sprintf("handler state of %d bytes exceeds %d", retry.MaxStateBytes+1, retry.MaxStateBytes)), reasonPermanent)},
+		{"transient binary state", polled(), Outcome{Kind: Transient, Code: "http_503", State: []byte{0xff}}, pol, false,
+			toDead(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 2, 3 }), retry.ClassPermanent, CodeBadState,
+				"handler state is not valid UTF-8 (encode binary state, e.g. base64)"), reasonPermanent)},
+		{"paused with state keeps it, no attempt spent", polled(), Outcome{Kind: Paused, Code: "ERROR_ZERO_BALANCE", MinDelay: 20 * time.Second, State: []byte("task-9")}, pol, false,
+			toTier(with(errored(polled(), retry.ClassTransient, "ERROR_ZERO_BALANCE", "ERROR_ZERO_BALANCE"), func(m *retry.Meta) { m.State = []byte("task-9") }), 1, 30*time.Second)},
+		{"paused without state drops it (as before)", polled(), Pause("ERROR_ZERO_BALANCE", nil, 20*time.Second), pol, false,
+			toTier(errored(polled(), retry.ClassTransient, "ERROR_ZERO_BALANCE", "ERROR_ZERO_BALANCE"), 1, 30*time.Second)},
+		{"paused binary state", polled(), Outcome{Kind: Paused, Code: "ERROR_ZERO_BALANCE", State: []byte{0xff}}, pol, false,
+			toDead(errored(polled(), retry.ClassPermanent, CodeBadState, "handler state is not valid UTF-8 (encode binary state, e.g. base64)"), reasonPermanent)},
+
+		// The wait is a minimum delay like any other: the tier covering it.
+		{"submit with callbacks waits for the callback: tier covering the wait", fresh(), Poll([]byte("job-1"), 15*time.Second), cbPol, false,
+			toTier(with(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1; m.NotReadySince = t0 }), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("job-1") }), 2, 5*time.Minute)},
+		{"submit with callbacks asking for longer than the wait keeps its delay", fresh(), Poll([]byte("job-1"), 6*time.Minute), cbPol, false,
+			toTier(with(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1; m.NotReadySince = t0 }), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("job-1") }), 2, 6*time.Minute)},
+		{"submit with a wait beyond the last tier: due after the wait", fresh(), Poll([]byte("job-1"), 0), with(pol, func(p *policy) { p.callbackWait = 7 * time.Minute }), false,
+			toTier(with(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1; m.NotReadySince = t0 }), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("job-1") }), 2, 7*time.Minute)},
+		{"submit without callbacks: the handler's delay", fresh(), Poll([]byte("job-1"), 15*time.Second), pol, false,
+			toTier(with(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1; m.NotReadySince = t0 }), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("job-1") }), 1, 30*time.Second)},
+		{"a fallback poll with callbacks: the handler's delay", polled(), Poll([]byte("task-9"), 0), cbPol, false,
+			toTier(with(errored(with(polled(), func(m *retry.Meta) { m.Polls = 3 }), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("task-9") }), 0, 5*time.Second)},
+
+		{"callback success: attempt unchanged, not a poll", polled(), Succeed([]byte("token")), cbPol, true,
+			decision{to: toResults, result: []byte("token"), meta: retry.Meta{ID: "req-1", Attempt: 1, Polls: 2, Redrives: 1, HasOrigin: true,
+				OriginTopic: "solve", OriginPartition: 2, OriginOffset: 7, OriginTimestamp: t0.Add(-time.Minute)}}},
+		{"callback failure: permanent, polls unchanged", polled(), Fail("ERROR_CAPTCHA_UNSOLVABLE", nil), cbPol, true,
+			toDead(errored(polled(), retry.ClassPermanent, "ERROR_CAPTCHA_UNSOLVABLE", "ERROR_CAPTCHA_UNSOLVABLE"), reasonPermanent)},
+		{"callback not ready with its job: the handler's delay, polls unchanged", polled(), Poll([]byte("task-9"), 0), cbPol, true,
+			toTier(with(errored(polled(), retry.ClassNotReady, "", "not ready"),
+				func(m *retry.Meta) { m.State = []byte("task-9") }), 0, 5*time.Second)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got decision
+			if c.callback {
+				got = decideCallback(c.meta, c.out, c.pol, t0)
+			} else {
+				got = decide(c.meta, c.out, c.pol, t0)
+			}
+			checkDecision(t, got, c.want)
+		})
+	}
+}
+
+// A retry record of a failed poll (transient, with state) is read back
+// whole: retry.Decode takes state whatever the class.
+func TestTransientStateRoundTrip(t *testing.T) {
+	d := decide(polled(), Outcome{Kind: Transient, Code: "http_503", State: []byte("task-9")}, pol, t0)
+	m, _, err := retry.Decode(retry.Encode(d.meta, nil))
+	if err != nil {
+		t.Fatalf("Decode: %v", err)
+	}
+	if string(m.State) != "task-9" || m.ErrorClass != retry.ClassTransient || !m.NotReadySince.Equal(polled().NotReadySince) {
+		t.Errorf("decoded %+v: want state task-9, class transient, not-ready-since kept", m)
+	}
+	if _, _, state := attemptOf(m); string(state) != "task-9" {
+		t.Errorf("the next attempt gets state %q, want task-9", state)
+	}
+}
+
 func checkDecision(t *testing.T, got, want decision) {
 	t.Helper()
 	if got.to != want.to || got.tier != want.tier || got.hop != want.hop || got.early != want.early || string(got.result) != string(want.result) {
@@ -394,7 +492,9 @@ func TestAttemptOf(t *testing.T) {
 	}{
 		{"first", fresh(), 1, false, ""},
 		{"after two failures", failed(2, retry.ClassTransient), 3, false, ""},
-		{"state of a failed attempt is not passed on", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.State = []byte("s") }), 2, false, ""},
+		// Issue 14: a failed poll keeps its job id; the next attempt polls it again.
+		{"state of a failed attempt is passed on", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.State = []byte("s") }), 2, false, "s"},
+		{"state of a paused record is passed on", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.State, m.ErrorCode = []byte("job-7"), "ERROR_ZERO_BALANCE" }), 2, false, "job-7"},
 		{"poll keeps the accepted attempt", polled(), 1, true, "task-9"},
 		{"poll of a foreign record without attempts", with(fresh(), func(m *retry.Meta) { m.ErrorClass = retry.ClassNotReady }), 1, true, ""},
 	}

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,6 +32,10 @@ type metrics struct {
 	paused         *prometheus.GaugeVec     // pipeline, reason
 	rateLimited    *prometheus.CounterVec   // pipeline
 	failovers      *prometheus.CounterVec   // pipeline
+	callbacks      *prometheus.CounterVec   // pipeline, event (cbEventNames)
+	callbacksHeld  *prometheus.GaugeVec     // pipeline
+	polls          *prometheus.CounterVec   // pipeline
+	jobSeconds     *prometheus.HistogramVec // pipeline, via (callback, poll)
 
 	codesMu sync.Mutex
 	codes   map[string]bool
@@ -99,11 +104,25 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_failovers_total", Help: "Records forwarded to breaker.failover_to while the line was stopped (acknowledged).",
 		}, []string{"pipeline"}),
+		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_callbacks_total", Help: "Callbacks read from the callbacks topic by event: received, matched (a record finished by its callback), duplicate (a second callback for a job), late (a callback for a job this process finished by polling), evicted (dropped unmatched at max_entries), bad (no valid job id).",
+		}, []string{"pipeline", "event"}),
+		callbacksHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_callbacks_held", Help: "Callbacks held in memory (waiting for their record, or matched and kept to spot duplicates).",
+		}, []string{"pipeline"}),
+		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_polls_total", Help: "Handler calls that polled a job (a record with redrive-state), fallback polls of a pipeline with callbacks included.",
+		}, []string{"pipeline"}),
+		jobSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redrive_job_seconds", Help: "From the first not-ready answer (redrive-not-ready-since, the submit) to the success, by what finished the job: its callback or a poll.",
+			Buckets: []float64{.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800},
+		}, []string{"pipeline", "via"}),
 		codes: map[string]bool{"": true},
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
 		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.clamped,
-		m.breakerState, m.breakerTrans, m.paused, m.rateLimited, m.failovers} {
+		m.breakerState, m.breakerTrans, m.paused, m.rateLimited, m.failovers,
+		m.callbacks, m.callbacksHeld, m.polls, m.jobSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -139,6 +158,9 @@ type hotMetrics struct {
 	outcomes sync.Map // outcomeKey → prometheus.Counter
 
 	clamped [len(clampedTimes)]prometheus.Counter // by clampedTimes index
+
+	polls prometheus.Counter
+	job   [len(jobVias)]prometheus.Observer // by jobVia - 1
 }
 
 type outcomeKey struct {
@@ -154,6 +176,30 @@ func (h *hotMetrics) init(m *metrics, pipeline string) {
 	for i, l := range clampedTimes {
 		h.clamped[i] = m.clamped.WithLabelValues(pipeline, l)
 	}
+	h.polls = m.polls.WithLabelValues(pipeline)
+	for i, v := range jobVias {
+		h.job[i] = m.jobSeconds.WithLabelValues(pipeline, v)
+	}
+}
+
+// jobVias are the via label values of redrive_job_seconds, indexed by
+// jobVia - 1.
+var jobVias = [...]string{viaCallback - 1: "callback", viaPoll - 1: "poll"}
+
+// observeJob counts a job finished by via, since its submit.
+func (h *hotMetrics) observeJob(via jobVia, d time.Duration) {
+	if via > 0 && int(via) <= len(jobVias) {
+		h.job[via-1].Observe(max(d, 0).Seconds())
+	}
+}
+
+// callbackCounters are the pipeline's redrive_callbacks_total series, by
+// event, and its redrive_callbacks_held.
+func (m *metrics) callbackCounters(pipeline string) (events [nCBEvents]prometheus.Counter, held prometheus.Gauge) {
+	for i, e := range cbEventNames {
+		events[i] = m.callbacks.WithLabelValues(pipeline, e)
+	}
+	return events, m.callbacksHeld.WithLabelValues(pipeline)
 }
 
 // clampedTimes are the time label values of
@@ -259,4 +305,7 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 	}
 	m.rateLimited.WithLabelValues(name)
 	m.failovers.WithLabelValues(name)
+	// Every pipeline's, with callbacks or not: a dashboard over several
+	// pipelines shows 0 for one without callbacks, not "no data".
+	m.callbackCounters(name)
 }

@@ -60,6 +60,19 @@ type work struct {
 	waitUntil time.Time
 	size      int64
 	heapIdx   int
+
+	// Callbacks (callbacks.go). cb is the callback attached to the
+	// record: it is finished with the callback's outcome, no handler call.
+	cb *Callback
+	// indexed is the job id under which w waits in pipeline.jobs.
+	indexed string
+	cbFate  cbFate
+	// polledJob is the job a poll finished (a later callback is late).
+	polledJob string
+	// via says what finished the job with success; since is its
+	// redrive-not-ready-since (redrive_job_seconds).
+	via   jobVia
+	since time.Time
 }
 
 // pipeline runs one Pipeline: a consumer group over the main topic and the
@@ -99,6 +112,13 @@ type pipeline struct {
 
 	hot hotMetrics
 
+	// cbs reads the pipeline's callbacks (nil without Callbacks); jobs
+	// indexes the records waiting in the scheduler by job id (under mu).
+	cbs  *callbacks
+	jobs map[string]*work
+	// polls, viaCallback, viaPoll count for CallbackStatus.
+	polls, viaCallback, viaPoll atomic.Uint64
+
 	// line is the flow control: breaker, rate limit, pause codes, guard,
 	// manual pause (line.go).
 	line *line
@@ -135,6 +155,10 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		capCh:  make(chan struct{}, 1),
 		parts:  map[tp]*partState{},
 		lanes:  map[string]*lane{},
+		jobs:   map[string]*work{},
+	}
+	if cfg.Callbacks != nil {
+		p.cbs = newCallbacks(*cfg.Callbacks, m, cfg.Name)
 	}
 	for i, t := range p.tiers {
 		p.tierOf[t] = i
@@ -231,6 +255,15 @@ func (p *pipeline) run(ctx context.Context) error {
 	go func() { p.lagLoop(ctx); close(lagDone) }()
 	lineDone := make(chan struct{})
 	go func() { p.line.run(ctx); close(lineDone) }()
+	cbDone := make(chan struct{})
+	if p.cbs != nil {
+		go func() { p.readCallbacks(ctx, time.Now()); close(cbDone) }()
+		// Records redelivered after a restart find the callbacks that came
+		// while no one read them.
+		p.awaitCallbacks(ctx)
+	} else {
+		close(cbDone)
+	}
 
 	err := p.pollLoop(ctx)
 
@@ -247,6 +280,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	// stays uncommitted and is redelivered).
 	schedStop()
 	<-schedDone
+	// Nor does the callbacks reader (matchWaiting dispatches).
+	<-cbDone
 	drained := make(chan struct{})
 	go func() { p.wg.Wait(); close(drained) }()
 	select {
@@ -360,7 +395,9 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 		if w.decodeErr == nil {
 			w.waitUntil = p.waitUntil(ps.tier, w, now)
 		}
-		if w.decodeErr != nil || !w.waitUntil.After(now) {
+		// A job whose callback came before its record: finished at once.
+		p.takeCallback(w)
+		if w.cb != nil || w.decodeErr != nil || !w.waitUntil.After(now) {
 			p.dispatchLocked(w)
 			continue
 		}
@@ -368,6 +405,9 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 		p.waiting++
 		if w.waitUntil.After(ps.lastWait) {
 			ps.lastWait = w.waitUntil
+		}
+		if p.waitsForCallback(w) {
+			p.indexLocked(w) // before the push: matchWaiting holds p.mu too
 		}
 		p.sched.push(w)
 		if ps.waiting >= p.cfg.MaxWaiting && !ps.paused {
@@ -413,10 +453,18 @@ func (w *work) decode() {
 func (p *pipeline) onDue(w *work) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	ps := w.ps
-	if ps.gone || ps.revoking {
+	p.unindexLocked(w)
+	if w.ps.gone || w.ps.revoking {
 		return
 	}
+	p.dueLocked(w)
+}
+
+// dueLocked dispatches w, taken out of the scheduler (due, or its
+// callback came), and resumes its partition when few records wait. p.mu
+// held; w.ps is neither gone nor revoking.
+func (p *pipeline) dueLocked(w *work) {
+	ps := w.ps
 	ps.waiting--
 	p.waiting--
 	p.hot.waiting.Set(float64(p.waiting))
@@ -502,6 +550,9 @@ func (p *pipeline) work(w *work) {
 // complete records the end of w: finished means its outcome is acknowledged
 // and its offset may be committed.
 func (p *pipeline) complete(w *work, finished bool) {
+	if w.cb != nil || w.via != viaNone || w.polledJob != "" {
+		p.finishJob(w, finished)
+	}
 	p.mu.Lock()
 	ps := w.ps
 	if finished && !ps.gone {
@@ -628,6 +679,11 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 				offsets[ps.tp.topic] = map[int32]kgo.EpochOffset{}
 			}
 			offsets[ps.tp.topic][ps.tp.partition] = eo
+		}
+	}
+	for _, w := range p.jobs {
+		if w.ps.gone {
+			p.unindexLocked(w) // the next owner matches it from its own store
 		}
 	}
 	p.hot.waiting.Set(float64(p.waiting))

@@ -29,6 +29,9 @@ func (p *pipeline) probe(ctx context.Context) {
 		outs = append(outs, f)
 	}
 	names := append([]string{p.cfg.Topic}, outs...)
+	if p.cbs != nil {
+		names = append(names, p.cbs.cfg.Topic)
+	}
 	details, err := adm.ListTopics(ctx, names...)
 	if err != nil {
 		p.log.Warn("could not look up the pipeline's topics", "err", err)
@@ -36,9 +39,14 @@ func (p *pipeline) probe(ctx context.Context) {
 	}
 	for _, n := range names {
 		d, ok := details[n]
-		if !ok || d.Err != nil {
-			p.log.Error("topic missing: records for it will wait, nothing is committed past them; run `redrive topics ensure`", "topic", n)
+		if ok && d.Err == nil {
+			continue
 		}
+		if p.cbs != nil && n == p.cbs.cfg.Topic {
+			p.log.Error("callbacks topic "+n+" missing: no callback can be read, every submitted job is polled after the callback wait; run `redrive topics ensure`", "topic", n)
+			continue
+		}
+		p.log.Error("topic missing: records for it will wait, nothing is committed past them; run `redrive topics ensure`", "topic", n)
 	}
 	rcs, err := adm.DescribeTopicConfigs(ctx, outs...)
 	if err != nil {

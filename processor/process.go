@@ -67,16 +67,31 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			p.hot.latenessFor(w.ps.tier, tierLabel).Observe(now.Sub(meta.Due).Seconds())
 		}
 	}
+	// A callback may have come while the record sat in the run queue
+	// (or since it was due): then it is not polled.
+	p.takeCallback(w)
 	d, call := screen(meta, w.decodeErr, w.ps.tier, p.pol, now)
+	if w.cb != nil && !call && d.hop {
+		// Not due only because it waited for its callback, which came.
+		call = true
+	}
 	if !call {
+		if w.cb != nil {
+			w.cbFate = fateUsed // expired or invalid all the same
+		}
 		p.countEarly(d, tierLabel)
 		return d, true
+	}
+	if w.cb != nil {
+		return p.byCallback(w, meta, tierLabel, now), true
 	}
 
 	attempt, _, state := attemptOf(meta)
 	req := &Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
 	b := p.cfg.Breaker
-	canForward := b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers
+	// A record with state (a job submitted to this pipeline's service) is
+	// never forwarded: the other service knows nothing of that job.
+	canForward := b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers && len(state) == 0
 	for {
 		t, forward, ok := p.line.enter(ctx, canForward, w.ps.leaving.Load)
 		if !ok {
@@ -97,6 +112,10 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			}
 		}
 		start := time.Now()
+		if len(req.State) > 0 {
+			p.polls.Add(1)
+			p.hot.polls.Inc()
+		}
 		out := p.call(ctx, req)
 		if ctx.Err() != nil {
 			t.abandon()
@@ -115,8 +134,44 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		if p.line.leave(t, out, now) {
 			continue // the line stopped because of this outage: call again once it runs, no attempt spent
 		}
-		return decide(meta, out, p.pol, now), true
+		d := decide(meta, out, p.pol, now)
+		if len(req.State) > 0 {
+			if out.Kind == Success {
+				w.via, w.since = viaPoll, meta.NotReadySince
+			}
+			if p.cbs != nil && d.to != toRetry {
+				w.polledJob = string(req.State) // a callback for it from now on is late
+			}
+		}
+		return d, true
 	}
+}
+
+// byCallback decides w, a record with its callback attached, from the
+// callback: no line, no handler call. The outcome is the handler's
+// CallbackOutcome (DefaultCallbackOutcome for a Handler without one),
+// decided by the usual rules except that it is not a poll.
+func (p *pipeline) byCallback(w *work, meta retry.Meta, tierLabel string, now time.Time) decision {
+	out, mistake := checked(p.callbackOutcome(meta.ID, *w.cb))
+	if mistake {
+		p.noKind.Do(func() {
+			p.log.Warn("CallbackOutcome returned an Outcome without a valid Kind: retrying it as transient (logged once)",
+				"id", meta.ID, "code", out.Code, "err", out.Err)
+		})
+	}
+	if out.Kind == NotReady && len(out.State) == 0 {
+		out.State = meta.State // still the same job: poll it, never submit again
+	}
+	p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
+	d := decideCallback(meta, out, p.pol, now)
+	w.cbFate = fateMatched
+	if d.to == toRetry {
+		w.cbFate = fateRetry
+	}
+	if out.Kind == Success {
+		w.via, w.since = viaCallback, meta.NotReadySince
+	}
+	return d
 }
 
 // countEarly counts a decision screen made without the handler.

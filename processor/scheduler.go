@@ -34,6 +34,21 @@ func (s *scheduler) push(w *work) {
 	}
 }
 
+// remove takes w out of the heap before it is due (its callback came).
+// It reports false when w is not in the heap: run already popped it and
+// hands it to onDue (or has), which then dispatches it, so a waiting
+// record is dispatched exactly once, by whoever took it out of the heap.
+func (s *scheduler) remove(w *work) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := w.heapIdx
+	if i < 0 || i >= len(s.h) || s.h[i] != w {
+		return false
+	}
+	heap.Remove(&s.h, i)
+	return true
+}
+
 func (s *scheduler) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -84,6 +99,7 @@ func (h *workHeap) Pop() any {
 	n := len(old)
 	w := old[n-1]
 	old[n-1] = nil
+	w.heapIdx = -1
 	*h = old[:n-1]
 	return w
 }

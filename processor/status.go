@@ -227,6 +227,7 @@ func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus
 	ps := PipelineStatus{Name: p.cfg.Name, Group: p.cfg.GroupID(), Topic: p.cfg.Topic, Results: p.cfg.Results,
 		DLQ: p.cfg.DLQ, Joined: p.joined.Load(), Tiers: tiers}
 	ps.Line = p.line.status(now)
+	ps.Callbacks = p.callbackStatus()
 	p.mu.Lock()
 	ps.Inflight, ps.InflightBytes, ps.Waiting = p.inflight, p.bytes, p.waiting
 	for _, st := range p.parts {

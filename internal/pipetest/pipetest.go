@@ -27,6 +27,7 @@ import (
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
 // Env is one behaviour test's broker and pipeline, its topics created.
@@ -65,6 +66,18 @@ func New(t testing.TB, base string, partitions int32, sched retry.Schedule) *Env
 	}
 	e.CreateTopics(partitions, append([]string{topic, e.P.Results, e.P.DLQ}, e.P.TierTopics()...)...)
 	return e
+}
+
+// WithCallbacks gives e.P callbacks (processor.Callbacks) that wait for
+// wait, and creates its callbacks topic (topics.CallbacksTopic of the main
+// topic) with partitions. It returns the callbacks topic; write callbacks
+// to it with processor.CallbackRecord.
+func (e *Env) WithCallbacks(partitions int32, wait time.Duration) string {
+	e.T.Helper()
+	topic := topics.CallbacksTopic(e.P.Topic)
+	e.CreateTopics(partitions, topic)
+	e.P.Callbacks = &processor.Callbacks{Topic: topic, Wait: wait}
+	return topic
 }
 
 // CreateTopics creates more topics on the env's broker.

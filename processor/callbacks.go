@@ -1,0 +1,555 @@
+package processor
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// Callbacks, the processor side (callback.go is the contract): a reader
+// per pipeline with Callbacks follows the callbacks topic into a bounded
+// store by job id, and a tier record whose state (its job id) has a
+// callback is finished with the callback's outcome instead of a handler
+// call: at admit, when the callback comes while the record waits in the
+// scheduler (matchWaiting), or just before its handler call (process).
+//
+// Lock order: pipeline.mu, then scheduler.mu or cbStore.mu; the store and
+// the scheduler never take another lock while they hold theirs.
+
+// cbEvent is an event label of redrive_callbacks_total.
+type cbEvent int
+
+const (
+	cbReceived  cbEvent = iota // a valid callback record read
+	cbMatched                  // a record finished by its callback
+	cbDuplicate                // a second callback for a job in the store
+	cbLate                     // a callback for a job finished by a poll
+	cbEvicted                  // dropped unmatched at MaxEntries
+	cbBad                      // a record without a valid job id
+	nCBEvents
+)
+
+var cbEventNames = [nCBEvents]string{cbReceived: "received", cbMatched: "matched", cbDuplicate: "duplicate",
+	cbLate: "late", cbEvicted: "evicted", cbBad: "bad"}
+
+// cbState is where a stored callback is.
+type cbState uint8
+
+const (
+	cbPending cbState = iota // waiting for its record
+	cbTaken                  // attached to a record being handled
+	cbDone                   // its record finished: kept until its age ends, so a second callback is a duplicate
+)
+
+type cbEntry struct {
+	cb      Callback
+	expires time.Time
+	state   cbState
+}
+
+type polledJob struct {
+	job     string
+	expires time.Time
+}
+
+// cbStore holds a pipeline's callbacks by job id, oldest first, bounded by
+// max entries (the oldest dropped first) and by age (from the callback's
+// timestamp). It also remembers, within the same bounds, the jobs this
+// process finished by polling, so that their callbacks count as late.
+// Safe for concurrent use; its lock is taken last (after pipeline.mu).
+type cbStore struct {
+	max int
+	age time.Duration
+
+	mu     sync.Mutex
+	byJob  map[string]*list.Element // of *cbEntry, in order
+	order  list.List                // *cbEntry, oldest first
+	polled map[string]*list.Element // of polledJob, in polledOrder
+	pOrder list.List                // polledJob, oldest first
+
+	counts [nCBEvents]atomic.Uint64
+	prom   [nCBEvents]prometheus.Counter // nil: not exported (tests)
+	held   prometheus.Gauge              // nil: not exported
+}
+
+func newCBStore(max int, age time.Duration) *cbStore {
+	return &cbStore{max: max, age: age, byJob: map[string]*list.Element{}, polled: map[string]*list.Element{}}
+}
+
+func (s *cbStore) count(ev cbEvent) {
+	s.counts[ev].Add(1)
+	if c := s.prom[ev]; c != nil {
+		c.Inc()
+	}
+}
+
+func (s *cbStore) stat(ev cbEvent) uint64 { return s.counts[ev].Load() }
+
+// len is how many callbacks the store holds.
+func (s *cbStore) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.byJob)
+}
+
+// heldLocked publishes the size. s.mu held.
+func (s *cbStore) heldLocked() {
+	if s.held != nil {
+		s.held.Set(float64(len(s.byJob)))
+	}
+}
+
+// add stores cb (received at now) and reports whether it is new: a
+// callback for a job already in the store is a duplicate, one for a job
+// this process finished by polling is late, and one older than the age
+// bound is skipped; none of them changes anything.
+func (s *cbStore) add(cb Callback, now time.Time) (added bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked(now)
+	if _, dup := s.byJob[cb.JobID]; dup {
+		s.count(cbDuplicate)
+		return false
+	}
+	if _, late := s.polled[cb.JobID]; late {
+		s.count(cbLate)
+		return false
+	}
+	at := cb.At
+	if at.IsZero() || at.After(now) {
+		at = now
+	}
+	expires := at.Add(s.age)
+	if !expires.After(now) {
+		return false // older than a record can wait for it
+	}
+	s.byJob[cb.JobID] = s.order.PushBack(&cbEntry{cb: cb, expires: expires})
+	for len(s.byJob) > s.max {
+		e := s.order.Remove(s.order.Front()).(*cbEntry)
+		delete(s.byJob, e.cb.JobID)
+		if e.state == cbPending {
+			s.count(cbEvicted) // its record is polled
+		}
+	}
+	s.heldLocked()
+	return true
+}
+
+// take attaches the pending callback of job to the caller's record: no
+// one else can take it until it is released.
+func (s *cbStore) take(job string) (Callback, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	el := s.byJob[job]
+	if el == nil {
+		return Callback{}, false
+	}
+	e := el.Value.(*cbEntry)
+	if e.state != cbPending {
+		return Callback{}, false
+	}
+	e.state = cbTaken
+	return e.cb, true
+}
+
+// setState moves a taken callback of job to st.
+func (s *cbStore) setState(job string, st cbState) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el := s.byJob[job]; el != nil {
+		if e := el.Value.(*cbEntry); e.state == cbTaken {
+			e.state = st
+		}
+	}
+}
+
+// release gives a taken callback back: its record was abandoned (revoke,
+// shutdown) and is redelivered, to be matched again.
+func (s *cbStore) release(job string) { s.setState(job, cbPending) }
+
+// done marks a taken callback used: its record finished.
+func (s *cbStore) done(job string) { s.setState(job, cbDone) }
+
+// forget drops the callback of job: it did not finish the job (its
+// outcome was a retry), so the next callback for the job is a new one.
+func (s *cbStore) forget(job string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el := s.byJob[job]; el != nil {
+		s.order.Remove(el)
+		delete(s.byJob, job)
+		s.heldLocked()
+	}
+}
+
+// finishedByPoll notes that a poll finished job: a callback for it that
+// is still pending came too late (counted late, kept as done so that a
+// later copy is a duplicate), and one that comes later is late.
+func (s *cbStore) finishedByPoll(job string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if el := s.byJob[job]; el != nil {
+		if e := el.Value.(*cbEntry); e.state == cbPending {
+			e.state = cbDone
+			s.count(cbLate)
+		}
+		return
+	}
+	if _, ok := s.polled[job]; ok {
+		return
+	}
+	s.polled[job] = s.pOrder.PushBack(polledJob{job: job, expires: now.Add(s.age)})
+	for len(s.polled) > s.max {
+		delete(s.polled, s.pOrder.Remove(s.pOrder.Front()).(polledJob).job)
+	}
+}
+
+// sweep drops what is older than the age bound.
+func (s *cbStore) sweep(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked(now)
+	s.heldLocked()
+}
+
+// sweepLocked drops entries from the front while they are past their
+// age: arrival order is nearly timestamp order, so an entry behind a
+// younger one may outlive its age by a little, never the MaxEntries bound.
+func (s *cbStore) sweepLocked(now time.Time) {
+	for f := s.order.Front(); f != nil && !f.Value.(*cbEntry).expires.After(now); f = s.order.Front() {
+		delete(s.byJob, s.order.Remove(f).(*cbEntry).cb.JobID)
+	}
+	for f := s.pOrder.Front(); f != nil && !f.Value.(polledJob).expires.After(now); f = s.pOrder.Front() {
+		delete(s.polled, s.pOrder.Remove(f).(polledJob).job)
+	}
+}
+
+// callbacks is a pipeline's callbacks reader and store.
+type callbacks struct {
+	cfg   Callbacks
+	store *cbStore
+	// caughtUp is closed once the reader has read the callbacks topic up
+	// to the end offsets it saw at start (or gave up finding them).
+	caughtUp  chan struct{}
+	caughtOne sync.Once
+	badOnce   sync.Once
+}
+
+func newCallbacks(cfg Callbacks, m *metrics, pipeline string) *callbacks {
+	s := newCBStore(cfg.MaxEntries, cfg.Wait+CallbackMargin)
+	s.prom, s.held = m.callbackCounters(pipeline)
+	return &callbacks{cfg: cfg, store: s, caughtUp: make(chan struct{})}
+}
+
+func (c *callbacks) caught() { c.caughtOne.Do(func() { close(c.caughtUp) }) }
+
+// callbackCatchUp bounds how long a starting pipeline waits for its
+// callbacks reader to read what is already in the topic before it polls:
+// records redelivered after a restart then find their callbacks.
+const callbackCatchUp = 20 * time.Second
+
+// awaitCallbacks waits (beating) until the callbacks reader caught up,
+// callbackCatchUp passed or ctx ended.
+func (p *pipeline) awaitCallbacks(ctx context.Context) {
+	if p.cbs == nil {
+		return
+	}
+	start := time.Now()
+	limit := time.NewTimer(callbackCatchUp)
+	defer limit.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		p.beat()
+		select {
+		case <-p.cbs.caughtUp:
+			p.log.Info("callbacks read", "topic", p.cbs.cfg.Topic, "held", p.cbs.store.len(), "took", time.Since(start).Round(time.Millisecond))
+			return
+		case <-limit.C:
+			p.log.Warn("callbacks topic not read to its end in time; starting anyway (records whose callback is read later are matched then)", "topic", p.cbs.cfg.Topic, "after", callbackCatchUp)
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// readCallbacks follows the callbacks topic (every partition, no consumer
+// group) from Wait+CallbackMargin before start into the store, and
+// dispatches a waiting record when its callback arrives. It returns when
+// ctx ends.
+func (p *pipeline) readCallbacks(ctx context.Context, start time.Time) {
+	c := p.cbs
+	defer c.caught()
+	from := start.Add(-c.cfg.Wait - CallbackMargin).UnixMilli()
+	opts := append([]kgo.Opt{kgo.SeedBrokers(p.pc.Brokers...), kgo.ClientID("redrive-" + p.pc.Instance)}, p.pc.ClientOpts...)
+	opts = append(opts,
+		kgo.ConsumeTopics(c.cfg.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(from)),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(200*time.Millisecond),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		p.log.Error("callbacks reader: kafka client; callbacks are not read, submitted jobs are polled after the wait", "topic", c.cfg.Topic, "err", err)
+		return
+	}
+	defer cl.Close()
+	behind := p.callbacksBehind(ctx, cl, from)
+	if len(behind) == 0 {
+		c.caught()
+	}
+	var lastErr time.Time
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollRecords(pctx, 1000)
+		cancel()
+		if fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(topic string, part int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || time.Since(lastErr) < time.Minute {
+				return
+			}
+			lastErr = time.Now()
+			p.log.Error("callbacks fetch failed (logged once a minute)", "topic", topic, "partition", part, "err", err)
+		})
+		now := time.Now()
+		fs.EachRecord(func(r *kgo.Record) {
+			p.onCallbackRecord(r, now)
+			if end, ok := behind[r.Partition]; ok && r.Offset+1 >= end {
+				delete(behind, r.Partition)
+			}
+		})
+		if len(behind) == 0 {
+			c.caught()
+		}
+		c.store.sweep(now)
+	}
+}
+
+// callbacksBehind is, per partition of the callbacks topic with records
+// to read from from (a millisecond timestamp), the end offset at start.
+// Empty when there is nothing to read or it cannot be known (the topic
+// is missing: the probe says so).
+func (p *pipeline) callbacksBehind(ctx context.Context, cl *kgo.Client, from int64) map[int32]int64 {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	topic := p.cbs.cfg.Topic
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	var starts kadm.ListedOffsets
+	if err == nil {
+		starts, err = adm.ListOffsetsAfterMilli(ctx, from, topic)
+		if err == nil {
+			err = starts.Error()
+		}
+	}
+	if err != nil {
+		p.log.Warn("callbacks topic: cannot list its offsets; not waiting for it at start", "topic", topic, "err", err)
+		return nil
+	}
+	behind := map[int32]int64{}
+	ends.Each(func(e kadm.ListedOffset) {
+		if s, ok := starts.Lookup(topic, e.Partition); ok && s.Offset >= 0 && s.Offset < e.Offset {
+			behind[e.Partition] = e.Offset
+		}
+	})
+	return behind
+}
+
+// onCallbackRecord takes one callback record in.
+func (p *pipeline) onCallbackRecord(r *kgo.Record, now time.Time) {
+	c := p.cbs
+	cb, err := DecodeCallback(r)
+	if err != nil {
+		c.store.count(cbBad)
+		c.badOnce.Do(func() {
+			p.log.Warn("callback record without a valid job id skipped (counted in redrive_callbacks_total{event=\"bad\"}, logged once)",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", err)
+		})
+		return
+	}
+	c.store.count(cbReceived)
+	// A copy: the value is a slice of the fetched batch, which a held
+	// callback would otherwise keep alive for minutes.
+	cb.Result = bytes.Clone(cb.Result)
+	if c.store.add(cb, now) {
+		p.matchWaiting(cb.JobID)
+	}
+}
+
+// matchWaiting dispatches the record waiting in the scheduler for job,
+// with its callback, if there is one. A record the scheduler already
+// popped is left to onDue: process takes the callback then.
+func (p *pipeline) matchWaiting(job string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.jobs[job]
+	if w == nil {
+		return
+	}
+	if w.ps.gone || w.ps.revoking {
+		p.unindexLocked(w)
+		return
+	}
+	cb, ok := p.cbs.store.take(job)
+	if !ok {
+		return
+	}
+	if !p.sched.remove(w) {
+		p.cbs.store.release(job) // popped: onDue dispatches it, process takes the callback
+		return
+	}
+	p.unindexLocked(w)
+	w.cb = &cb
+	p.dueLocked(w)
+}
+
+// waitsForCallback: w is a tier record with a job id (its state) in a
+// pipeline with callbacks, decoded.
+func (p *pipeline) waitsForCallback(w *work) bool {
+	return p.cbs != nil && w.ps.tier >= 0 && w.decodeErr == nil && len(w.meta.State) > 0
+}
+
+// indexLocked lets matchWaiting find w, waiting in the scheduler, by its
+// job id. A second waiting record of the same job (a redelivered copy) is
+// not indexed while the first is: process finds the callback for it. p.mu
+// held.
+func (p *pipeline) indexLocked(w *work) {
+	job := string(w.meta.State)
+	if old := p.jobs[job]; old != nil && !old.ps.gone && !old.ps.revoking {
+		return
+	}
+	p.jobs[job] = w
+	w.indexed = job
+}
+
+// unindexLocked removes w from the index. p.mu held.
+func (p *pipeline) unindexLocked(w *work) {
+	if w.indexed == "" {
+		return
+	}
+	if p.jobs[w.indexed] == w {
+		delete(p.jobs, w.indexed)
+	}
+	w.indexed = ""
+}
+
+// takeCallback attaches the pending callback of w's job, if any, to w.
+func (p *pipeline) takeCallback(w *work) {
+	if w.cb != nil || !p.waitsForCallback(w) {
+		return
+	}
+	if cb, ok := p.cbs.store.take(string(w.meta.State)); ok {
+		w.cb = &cb
+	}
+}
+
+// callbackOutcome is what the handler makes of cb (CallbackHandler), or
+// DefaultCallbackOutcome; a panic is a permanent outcome, as in call.
+func (p *pipeline) callbackOutcome(id string, cb Callback) (out Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			p.log.Error("handler panicked in CallbackOutcome", "id", id, "job", cb.JobID, "panic", v)
+			out = Fail(CodeHandlerPanic, fmt.Errorf("handler panicked in CallbackOutcome: %v", v))
+		}
+	}()
+	if ch, ok := p.h.(CallbackHandler); ok {
+		return ch.CallbackOutcome(cb)
+	}
+	return DefaultCallbackOutcome(cb)
+}
+
+// cbFate is what becomes of a record's callback once the record finished.
+type cbFate uint8
+
+const (
+	// fateRelease (not decided yet): if the record is abandoned its
+	// callback is given back for the redelivered record.
+	fateRelease cbFate = iota
+	// fateUsed: decided before the callback counted (expired): done.
+	fateUsed
+	// fateMatched: the callback's outcome finished the job: done, matched.
+	fateMatched
+	// fateRetry: the callback's outcome was a retry (not ready, a failure
+	// to try again): matched, and forgotten so that the job's next
+	// callback is a new one.
+	fateRetry
+)
+
+// jobVia is what finished a job with success (redrive_job_seconds{via}).
+type jobVia uint8
+
+const (
+	viaNone jobVia = iota
+	viaCallback
+	viaPoll
+)
+
+// finishJob does the callback bookkeeping of w once it completed:
+// finished (its outcome acknowledged) or abandoned.
+func (p *pipeline) finishJob(w *work, finished bool) {
+	if finished && w.via != viaNone {
+		if !w.since.IsZero() {
+			p.hot.observeJob(w.via, time.Since(w.since))
+		}
+		if w.via == viaCallback {
+			p.viaCallback.Add(1)
+		} else {
+			p.viaPoll.Add(1)
+		}
+	}
+	if p.cbs == nil {
+		return
+	}
+	s := p.cbs.store
+	switch {
+	case w.cb != nil && !finished:
+		s.release(w.cb.JobID)
+	case w.cb != nil:
+		switch w.cbFate {
+		case fateRetry:
+			s.count(cbMatched)
+			s.forget(w.cb.JobID)
+		case fateMatched:
+			s.count(cbMatched)
+			s.done(w.cb.JobID)
+		default:
+			s.done(w.cb.JobID)
+		}
+	case finished && w.polledJob != "":
+		s.finishedByPoll(w.polledJob, time.Now())
+	}
+}
+
+// callbackStatus is the pipeline's CallbackStatus.
+func (p *pipeline) callbackStatus() *CallbackStatus {
+	c := p.cbs
+	if c == nil {
+		return nil
+	}
+	s := c.store
+	wait := c.cfg.Wait.String()
+	if c.cfg.Wait%time.Second == 0 {
+		wait = retry.FormatDelay(c.cfg.Wait)
+	}
+	return &CallbackStatus{Topic: c.cfg.Topic, Wait: wait, Held: s.len(),
+		Received: s.stat(cbReceived), Matched: s.stat(cbMatched), Duplicate: s.stat(cbDuplicate), Late: s.stat(cbLate),
+		Polls: p.polls.Load(), ViaCallback: p.viaCallback.Load(), ViaPoll: p.viaPoll.Load()}
+}
