@@ -687,13 +687,13 @@ func TestUnknownKeys(t *testing.T) {
 		doc  string
 		want string
 	}{
-		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace, processor)"},
+		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, callback_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace, processor)"},
 		{"pipeline", pipe("topik: x"), "line 4: pipelines[0].topik: unknown key (known: name, topic, results,"},
 		{"second pipeline", pipe() + "  - topic: b\n    nam: x\n", "line 5: pipelines[1].nam: unknown key"},
 		{"retry", "brokers: [h:1]\npipelines:\n  - topic: t\n    retry:\n      tiers: [5s]\n      max_attempts: 4\n      jitter: 0\n\n\n\n\n      tierz: [1s]\n", "line 12: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter, max_due)"},
 		{"dlq", pipe("dlq: {retension: 1h}"), "line 4: pipelines[0].dlq.retension: unknown key (known: topic, retention, redact_headers, header_style)"},
-		{"handler", pipe("handler: {grpc: {}}"), "pipelines[0].handler.grpc: unknown key (known: http, codes)"},
-		{"http", pipe("handler:", "  http:", "    url: http://h/", "    retries: 3"), "line 7: pipelines[0].handler.http.retries: unknown key (known: url, timeout, headers, json, max_body_bytes)"},
+		{"handler", pipe("handler: {grpc: {}}"), "pipelines[0].handler.grpc: unknown key (known: http, codes, callback)"},
+		{"http", pipe("handler:", "  http:", "    url: http://h/", "    retries: 3"), "line 7: pipelines[0].handler.http.retries: unknown key (known: url, timeout, headers, json, max_body_bytes, query, form, poll)"},
 		{"json", pipe("handler: {http: {url: 'http://h/', json: {ok: 1}}}"), "pipelines[0].handler.http.json.ok: unknown key (known: ok_field, ok_value, code_field)"},
 		{"codes", pipe("handler: {codes: {fatal: [X]}}"), "pipelines[0].handler.codes.fatal: unknown key (known: transient, not_ready, permanent, min_delay, pause)"},
 		{"sasl", pipe() + "sasl: {mechanism: PLAIN, user: u, pass: p}\n", "line 4: sasl.pass: unknown key (known: mechanism, user, password)"},
@@ -1087,7 +1087,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As shipped, with the process environment (cleared of overrides).
-	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken, EnvProcessorToken} {
+	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvCallbackAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken, EnvProcessorToken} {
 		t.Setenv(k, "")
 	}
 	if _, err := Load(exampleFile); err != nil {
