@@ -403,13 +403,18 @@ func TestNoAckWithinTheTimeoutIs503(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	held, release := holdProduce(c)
-	defer close(release)
 
 	cl := newClient(t, c.ListenAddrs())
 	o := baseOptions(cl, prometheus.NewRegistry())
-	o.AckTimeout = time.Second
+	o.AckTimeout = 2 * time.Second
 	in := mustNew(t, o)
+	// Warm the client up (metadata, producer id, connection) so that the
+	// callback's write is sent at once and is in flight at the timeout.
+	if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: o.Topic, Key: []byte("warm-up")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	held, release := holdProduce(c)
+	defer close(release)
 	srv := httptest.NewServer(in)
 	defer srv.Close()
 
@@ -419,7 +424,7 @@ func TestNoAckWithinTheTimeoutIs503(t *testing.T) {
 	took := time.Since(start)
 	select {
 	case <-held:
-	default:
+	case <-time.After(30 * time.Second):
 		t.Fatal("the write never reached the broker")
 	}
 	if r.err != nil || r.status != http.StatusServiceUnavailable || r.body != bodyUnavailable {
