@@ -411,10 +411,10 @@ func TestEveryErrorCodeIsDocumented(t *testing.T) {
 	r := root(t)
 	doc := read(t, "outcomes.md")
 	var codes []string
-	for _, dir := range []string{"processor", "processor/httphandler"} {
+	for _, dir := range []string{"processor", "processor/httphandler", "processor/callback"} {
 		codes = append(codes, codeConsts(t, r, dir)...)
 	}
-	for _, must := range []string{"bad_header", "timeout", "not_ready_deadline"} {
+	for _, must := range []string{"bad_header", "timeout", "not_ready_deadline", "callback_no_id"} {
 		if !slices.Contains(codes, must) {
 			t.Errorf("the scan did not find the code %q", must)
 		}

@@ -3,7 +3,9 @@
 //
 // A pipeline has a main topic, one retry topic per tier
 // (`<topic>.retry.<delay>`, the delay in its shortest form), a dead-letter
-// topic (`<topic>.dlq` unless configured) and, optionally, a results topic.
+// topic (`<topic>.dlq` unless configured) and, optionally, a results topic
+// and a callbacks topic (`<topic>.callbacks` unless configured) for its
+// callback intake.
 // [ForPipeline] turns a [PipelineSpec] into [Spec]s; [Ensure]
 // creates the missing ones and then checks everything; [Check] only looks.
 // Both return a [Report] that says, per topic, what the broker has and, for
@@ -23,6 +25,10 @@
 //     still finds them.
 //   - A DLQ whose retention.ms is shorter than configured: dead letters are
 //     the evidence of what failed, and must stay as long as promised.
+//   - A callbacks topic that compacts (it would keep the last callback of
+//     every job id for ever) or keeps records for less than the callback
+//     wait and its margin (a processor starting up would miss callbacks
+//     and poll instead).
 //
 // This package creates topics and reads them; it must never delete a topic
 // or alter an existing one — no partitions added, no config changed, not

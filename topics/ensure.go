@@ -114,7 +114,9 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []Spec) (Report, error)
 //   - a tier or DLQ has cleanup.policy=delete, without compact;
 //   - a tier keeps records longer than its delay (retention.ms -1,
 //     infinite, is fine);
-//   - a DLQ keeps records at least as long as its configured retention.ms.
+//   - a DLQ keeps records at least as long as its configured retention.ms;
+//   - a callbacks topic has cleanup.policy=delete, without compact, and
+//     keeps records at least Spec.MinRetention.
 //
 // Each problem names the topic and the command that fixes it. The error is
 // non-nil if a request failed or a problem exists (errors.Is(err,
@@ -351,12 +353,15 @@ func judge(s Spec, o *observed, mainParts map[string]int32, bootstrap string) []
 	if !o.exists {
 		return []string{fmt.Sprintf("%s does not exist; fix: redrive topics ensure, or %s", s.Name, createCommand(s, mainParts, bootstrap))}
 	}
-	if s.Role != RoleRetry && s.Role != RoleDLQ {
+	if s.Role != RoleRetry && s.Role != RoleDLQ && s.Role != RoleCallbacks {
 		return nil
 	}
-	what := "retry tier"
-	if s.Role == RoleDLQ {
+	what, why := "retry tier", "compaction keeps one record per key and drops the rest"
+	switch s.Role {
+	case RoleDLQ:
 		what = "dead-letter topic"
+	case RoleCallbacks:
+		what, why = "callbacks topic", "compaction keeps the last callback of every job id for ever, so the topic only grows"
 	}
 	var ps []string
 
@@ -364,7 +369,7 @@ func judge(s Spec, o *observed, mainParts map[string]int32, bootstrap string) []
 	if p, ok := mainParts[s.Main]; ok {
 		want, of = p, "its main topic "+s.Main
 	}
-	if want > 0 && o.partitions < want {
+	if s.Role != RoleCallbacks && want > 0 && o.partitions < want {
 		ps = append(ps, fmt.Sprintf("%s has %s, fewer than %s (%d); fix: kafka-topics.sh --bootstrap-server %s --alter --topic %s --partitions %d",
 			s.Name, partitions(o.partitions), of, want, bootstrap, s.Name, want))
 	}
@@ -374,8 +379,8 @@ func judge(s Spec, o *observed, mainParts map[string]int32, bootstrap string) []
 		ps = append(ps, fmt.Sprintf("%s: the broker did not report cleanup.policy, so it cannot be verified; fix: check it with kafka-configs.sh --bootstrap-server %s --describe --entity-type topics --entity-name %s",
 			s.Name, bootstrap, s.Name))
 	case !deleteOnly(o.cleanup):
-		ps = append(ps, fmt.Sprintf("%s has cleanup.policy=%s; a %s must only delete old records (compaction keeps one record per key and drops the rest); fix: %s",
-			s.Name, o.cleanup, what, alterConfig(bootstrap, s.Name, ConfigCleanupPolicy, "delete")))
+		ps = append(ps, fmt.Sprintf("%s has cleanup.policy=%s; a %s must only delete old records (%s); fix: %s",
+			s.Name, o.cleanup, what, why, alterConfig(bootstrap, s.Name, ConfigCleanupPolicy, "delete")))
 	}
 
 	wantRetention := specRetention(s)
@@ -390,6 +395,9 @@ func judge(s Spec, o *observed, mainParts map[string]int32, bootstrap string) []
 	case s.Role == RoleRetry && s.Delay > 0 && o.retentionMs < s.Delay.Milliseconds():
 		ps = append(ps, fmt.Sprintf("%s keeps records for %s (retention.ms=%d), less than its delay of %s, so records are deleted before they are due; fix: %s",
 			s.Name, formatMs(o.retentionMs), o.retentionMs, formatMs(s.Delay.Milliseconds()), alterConfig(bootstrap, s.Name, ConfigRetentionMs, strconv.FormatInt(wantRetention, 10))))
+	case s.Role == RoleCallbacks && s.MinRetention > 0 && o.retentionMs < s.MinRetention.Milliseconds():
+		ps = append(ps, fmt.Sprintf("%s keeps callbacks for %s (retention.ms=%d), less than the %s a callback must stay readable (the callback wait and its margin), so a processor starting up misses callbacks and polls instead; fix: %s",
+			s.Name, formatMs(o.retentionMs), o.retentionMs, formatMs(s.MinRetention.Milliseconds()), alterConfig(bootstrap, s.Name, ConfigRetentionMs, strconv.FormatInt(wantRetention, 10))))
 	case s.Role == RoleDLQ && specRetention(s) > 0 && o.retentionMs < specRetention(s):
 		ps = append(ps, fmt.Sprintf("%s keeps dead letters for %s (retention.ms=%d), less than the configured %s; fix: %s",
 			s.Name, formatMs(o.retentionMs), o.retentionMs, formatMs(specRetention(s)), alterConfig(bootstrap, s.Name, ConfigRetentionMs, strconv.FormatInt(wantRetention, 10))))

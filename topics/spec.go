@@ -18,6 +18,9 @@ const (
 	RoleRetry   Role = "retry"   // a fixed-delay retry tier
 	RoleDLQ     Role = "dlq"     // the dead-letter topic
 	RoleResults Role = "results" // where successful results go
+	// RoleCallbacks is where the callback intake writes the service's
+	// callbacks (processor/callback), read by every processor.
+	RoleCallbacks Role = "callbacks"
 )
 
 // Defaults applied by ForPipeline where a PipelineSpec leaves a value zero;
@@ -27,6 +30,12 @@ const (
 	DefaultPartitions   int32 = 6
 	DefaultReplication  int16 = 1
 	DefaultDLQRetention       = 7 * 24 * time.Hour
+	// CallbacksRetention is the least retention.ms a callbacks topic is
+	// created with (more when PipelineSpec.CallbacksKeep is longer): a
+	// processor needs a callback for processor.Callbacks.Wait plus
+	// processor.CallbackMargin at most; the rest is for looking back at
+	// what a service sent.
+	CallbacksRetention = 7 * 24 * time.Hour
 )
 
 // GroupID is the processor's consumer group of a pipeline: "redrive.<pipeline>".
@@ -106,6 +115,11 @@ type PipelineSpec struct {
 	// Callbacks is the callbacks topic (CallbacksTopic) of a pipeline with
 	// a callback intake; empty: none.
 	Callbacks string
+	// CallbacksKeep is how long a callback must stay readable: the wait
+	// for it plus processor.CallbackMargin. The callbacks topic is created
+	// with the larger of it and CallbacksRetention, and Check reports one
+	// that keeps records for less. 0: no minimum is checked.
+	CallbacksKeep time.Duration
 }
 
 // Topic config keys this package sets and checks.
@@ -135,6 +149,9 @@ type Spec struct {
 	Configs map[string]string
 	// Delay is a tier's delay (RoleRetry only).
 	Delay time.Duration
+	// MinRetention is the least retention.ms Check accepts (a callbacks
+	// topic's PipelineSpec.CallbacksKeep); 0: none.
+	MinRetention time.Duration
 	// Main is the main topic of the pipeline this topic belongs to; empty
 	// for the main topic itself. Check holds a tier's or a DLQ's partition
 	// count against it, and Ensure creates a tier or DLQ with at least as
@@ -144,13 +161,15 @@ type Spec struct {
 
 // ForPipeline is every topic of a pipeline, in order: the main topic, one
 // per tier (`<topic>.retry.<delay>`), the DLQ (`<topic>.dlq` unless
-// configured) and the results topic when one is configured.
+// configured), the results topic when one is configured and the callbacks
+// topic when the pipeline has a callback intake.
 //
 // Every topic gets cleanup.policy=delete and the pipeline's partitions
 // (default 6) and replication (default 1). Tiers get retention.ms =
 // TierRetention(delay); the DLQ gets the configured retention (default 7
-// days). The main and results topics get no retention override: they are
-// the user's, and their retention is the user's choice.
+// days); the callbacks topic the larger of CallbacksRetention (7 days) and
+// CallbacksKeep. The main and results topics get no retention override:
+// they are the user's, and their retention is the user's choice.
 func ForPipeline(p PipelineSpec) []Spec {
 	parts := p.Partitions
 	if parts <= 0 {
@@ -199,6 +218,11 @@ func ForPipeline(p PipelineSpec) []Spec {
 	specs = append(specs, spec(dlq, RoleDLQ, dlqRetention))
 	if p.Results != "" {
 		specs = append(specs, spec(p.Results, RoleResults, 0))
+	}
+	if p.Callbacks != "" {
+		s := spec(p.Callbacks, RoleCallbacks, max(CallbacksRetention, p.CallbacksKeep))
+		s.MinRetention = max(p.CallbacksKeep, 0)
+		specs = append(specs, s)
 	}
 	return specs
 }

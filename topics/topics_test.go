@@ -111,6 +111,72 @@ func TestForPipeline(t *testing.T) {
 	}
 }
 
+func TestForPipelineCallbacks(t *testing.T) {
+	for _, tc := range []struct {
+		keep      time.Duration
+		retention string
+	}{
+		{0, ms(week)},
+		{7 * time.Minute, ms(week)},
+		{10 * 24 * time.Hour, ms(10 * 24 * time.Hour)}, // a wait longer than the default retention
+	} {
+		specs := topics.ForPipeline(topics.PipelineSpec{Topic: "captcha.requests", Partitions: 4, Callbacks: "captcha.requests.callbacks", CallbacksKeep: tc.keep})
+		s := specs[len(specs)-1]
+		if s.Name != "captcha.requests.callbacks" || s.Role != topics.RoleCallbacks || s.Partitions != 4 || s.Main != "captcha.requests" {
+			t.Errorf("keep %s: spec %+v", tc.keep, s)
+		}
+		if s.Configs["cleanup.policy"] != "delete" || s.Configs["retention.ms"] != tc.retention || s.MinRetention != tc.keep {
+			t.Errorf("keep %s: configs %v, min retention %s; want retention.ms %s", tc.keep, s.Configs, s.MinRetention, tc.retention)
+		}
+	}
+	if specs := topics.ForPipeline(topics.PipelineSpec{Topic: "t"}); specs[len(specs)-1].Role == topics.RoleCallbacks {
+		t.Error("a callbacks topic without Callbacks")
+	}
+	if got := topics.CallbacksTopic("captcha.requests"); got != "captcha.requests.callbacks" {
+		t.Errorf("CallbacksTopic = %q", got)
+	}
+}
+
+// A callbacks topic that compacts or keeps callbacks for less than they
+// are needed is a problem; fewer partitions than the main topic is not
+// (every processor reads all of it).
+func TestCallbacksTopicChecked(t *testing.T) {
+	c := kafkatest.New(t)
+	adm := c.Admin(t)
+	check := func(p topics.PipelineSpec) topics.TopicState {
+		t.Helper()
+		specs := topics.ForPipeline(p)
+		c.CreateTopic(t, p.Topic, 4, nil)
+		rep, _ := topics.Ensure(ctxFor(t), adm, specs)
+		return state(t, rep, p.Callbacks)
+	}
+	withCallbacks := func() topics.PipelineSpec {
+		p := pipeline(t, 4)
+		p.Callbacks, p.CallbacksKeep = topics.CallbacksTopic(p.Topic), 7*time.Minute
+		return p
+	}
+
+	p := withCallbacks()
+	c.CreateTopic(t, p.Callbacks, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")})
+	s := check(p)
+	if len(s.Problems) != 1 || !strings.Contains(s.Problems[0], "callbacks topic") || !strings.Contains(s.Problems[0], "--add-config cleanup.policy=delete") {
+		t.Errorf("compacted callbacks topic: problems %q", s.Problems)
+	}
+
+	p = withCallbacks()
+	c.CreateTopic(t, p.Callbacks, 1, map[string]*string{"retention.ms": kadm.StringPtr("60000")})
+	s = check(p)
+	if len(s.Problems) != 1 || !strings.Contains(s.Problems[0], "less than the 7m") || !strings.Contains(s.Problems[0], "--add-config retention.ms="+ms(week)) {
+		t.Errorf("short callbacks retention: problems %q", s.Problems)
+	}
+
+	p = withCallbacks()
+	c.CreateTopic(t, p.Callbacks, 1, map[string]*string{"retention.ms": kadm.StringPtr(ms(time.Hour))})
+	if s := check(p); !s.OK() {
+		t.Errorf("one partition, 1h retention for a 7m keep: %+v, want ok", s)
+	}
+}
+
 func ExampleForPipeline() {
 	p := topics.PipelineSpec{
 		Topic:   "solve.requests",
@@ -202,7 +268,11 @@ func TestEnsureCreatesAllThenNothing(t *testing.T) {
 	adm := c.Admin(t)
 	p := pipeline(t, 3)
 	p.Results = p.Topic + ".results"
+	p.Callbacks, p.CallbacksKeep = topics.CallbacksTopic(p.Topic), 7*time.Minute
 	specs := topics.ForPipeline(p)
+	if last := specs[len(specs)-1]; last.Role != topics.RoleCallbacks || last.Name != p.Topic+".callbacks" {
+		t.Fatalf("last spec %s (%s), want the callbacks topic", last.Name, last.Role)
+	}
 
 	rep, err := topics.Ensure(ctxFor(t), adm, specs)
 	if err != nil || !rep.OK() {
@@ -236,6 +306,10 @@ func TestEnsureCreatesAllThenNothing(t *testing.T) {
 		ret := topicConfig(t, adm, s.Name, "retention.ms")
 		switch s.Role {
 		case topics.RoleRetry:
+			if ret.MaybeValue() != ms(week) || ret.Source != kmsg.ConfigSourceDynamicTopicConfig {
+				t.Errorf("%s: retention.ms %s (source %v), want %s set on the topic", s.Name, ret.MaybeValue(), ret.Source, ms(week))
+			}
+		case topics.RoleCallbacks:
 			if ret.MaybeValue() != ms(week) || ret.Source != kmsg.ConfigSourceDynamicTopicConfig {
 				t.Errorf("%s: retention.ms %s (source %v), want %s set on the topic", s.Name, ret.MaybeValue(), ret.Source, ms(week))
 			}

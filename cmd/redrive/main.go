@@ -1,5 +1,5 @@
 // Command redrive runs tiered-retry Kafka pipelines: `redrive process`,
-// `redrive dev`, `redrive topics ensure|check`, `redrive produce` and more.
+// `redrive callbacks`, `redrive dev`, `redrive topics ensure|check`, `redrive produce` and more.
 // This package only parses flags, loads config and wires packages together.
 package main
 
@@ -90,6 +90,7 @@ func newRoot() *cobra.Command {
 	pf.BoolVar(&g.logJSON, "log-json", false, "log JSON lines instead of text")
 	root.AddCommand(
 		newProcessCmd(g),
+		newCallbacksCmd(g),
 		newDevCmd(g),
 		newTopicsCmd(g),
 		newProduceCmd(g),

@@ -20,21 +20,35 @@ func newProcessCmd(g *globals) *cobra.Command {
 		Short: "run the config's pipelines with the built-in HTTP handler",
 		Long: `Consumes each pipeline's main and retry topics in the consumer group
 redrive.<pipeline>, POSTs every record to the pipeline's handler.http.url,
-and writes results, retries and dead letters. SIGTERM or SIGINT: stop
-fetching, finish in-flight work within shutdown_grace, commit, exit 0.`,
+and writes results, retries and dead letters. Pipelines with
+handler.callback get their callback intake served on callback_addr (as
+redrive callbacks does). SIGTERM or SIGINT: stop fetching, finish
+in-flight work within shutdown_grace, commit, exit 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.load()
 			if err != nil {
 				return err
 			}
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
 			o := obs.New()
-			addr, err := o.Serve(cmd.Context(), c.HTTPAddr, slog.Default())
+			addr, err := o.Serve(ctx, c.HTTPAddr, slog.Default())
 			if err != nil {
 				return err
 			}
 			slog.Info("serving /metrics, /healthz, /readyz", "addr", "http://"+addr)
-			return runProcessor(cmd.Context(), c, nil, o)
+			// The intake runs beside the processor and stops with it.
+			in, err := startIntake(ctx, c, o)
+			if err != nil {
+				return err
+			}
+			err = runProcessor(ctx, c, nil, o)
+			cancel()
+			if werr := in.wait(); err == nil {
+				err = werr
+			}
+			return err
 		},
 	}
 }

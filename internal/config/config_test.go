@@ -1087,7 +1087,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As shipped, with the process environment (cleared of overrides).
-	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken, EnvProcessorToken} {
+	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvCallbackAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken, EnvProcessorToken} {
 		t.Setenv(k, "")
 	}
 	if _, err := Load(exampleFile); err != nil {

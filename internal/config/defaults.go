@@ -43,7 +43,9 @@ func DefaultTiers() []Duration {
 // max_inflight, max_inflight_bytes, rate_limit_burst, and the settings of
 // an enabled breaker and guard, whose absent enabled becomes true) and
 // handler.http's timeout and max_body_bytes, and its poll's method (GET,
-// upper-cased), first_after and every (httphandler.Options.WithDefaults). An empty pipeline name becomes its
+// upper-cased), first_after and every (httphandler.Options.WithDefaults),
+// and handler.callback's (see Callback.setDefaults; callback_addr becomes
+// DefaultCallbackAddr when a pipeline has one). An empty pipeline name becomes its
 // topic; an unnamed analyzer rule or alert is named "rule-<n>" or
 // "alert-<n>" (n counting from 1), a republish rule's zero max_redrives
 // becomes 3 and an alert's zero repeat 1h. It also upper-cases
@@ -51,6 +53,9 @@ func DefaultTiers() []Duration {
 func (c *Config) SetDefaults() {
 	if c.HTTPAddr == "" {
 		c.HTTPAddr = DefaultHTTPAddr
+	}
+	if c.CallbackAddr == "" && c.HasCallbacks() {
+		c.CallbackAddr = DefaultCallbackAddr
 	}
 	if c.Analyzer.HTTPAddr == "" {
 		c.Analyzer.HTTPAddr = DefaultAnalyzerHTTPAddr
@@ -94,6 +99,9 @@ func (p *Pipeline) setDefaults() {
 	}
 	if p.DLQ.Retention == 0 {
 		p.DLQ.Retention = Duration(topics.DefaultDLQRetention)
+	}
+	if p.Handler.Callback != nil {
+		p.Handler.Callback.setDefaults(p.Topic)
 	}
 	// The processor's own defaults, on the processor's view of p.
 	pp := p.processorPipeline().WithDefaults()

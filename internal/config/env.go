@@ -7,6 +7,7 @@ import "strings"
 const (
 	EnvBrokers        = "REDRIVE_BROKERS"         // brokers, comma-separated
 	EnvHTTPAddr       = "REDRIVE_HTTP_ADDR"       // http_addr
+	EnvCallbackAddr   = "REDRIVE_CALLBACK_ADDR"   // callback_addr
 	EnvInstance       = "REDRIVE_INSTANCE"        // instance
 	EnvClientID       = "REDRIVE_CLIENT_ID"       // client_id
 	EnvSASLMechanism  = "REDRIVE_SASL_MECHANISM"  // sasl.mechanism
@@ -38,6 +39,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	}
 	set(EnvBrokers, "brokers", func(v string) { c.Brokers = splitCSV(v) })
 	set(EnvHTTPAddr, "http_addr", func(v string) { c.HTTPAddr = strings.TrimSpace(v) })
+	set(EnvCallbackAddr, "callback_addr", func(v string) { c.CallbackAddr = strings.TrimSpace(v) })
 	set(EnvInstance, "instance", func(v string) { c.Instance = strings.TrimSpace(v) })
 	set(EnvClientID, "client_id", func(v string) { c.ClientID = strings.TrimSpace(v) })
 	set(EnvSASLMechanism, "sasl.mechanism", func(v string) { sasl().Mechanism = strings.TrimSpace(v) })

@@ -87,6 +87,7 @@ func (p Pipeline) processorPipeline() processor.Pipeline {
 		RateLimit:        p.RateLimit,
 		RateBurst:        p.RateLimitBurst,
 		Guard:            p.Guard.processorGuard(),
+		Callbacks:        p.processorCallbacks(),
 	}
 }
 
@@ -168,5 +169,23 @@ func (p Pipeline) TopicSpec() topics.PipelineSpec {
 		Results:      p.Results,
 		Partitions:   p.Partitions,
 		Replication:  p.Replication,
+		Callbacks:    p.CallbacksTopic(),
+		// A callback is needed for the wait and its margin (a processor
+		// reads that far back at start).
+		CallbacksKeep: p.callbacksKeep(),
 	}
+}
+
+// callbacksKeep is how long a callback must stay readable: wait +
+// processor.CallbackMargin; 0 without handler.callback.
+func (p Pipeline) callbacksKeep() time.Duration {
+	cb := p.Handler.Callback
+	if cb == nil {
+		return 0
+	}
+	w := cb.Wait.D()
+	if w <= 0 {
+		w = processor.DefaultCallbackWait
+	}
+	return w + processor.CallbackMargin
 }

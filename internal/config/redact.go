@@ -11,7 +11,8 @@ import (
 const RedactedValue = "[redacted]"
 
 // Redacted is a copy of c fit for printing: the SASL password, the
-// analyzer and processor tokens and every handler.http header value are replaced by
+// analyzer, processor and handler.callback tokens and every handler.http
+// header value are replaced by
 // "[redacted]" (empty values stay empty, so that a missing secret still
 // shows), a password in a handler URL and the values of its
 // secret-looking query parameters by "xxxxx" (redact.URL), the same in
@@ -41,6 +42,11 @@ func (c Config) Redacted() Config {
 		copy(r.Pipelines, c.Pipelines)
 	}
 	for i := range r.Pipelines {
+		if cb := r.Pipelines[i].Handler.Callback; cb != nil {
+			cc := *cb
+			cc.Token = secretValue(cb.Token)
+			r.Pipelines[i].Handler.Callback = &cc
+		}
 		h := r.Pipelines[i].Handler.HTTP
 		if h == nil {
 			continue

@@ -27,7 +27,7 @@ func (c *Config) validate() []error {
 			v.add(index("brokers", i), "%s", msg)
 		}
 	}
-	v.addr("http_addr", c.HTTPAddr)
+	v.addr("http_addr", c.HTTPAddr) // callback_addr: with handler.callback (callbacks)
 	if s := c.SASL; s != nil {
 		switch strings.ToUpper(s.Mechanism) {
 		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
@@ -142,6 +142,17 @@ func (v *validator) processor(c *Config) {
 		}
 		found = append(found, problem{fieldPath(at+path, fe), fe.Msg, fe})
 	}
+	// handler.callback's problems, but where the processor found one at
+	// the same key.
+	seen := map[string]bool{}
+	for _, p := range found {
+		seen[p.path] = true
+	}
+	for _, p := range v.callbacks(c) {
+		if !seen[p.path] {
+			found = append(found, p)
+		}
+	}
 	v.attribute(c, found)
 }
 
@@ -159,6 +170,8 @@ var derivedKeys = map[string]struct{ from, how string }{
 	"name":         {"topic", "the topic"},
 	"dlq.topic":    {"topic", `"<topic>.dlq"`},
 	"max_inflight": {"concurrency", strconv.Itoa(processor.DefaultInflightPerSlot) + " × concurrency"},
+	// handler.callback.topic's default is filled in only with a callback.
+	"handler.callback.topic": {"topic", `"<topic>.callbacks"`},
 }
 
 // attribute reports the pipelines' problems, each at a key the user
@@ -250,6 +263,10 @@ var processorKeys = map[string]string{
 	"Guard.MinCalls":          "guard.min_calls",
 	"Guard.Window":            "guard.window",
 	"Guard.AutoResumeAfter":   "guard.auto_resume_after",
+
+	"Callbacks.Topic":      "handler.callback.topic",
+	"Callbacks.Wait":       "handler.callback.wait",
+	"Callbacks.MaxEntries": "handler.callback.max_entries",
 }
 
 // httpKeys are the file's keys of httphandler.Options fields, relative to

@@ -1,0 +1,194 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/callback"
+	"github.com/redrive/redrive/topics"
+)
+
+// DefaultCallbackAddr is callback_addr when a pipeline has
+// handler.callback and the file sets none: every interface, as the
+// services that call back are outside.
+const DefaultCallbackAddr = "0.0.0.0:8443"
+
+// HasCallbacks reports whether any pipeline has handler.callback.
+func (c *Config) HasCallbacks() bool {
+	for _, p := range c.Pipelines {
+		if p.Handler.Callback != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// CallbacksTopic is the pipeline's callbacks topic: handler.callback.topic,
+// else topics.CallbacksTopic ("<topic>.callbacks"); "" without
+// handler.callback.
+func (p Pipeline) CallbacksTopic() string {
+	cb := p.Handler.Callback
+	switch {
+	case cb == nil:
+		return ""
+	case cb.Topic != "":
+		return cb.Topic
+	}
+	return topics.CallbacksTopic(p.Topic)
+}
+
+// CallbackOptions are the options of the pipeline's callback intake
+// (callback.New) but Client, Logger, Registerer and Instance, which the
+// command supplies. Zero without handler.callback.
+func (p Pipeline) CallbackOptions() callback.Options {
+	cb := p.Handler.Callback
+	if cb == nil {
+		return callback.Options{}
+	}
+	return callback.Options{
+		Pipeline:       p.name(),
+		Path:           cb.Path,
+		Token:          cb.Token,
+		IDField:        cb.IDField,
+		ResultField:    cb.ResultField,
+		ErrorField:     cb.ErrorField,
+		Topic:          p.CallbacksTopic(),
+		DLQ:            p.DLQTopic(),
+		DLQHeaderStyle: p.DLQ.HeaderStyle,
+		MaxBodyBytes:   cb.MaxBodyBytes,
+	}
+}
+
+// processorCallbacks is handler.callback as the processor takes it; nil
+// without one. Zero values stay zero for the processor's defaults.
+func (p Pipeline) processorCallbacks() *processor.Callbacks {
+	cb := p.Handler.Callback
+	if cb == nil {
+		return nil
+	}
+	return &processor.Callbacks{Topic: p.CallbacksTopic(), Wait: cb.Wait.D(), MaxEntries: cb.MaxEntries}
+}
+
+// setDefaults fills handler.callback from the packages' defaults:
+// id_field, result_field and max_body_bytes (callback.Options.WithDefaults),
+// wait and max_entries (processor.DefaultCallbackWait,
+// DefaultCallbackEntries) and topic (topics.CallbacksTopic).
+func (cb *Callback) setDefaults(mainTopic string) {
+	o := callback.Options{IDField: cb.IDField, ResultField: cb.ResultField, MaxBodyBytes: cb.MaxBodyBytes}.WithDefaults()
+	cb.IDField, cb.ResultField, cb.MaxBodyBytes = o.IDField, o.ResultField, o.MaxBodyBytes
+	if cb.Wait == 0 {
+		cb.Wait = Duration(processor.DefaultCallbackWait)
+	}
+	if cb.MaxEntries == 0 {
+		cb.MaxEntries = processor.DefaultCallbackEntries
+	}
+	if cb.Topic == "" && mainTopic != "" {
+		cb.Topic = topics.CallbacksTopic(mainTopic)
+	}
+}
+
+// callbackKeys are the file's keys of callback.Options fields, relative
+// to the pipeline. Pipeline, DLQ and DLQHeaderStyle are the pipeline's
+// own keys, checked there.
+var callbackKeys = map[string]string{
+	"Path":         "handler.callback.path",
+	"IDField":      "handler.callback.id_field",
+	"ResultField":  "handler.callback.result_field",
+	"ErrorField":   "handler.callback.error_field",
+	"Topic":        "handler.callback.topic",
+	"MaxBodyBytes": "handler.callback.max_body_bytes",
+}
+
+// callbacks checks callback_addr and every handler.callback: the
+// intake's options (callback.Options.Validate), wait and max_entries,
+// handler.http.poll beside it, and that no two pipelines share a path and
+// no callbacks topic is another topic of any pipeline. It returns the
+// problems for attribute, which reports a default topic's at the
+// pipeline's topic.
+func (v *validator) callbacks(c *Config) []problem {
+	var found []problem
+	has := map[string]bool{} // one problem per key
+	keep := func(p problem) {
+		if !has[p.path] {
+			has[p.path] = true
+			found = append(found, p)
+		}
+	}
+	add := func(path, format string, args ...any) {
+		keep(problem{path: path, msg: fmt.Sprintf(format, args...)})
+	}
+	if c.HasCallbacks() || c.CallbackAddr != "" {
+		v.addr("callback_addr", c.CallbackAddr)
+		if _, port, err := net.SplitHostPort(c.CallbackAddr); err == nil && port != "0" && c.CallbackAddr == c.HTTPAddr {
+			add("callback_addr", "%q is http_addr too: callbacks are served apart from /metrics", c.CallbackAddr)
+		}
+	}
+
+	// Every topic a pipeline has, by name, to tell a callbacks topic that
+	// is one of them.
+	owner := map[string]string{}
+	for i, p := range c.Pipelines {
+		at := index("pipelines", i)
+		for _, t := range append([]string{p.Topic, p.DLQTopic(), p.Results}, p.TierTopics()...) {
+			if t != "" {
+				if _, ok := owner[t]; !ok {
+					owner[t] = at
+				}
+			}
+		}
+	}
+	paths := map[string]string{}
+	cbTopics := map[string]string{}
+	for i, p := range c.Pipelines {
+		cb := p.Handler.Callback
+		if cb == nil {
+			continue
+		}
+		at := index("pipelines", i) + "."
+		if h := p.Handler.HTTP; h != nil && h.Poll == nil {
+			add(at+"handler.callback", "handler.callback needs handler.http.poll: a job whose callback never comes is polled")
+		}
+		if cb.Wait < 0 {
+			add(at+"handler.callback.wait", "%s: must be more than 0", cb.Wait)
+		}
+		if cb.MaxEntries < 1 {
+			add(at+"handler.callback.max_entries", "%d: must be at least 1", cb.MaxEntries)
+		}
+		o := p.CallbackOptions().WithDefaults()
+		for _, e := range unjoin(o.Validate()) {
+			var fe *processor.FieldError
+			if !errors.As(e, &fe) {
+				keep(problem{at + "handler.callback", e.Error(), e})
+				continue
+			}
+			key, ok := callbackKeys[fe.Field]
+			if !ok {
+				continue // the pipeline's own key: its check reports it
+			}
+			if fe.Field == "Topic" && topics.ValidateName(p.Topic) != nil && !v.written(at+key) {
+				continue // "<topic>.callbacks" of a bad topic: the topic's error says it
+			}
+			keep(problem{at + key, fe.Msg, fe})
+		}
+		if cb.Path != "" {
+			if j, dup := paths[cb.Path]; dup {
+				add(at+"handler.callback.path", "%q is also the callback path of %s; each pipeline needs its own", cb.Path, j)
+			} else {
+				paths[cb.Path] = index("pipelines", i)
+			}
+		}
+		t := p.CallbacksTopic()
+		if topics.ValidateName(t) != nil {
+			continue
+		}
+		if j, dup := cbTopics[t]; dup {
+			add(at+"handler.callback.topic", "%q is also the callbacks topic of %s; a topic belongs to one pipeline", t, j)
+		} else if j, ok := owner[t]; ok {
+			add(at+"handler.callback.topic", "%q is a topic of %s already (main, tier, DLQ or results); the callbacks topic must be its own", t, j)
+		}
+		cbTopics[t] = index("pipelines", i)
+	}
+	return found
+}
