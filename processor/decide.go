@@ -296,7 +296,7 @@ func decideAs(meta retry.Meta, out Outcome, p policy, now time.Time, byCallback 
 			// its callback; the first poll is not before the wait is over.
 			minDelay = p.callbackWait
 		}
-		idx, due := p.sched.Next(now, 0, min(minDelay, p.dueLimit(meta)), p.rnd)
+		idx, due := p.sched.NextPoll(now, min(minDelay, p.dueLimit(meta)), p.rnd)
 		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
 		return retryTo(meta, idx, false)
 

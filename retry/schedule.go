@@ -215,6 +215,19 @@ func (s Schedule) Next(now time.Time, nextAttempt int, minDelay time.Duration, r
 	return idx, ceilMilli(now.Add(d + s.jitter(d, rnd)))
 }
 
+// NextPoll picks the tier and due time of a not-ready poll asked for
+// after minDelay: the smallest tier that covers it, due minDelay (jittered)
+// from now rather than the tier's whole delay, because a poll interval is
+// the service's own timing (a job API's first_after, a callback's wait),
+// not a backoff. Without a minDelay it is tier 0 and its delay, as Next.
+func (s Schedule) NextPoll(now time.Time, minDelay time.Duration, rnd *rand.Rand) (int, time.Time) {
+	if minDelay <= 0 {
+		return s.Next(now, 0, 0, rnd)
+	}
+	idx, _ := s.TierForDelay(minDelay)
+	return idx, ceilMilli(now.Add(minDelay + s.jitter(minDelay, rnd)))
+}
+
 // ceilMilli rounds t up to a whole millisecond, the precision of
 // redrive-due, so that the written due time is never earlier than meant.
 func ceilMilli(t time.Time) time.Time {

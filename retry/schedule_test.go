@@ -514,3 +514,21 @@ func TestValidateBoundsTiers(t *testing.T) {
 		t.Errorf("10000 tiers: %d problems, want 1: %v", n, err)
 	}
 }
+
+// A poll interval is the service's timing: due after it, in the tier
+// that covers it, not after the tier's whole delay.
+func TestNextPoll(t *testing.T) {
+	s := retry.Schedule{Tiers: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, MaxAttempts: 4}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tt := range []struct {
+		min  time.Duration
+		idx  int
+		want time.Duration
+	}{{0, 0, 5 * time.Second}, {2 * time.Second, 0, 2 * time.Second}, {15 * time.Second, 1, 15 * time.Second},
+		{2 * time.Minute, 2, 2 * time.Minute}, {7 * time.Minute, 2, 7 * time.Minute}} {
+		idx, due := s.NextPoll(now, tt.min, nil)
+		if idx != tt.idx || !due.Equal(now.Add(tt.want)) {
+			t.Errorf("NextPoll(%s) = tier %d due +%s, want tier %d due +%s", tt.min, idx, due.Sub(now), tt.idx, tt.want)
+		}
+	}
+}
