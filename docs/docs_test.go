@@ -244,8 +244,8 @@ func TestIndexListsEveryPage(t *testing.T) {
 var optionalRE = regexp.MustCompile(`(?m)^(\s*)#~ ?`)
 
 // freeForm are mapping keys whose children are user data (header names,
-// error codes), not configuration keys.
-var freeForm = map[string]bool{"headers": true, "min_delay": true, "pause": true}
+// error codes, query and form field names), not configuration keys.
+var freeForm = map[string]bool{"headers": true, "min_delay": true, "pause": true, "query": true, "form": true}
 
 // configPaths walks a YAML node and collects every key path: "a.b" for
 // mappings, "a[].b" for the keys of a list's items.
