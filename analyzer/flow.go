@@ -46,14 +46,19 @@ type Flow struct {
 	// the furthest from running of the states they report ("stopped" if
 	// any is stopped, else "probing" if any probes, else "running");
 	// empty when none reports one. Each one's is in Processors[i].Line.
-	Line               string      `json:"line,omitempty"`
-	Inflight           int64       `json:"inflight"`
-	HandlerP99Seconds  float64     `json:"handler_p99_seconds"`
-	LatenessP99Seconds float64     `json:"lateness_p99_seconds"`
-	Main               FlowTopic   `json:"main"`
-	Tiers              []FlowTopic `json:"tiers"`
-	Results            *FlowTopic  `json:"results,omitempty"`
-	DLQ                FlowTopic   `json:"dlq"`
+	Line string `json:"line,omitempty"`
+	// Callbacks are the reachable processors' callbacks of the pipeline,
+	// summed (held, received, matched, duplicate, late, polls, finished
+	// via callback and via poll); absent when none reports any (a
+	// pipeline without handler.callback). Each one's is in Processors[i].
+	Callbacks          *ProcessorCallbacks `json:"callbacks,omitempty"`
+	Inflight           int64               `json:"inflight"`
+	HandlerP99Seconds  float64             `json:"handler_p99_seconds"`
+	LatenessP99Seconds float64             `json:"lateness_p99_seconds"`
+	Main               FlowTopic           `json:"main"`
+	Tiers              []FlowTopic         `json:"tiers"`
+	Results            *FlowTopic          `json:"results,omitempty"`
+	DLQ                FlowTopic           `json:"dlq"`
 }
 
 // FlowTopic is one topic of a Flow.
@@ -95,6 +100,9 @@ type FlowProcessor struct {
 	// when the processor was not reached, does not run the pipeline, or
 	// reports no line (older than flow control).
 	Line *ProcessorLine `json:"line,omitempty"`
+	// Callbacks: its callbacks of the pipeline, counts since it started;
+	// absent when it reports none.
+	Callbacks *ProcessorCallbacks `json:"callbacks,omitempty"`
 }
 
 // flowWindow is the least time rates are taken over.

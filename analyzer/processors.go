@@ -36,7 +36,47 @@ type processorStatus struct {
 		} `json:"tiers"`
 		// Line is absent from processors older than flow control.
 		Line *ProcessorLine `json:"line"`
+		// Callbacks is absent for a pipeline without handler.callback (and
+		// from processors older than callbacks).
+		Callbacks *ProcessorCallbacks `json:"callbacks"`
 	} `json:"pipelines"`
+}
+
+// ProcessorCallbacks is one processor's callbacks of a pipeline, as its GET
+// /api/pipelines reports them (the processor package's CallbackStatus):
+// counts since that processor started.
+type ProcessorCallbacks struct {
+	Topic string `json:"topic"`
+	Wait  string `json:"wait"` // how long a submitted job waits for its callback ("2m0s")
+	// Held: callbacks in memory now.
+	Held int64 `json:"held"`
+	// Received: callback records read; Matched: records finished by their
+	// callback; Duplicate: a second callback for a job; Late: a callback
+	// for a job already finished by polling.
+	Received  uint64 `json:"received"`
+	Matched   uint64 `json:"matched"`
+	Duplicate uint64 `json:"duplicate"`
+	Late      uint64 `json:"late"`
+	// Polls: handler calls that polled a job (fallback polls included).
+	Polls uint64 `json:"polls"`
+	// ViaCallback, ViaPoll: jobs finished by a callback, by a poll.
+	ViaCallback uint64 `json:"via_callback"`
+	ViaPoll     uint64 `json:"via_poll"`
+}
+
+// add sums o's counts into c (Topic and Wait: the first processor's).
+func (c *ProcessorCallbacks) add(o *ProcessorCallbacks) {
+	if c.Topic == "" {
+		c.Topic, c.Wait = o.Topic, o.Wait
+	}
+	c.Held += o.Held
+	c.Received += o.Received
+	c.Matched += o.Matched
+	c.Duplicate += o.Duplicate
+	c.Late += o.Late
+	c.Polls += o.Polls
+	c.ViaCallback += o.ViaCallback
+	c.ViaPoll += o.ViaPoll
 }
 
 // ProcessorLine is one processor's flow control of a pipeline, as its GET
@@ -108,6 +148,9 @@ func decodeProcessorStatus(r io.Reader) (*processorStatus, error) {
 	for _, p := range s.Pipelines {
 		if bad(p.Inflight, p.HandlerP99Seconds, p.LatenessP99Seconds) || p.Waiting < 0 {
 			return nil, fmt.Errorf("%w: pipeline %q has negative or non-finite numbers", ErrProcessorStatus, p.Name)
+		}
+		if c := p.Callbacks; c != nil && c.Held < 0 {
+			return nil, fmt.Errorf("%w: pipeline %q holds a negative number of callbacks", ErrProcessorStatus, p.Name)
 		}
 		if l := p.Line; l != nil {
 			if bad(0, l.RateLimit) {
@@ -210,6 +253,14 @@ func (a *Analyzer) addProcessors(f *Flow) {
 					if f.Line == "" || lineRank(l.State) > lineRank(f.Line) {
 						f.Line = l.State
 					}
+				}
+				if p.Callbacks != nil {
+					c := *p.Callbacks
+					fp.Callbacks = &c
+					if f.Callbacks == nil {
+						f.Callbacks = &ProcessorCallbacks{}
+					}
+					f.Callbacks.add(&c)
 				}
 				f.Inflight += p.Inflight
 				f.HandlerP99Seconds = max(f.HandlerP99Seconds, p.HandlerP99Seconds)

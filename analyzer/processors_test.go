@@ -28,6 +28,8 @@ func TestDecodeProcessorStatus(t *testing.T) {
 		"bad since":         `{"pipelines":[{"name":"a","line":{"state":"stopped","reasons":[{"reason":"manual","since":"yesterday"}]}}]}`,
 		"many reasons":      `{"pipelines":[{"name":"a","line":{"state":"stopped","reasons":[` + strings.Repeat(`{"reason":"manual"},`, maxLineReasons) + `{"reason":"manual"}]}}]}`,
 		"too large":         `{"instance":"` + strings.Repeat("x", maxStatusBytes) + `"}`,
+		"negative held":     `{"pipelines":[{"name":"a","callbacks":{"held":-1}}]}`,
+		"negative received": `{"pipelines":[{"name":"a","callbacks":{"received":-1}}]}`,
 	} {
 		if _, err := decodeProcessorStatus(strings.NewReader(body)); !errors.Is(err, ErrProcessorStatus) {
 			t.Errorf("%s: err %v, want ErrProcessorStatus", name, err)
@@ -136,5 +138,45 @@ func TestAddProcessorsLine(t *testing.T) {
 	l.Reasons[0].Detail = "changed"
 	if a.procs.last["http://p"].s.Pipelines[0].Line.Reasons[0].Detail != "10 failures in a row" {
 		t.Error("the flow shares its reasons with the kept answer")
+	}
+}
+
+// The processors' callbacks reach the flow: each one's as it reported
+// them, and the pipeline's summed over those that answered.
+func TestAddProcessorsCallbacks(t *testing.T) {
+	status := func(callbacks string) processorAnswer {
+		body := `{"instance":"p","pipelines":[{"name":"cb","tiers":[]` + callbacks + `},{"name":"other","callbacks":{"received":99}}]}`
+		s, err := decodeProcessorStatus(strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return processorAnswer{s: s}
+	}
+	a := &Analyzer{o: Options{Processors: []string{"http://p1", "http://p2", "http://p3", "http://p4"}}}
+	a.procs.last = map[string]processorAnswer{
+		"http://p1": status(`,"callbacks":{"topic":"cb.callbacks","wait":"2m0s","held":2,"received":10,"matched":7,"duplicate":1,"late":1,"polls":4,"via_callback":7,"via_poll":3}`),
+		"http://p2": status(`,"callbacks":{"topic":"cb.callbacks","wait":"2m0s","held":1,"received":5,"matched":5,"duplicate":0,"late":0,"polls":0,"via_callback":5,"via_poll":0}`),
+		"http://p3": status(""), // an older processor, or one without the callback
+		"http://p4": {err: errors.New("refused")},
+	}
+	f := Flow{Name: "cb"}
+	a.addProcessors(&f)
+	want := ProcessorCallbacks{Topic: "cb.callbacks", Wait: "2m0s", Held: 3, Received: 15, Matched: 12, Duplicate: 1, Late: 1, Polls: 4, ViaCallback: 12, ViaPoll: 3}
+	if f.Callbacks == nil || *f.Callbacks != want {
+		t.Fatalf("flow callbacks %+v, want %+v", f.Callbacks, want)
+	}
+	if f.Processors[0].Callbacks == nil || f.Processors[0].Callbacks.Received != 10 || f.Processors[2].Callbacks != nil || f.Processors[3].Callbacks != nil {
+		t.Errorf("processors %+v", f.Processors)
+	}
+	// The flow's copy is its own.
+	f.Processors[0].Callbacks.Received = 1000
+	if a.procs.last["http://p1"].s.Pipelines[0].Callbacks.Received != 10 {
+		t.Error("the flow shares its callbacks with the kept answer")
+	}
+	// No processor reports callbacks: none in the flow.
+	g := Flow{Name: "none"}
+	a.addProcessors(&g)
+	if g.Callbacks != nil {
+		t.Errorf("callbacks %+v for a pipeline no processor reports", g.Callbacks)
 	}
 }

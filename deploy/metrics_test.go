@@ -130,8 +130,23 @@ func TestMetricNamesParser(t *testing.T) {
 	}
 }
 
+// callbackMetrics are the dashboard's callback series (issue 14's names):
+// a processor exports the first ones only for a pipeline with
+// handler.callback, and the intake (`redrive process` serving
+// callback_addr, `redrive callbacks`) the last two; the processor and
+// analyzer startPair runs have neither, so usedNames leaves them out.
+// TODO(issue 14, lead): once the callback matching and the intake are
+// merged, give startPair a pipeline with a callback and the intake, and
+// drop this list.
+var callbackMetrics = map[string]bool{
+	"redrive_callbacks_total": true, "redrive_callbacks_held": true, "redrive_polls_total": true,
+	"redrive_job_seconds_bucket": true, "redrive_job_seconds_count": true,
+	"redrive_callback_requests_total": true, "redrive_callback_ack_seconds_bucket": true,
+}
+
 // usedNames collects the metric names of the dashboard's expressions and
-// of the alert rules, each with where it is used.
+// of the alert rules, each with where it is used (callbackMetrics left
+// out).
 func usedNames(t *testing.T) map[string]string {
 	t.Helper()
 	used := map[string]string{}
@@ -167,6 +182,12 @@ func usedNames(t *testing.T) map[string]string {
 		}
 	}
 	walk(dash, "")
+	for n := range callbackMetrics {
+		if used[n] == "" {
+			t.Errorf("callbackMetrics names %s, which no dashboard panel uses", n)
+		}
+		delete(used, n)
+	}
 	if len(used) < 10 {
 		t.Fatalf("grafana/redrive.json uses %d metrics: the walker found no expressions?", len(used))
 	}

@@ -1,5 +1,5 @@
 // The redrive analyzer dashboard: plain JavaScript, no build step. It reads
-// GET api/stats, GET api/pipelines (the flow, and the processors' lines)
+// GET api/stats, GET api/pipelines (the flow, the processors' lines and callbacks)
 // and GET api/deadletters every 5 seconds and posts api/replay (and, under
 // redrive dev, api/dev/outage). Everything from the API is put into the page as text
 // (textContent, never innerHTML): dead letters carry whatever producers
@@ -334,6 +334,68 @@
     );
   }
 
+  // ---- callbacks: a job API's pingbacks (handler.callback) ----
+
+  // CALLBACK_COUNTS are the numbers of the Callbacks panel: [label, key in
+  // the API's callbacks, title].
+  const CALLBACK_COUNTS = [
+    ["held", "held", "callbacks the processors hold in memory now, to match and to spot duplicates"],
+    ["received", "received", "callback records read from the callbacks topic"],
+    ["matched", "matched", "waiting records finished by their callback, with no poll"],
+    ["duplicate", "duplicate", "callbacks for a job already called back: deduplicated by job id, they change nothing"],
+    ["late", "late", "callbacks for a job already finished by a poll"],
+    ["polls", "polls", "handler calls that polled a job, fallback polls included"],
+    ["via callback", "via_callback", "jobs finished by their callback"],
+    ["via poll", "via_poll", "jobs finished by a poll: no callback came within the wait"],
+  ];
+
+  // renderCallbacks is a pipeline's Callbacks panel: the reachable
+  // processors' callbacks summed, and each processor's when there are
+  // several. None for a pipeline without callbacks.
+  function renderCallbacks(f, procs) {
+    const c = f.callbacks;
+    if (!c) return null;
+    const n = (k) => (typeof c[k] === "number" && c[k] > 0 ? c[k] : 0);
+    const done = n("via_callback") + n("via_poll");
+    const metric = (label, key, title) =>
+      el(
+        "div",
+        { class: "fm", title },
+        el("span", { class: "label", text: label }),
+        el("span", { class: "value", "data-metric": "cb-" + key, "data-value": n(key), text: fmtInt(n(key)) })
+      );
+    const reporting = procs.filter((p) => !p.error && p.callbacks);
+    let table = null;
+    if (reporting.length > 1) {
+      table = el(
+        "table",
+        { class: "small fcb-procs" },
+        el("thead", {}, el("tr", {}, el("th", { text: "processor" }), ...CALLBACK_COUNTS.map(([label]) => el("th", { text: label })))),
+        el(
+          "tbody",
+          {},
+          ...reporting.map((p) =>
+            el(
+              "tr",
+              { "data-processor": p.url, "data-instance": p.instance || "" },
+              el("td", { class: "mono", title: p.url, text: p.instance || p.url }),
+              ...CALLBACK_COUNTS.map(([, key]) => el("td", { class: "num", "data-metric": "cb-" + key, text: fmtInt(p.callbacks[key] || 0) }))
+            )
+          )
+        )
+      );
+    }
+    const facts = [`topic ${c.topic || "?"}`, `a job waits ${c.wait || "?"} for its callback, then is polled`];
+    if (done > 0) facts.push(`${share(n("via_callback"), done)} of ${fmtInt(done)} jobs finished via callback`);
+    return el(
+      "div",
+      { class: "fcallbacks", id: "callbacks-" + f.name, "data-topic": c.topic || "", "data-wait": c.wait || "", "data-processors": reporting.length },
+      el("div", { class: "fcb-head" }, el("h3", { text: "Callbacks" }), el("span", { class: "hint", text: facts.join(" · ") })),
+      el("div", { class: "fcb-counts" }, ...CALLBACK_COUNTS.map(([label, key, title]) => metric(label, key, title))),
+      table
+    );
+  }
+
   // renderDev shows the dev tools when the analyzer runs in redrive dev.
   function renderDev() {
     $("dev").hidden = !(state.flows && state.flows.dev_outage === true);
@@ -415,7 +477,8 @@
             el("span", { class: "hint" + (f.error ? " error" : ""), id: "flow-note-" + f.name, "data-processors": procs.length, "data-reached": reached, title: unreachable || null, text: note })
           ),
           el("div", { class: "fchain" }, ...chain, el("div", { class: "fsinks" }, ...sinks)),
-          lines.length ? el("div", { class: "flines", id: "flines-" + f.name }, ...lines.map((p) => renderLine(p))) : null
+          lines.length ? el("div", { class: "flines", id: "flines-" + f.name }, ...lines.map((p) => renderLine(p))) : null,
+          renderCallbacks(f, procs)
         );
       })
     );

@@ -11,15 +11,19 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/internal/fakeapi"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/obs"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -223,26 +227,78 @@ func TestDevRunsEverything(t *testing.T) {
 		if !getJSON("http://"+addr+"/api/pipelines", &ps) || !getJSON("http://"+anAddr+"/api/pipelines", &flow) {
 			continue
 		}
-		if len(ps.Pipelines) == 1 && ps.Pipelines[0].HandlerCalls > 0 && len(flow.Pipelines) == 1 && len(flow.Pipelines[0].Tiers) > 0 &&
-			flow.Pipelines[0].Tiers[0].End > 0 && flow.Pipelines[0].Results != nil && flow.Pipelines[0].Results.End > 0 &&
-			flow.Pipelines[0].DLQ.End > 0 && strings.Contains(out.String(), "handled ") {
+		p, f := statusOf(ps, "solve"), flowOf(flow, "solve")
+		if p != nil && p.HandlerCalls > 0 && f != nil && len(f.Tiers) > 0 && f.Tiers[0].End > 0 && f.Results != nil && f.Results.End > 0 &&
+			f.DLQ.End > 0 && strings.Contains(out.String(), "handled ") {
 			break
 		}
 	}
 	t.Run("the processor serves its live state at /api/pipelines", func(t *testing.T) {
-		if len(ps.Pipelines) != 1 || ps.Pipelines[0].Name != "solve" || !ps.Pipelines[0].Joined || ps.Pipelines[0].HandlerCalls == 0 {
+		if len(ps.Pipelines) != 2 || statusOf(ps, "captcha") == nil {
+			t.Errorf("the processor's /api/pipelines does not show the pipelines solve and captcha: %+v", ps)
+		}
+		if p := statusOf(ps, "solve"); p == nil || !p.Joined || p.HandlerCalls == 0 {
 			t.Errorf("the processor's /api/pipelines shows no handled records after 60s: %+v\n%s", ps, out.String())
 		}
 	})
 	t.Run("the dashboard's flow shows tiers, results and the DLQ and reaches the processor", func(t *testing.T) {
-		if len(flow.Pipelines) != 1 {
+		f := flowOf(flow, "solve")
+		if len(flow.Pipelines) != 2 || f == nil || flowOf(flow, "captcha") == nil {
 			t.Fatalf("the analyzer's /api/pipelines: %+v", flow)
 		}
-		if f := flow.Pipelines[0]; len(f.Tiers) != 3 || f.Tiers[0].Name != "1s" || f.Tiers[0].End == 0 || f.Results == nil || f.Results.End == 0 || f.DLQ.End == 0 {
+		if len(f.Tiers) != 3 || f.Tiers[0].Name != "1s" || f.Tiers[0].End == 0 || f.Results == nil || f.Results.End == 0 || f.DLQ.End == 0 {
 			t.Errorf("the dashboard's flow shows no retries in tier 1s, results or dead letters: %+v", f)
 		}
-		if f := flow.Pipelines[0]; len(f.Processors) != 1 || f.Processors[0].Error != "" {
+		if len(f.Processors) != 1 || f.Processors[0].Error != "" {
 			t.Errorf("the dashboard's flow does not reach dev's processor: %+v", f.Processors)
+		}
+	})
+	t.Run("the captcha pipeline submits to the fake CaptchaAI", func(t *testing.T) {
+		m := regexp.MustCompile(`captchaai     (http://\S+)/in\.php`).FindStringSubmatch(out.String())
+		if m == nil {
+			t.Fatalf("no fake CaptchaAI in the banner:\n%s", out.String())
+		}
+		var st fakeapi.CaptchaStats
+		deadline := time.Now().Add(30 * time.Second)
+		for !getJSON(m[1]+"/stats", &st) || st.Submits == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the fake CaptchaAI got no submit within 30s: %+v", st)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if !regexp.MustCompile(`callbacks     http://127\.0\.0\.1:[1-9][0-9]*   \(callback_addr; paths /cb/captcha\)`).MatchString(out.String()) {
+			t.Errorf("the banner does not name the callback address:\n%s", out.String())
+		}
+	})
+	t.Run("the dashboard shows callbacks, fallback polls and duplicates", func(t *testing.T) {
+		// Within a minute of traffic: tasks finished by their pingback,
+		// tasks whose pingback was dropped finished by a poll, pingbacks
+		// sent twice counted as duplicates.
+		var cb *analyzer.ProcessorCallbacks
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			flow = analyzer.FlowResponse{}
+			if getJSON("http://"+anAddr+"/api/pipelines", &flow) {
+				if f := flowOf(flow, "captcha"); f != nil {
+					cb = f.Callbacks
+				}
+			}
+			if cb != nil && cb.Matched > 0 && cb.ViaCallback > 0 && cb.ViaPoll > 0 && cb.Polls > 0 && cb.Duplicate > 0 {
+				break
+			}
+			if cb == nil && time.Now().After(deadline.Add(-40*time.Second)) {
+				// TODO(issue 14, lead): remove this skip once the callback
+				// matching (processor) and intake are merged: the processor
+				// then reports callbacks for the captcha pipeline.
+				t.Skip("the processor reports no callbacks for the captcha pipeline: the callback matching is not merged yet")
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("within 60s the captcha pipeline's callbacks are %+v, want matched, via callback, via poll, polls and duplicates", cb)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if !strings.Contains(out.String(), "callbacks [received:") {
+			t.Errorf("dev's summary line does not count callbacks:\n%s", out.String())
 		}
 	})
 	t.Run("the dashboard lists the wrong-key dead letters", func(t *testing.T) {
@@ -253,7 +309,7 @@ func TestDevRunsEverything(t *testing.T) {
 		}
 		wrongKey := false
 		for i := 0; i < 100 && !wrongKey; i++ {
-			getJSON("http://"+anAddr+"/api/deadletters?limit=1000", &dls)
+			getJSON("http://"+anAddr+"/api/deadletters?pipeline=solve&limit=1000", &dls)
 			for _, d := range dls.DeadLetters {
 				wrongKey = wrongKey || d.Code == "ERROR_WRONG_USER_KEY"
 			}
@@ -295,7 +351,8 @@ func TestDevRunsEverything(t *testing.T) {
 	t.Run("the analyzer in dev counts the dead letters", func(t *testing.T) {
 		var st struct {
 			Pipelines []struct {
-				Ready bool `json:"ready"`
+				Name  string `json:"name"`
+				Ready bool   `json:"ready"`
 				Stats struct {
 					Total    int64            `json:"total"`
 					ByReason map[string]int64 `json:"by_reason"`
@@ -306,14 +363,14 @@ func TestDevRunsEverything(t *testing.T) {
 			if r, err := http.Get("http://" + anAddr + "/api/stats"); err == nil {
 				_ = json.NewDecoder(r.Body).Decode(&st)
 				r.Body.Close()
-				if len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total > 0 {
+				if len(st.Pipelines) == 2 && st.Pipelines[0].Name == "solve" && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total > 0 {
 					break
 				}
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		if len(st.Pipelines) != 1 || st.Pipelines[0].Stats.Total == 0 || st.Pipelines[0].Stats.ByReason["permanent"] == 0 {
-			t.Errorf("the analyzer in dev reports no (permanent) dead letters: %+v", st)
+		if len(st.Pipelines) != 2 || st.Pipelines[0].Name != "solve" || st.Pipelines[0].Stats.Total == 0 || st.Pipelines[0].Stats.ByReason["permanent"] == 0 {
+			t.Errorf("the analyzer in dev reports no (permanent) dead letters for solve: %+v", st)
 		}
 	})
 	t.Run("the dashboard's outage button opens the processor's breaker", func(t *testing.T) {
@@ -333,10 +390,81 @@ func TestDevRunsEverything(t *testing.T) {
 }
 
 func TestDevConfigIsValid(t *testing.T) {
-	c := devConfig("127.0.0.1:1", "http://127.0.0.1:2/solve")
+	c := devConfig("127.0.0.1:1", "http://127.0.0.1:2/solve", "http://127.0.0.1:3", "127.0.0.1:4")
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// The captcha pipeline: the captchaai preset against the fake, its
+	// ${VARS} from devEnv, its pingback to the callback intake.
+	if len(c.Pipelines) != 2 || c.Pipelines[1].Name != "captcha" || c.CallbackAddr != "127.0.0.1:4" {
+		t.Fatalf("pipelines %+v, callback_addr %q", c.Pipelines, c.CallbackAddr)
+	}
+	h := c.Pipelines[1].Handler
+	if h.HTTP == nil || h.HTTP.URL != "http://127.0.0.1:3/in.php" || h.HTTP.Query["key"] != fakeapi.DefaultCaptchaKey || h.HTTP.Query["json"] != "1" ||
+		h.HTTP.Query["pingback"] != "http://127.0.0.1:4/cb/captcha?token="+devCallbackToken {
+		t.Errorf("captcha http %+v", h.HTTP)
+	}
+	if p := h.HTTP.Poll; p == nil || p.URL != "http://127.0.0.1:3/res.php?key="+fakeapi.DefaultCaptchaKey+"&action=get&json=1&id={state}" ||
+		p.StateField != "request" || p.ResultField != "request" || p.Every.D() != 2*time.Second {
+		t.Errorf("captcha poll %+v", h.HTTP.Poll)
+	}
+	if cb := h.Callback; cb == nil || cb.Path != devCallbackPath || cb.Token != devCallbackToken || cb.IDField != "id" || cb.ResultField != "code" || cb.Wait.D() != 10*time.Second {
+		t.Errorf("captcha callback %+v", h.Callback)
+	}
+	// The fake accepts the key dev sends.
+	if devEnv("CAPTCHA_API_KEY") != fakeapi.DefaultCaptchaKey || devEnv("HOME") != "" {
+		t.Error("devEnv answers what it should not")
+	}
+}
+
+func TestDevSummaryCountsCallbacks(t *testing.T) {
+	o := obs.New()
+	if s := devSummary(o, time.Second); strings.Contains(s, "callbacks") {
+		t.Errorf("a summary without callback metrics mentions callbacks: %s", s)
+	}
+	cbs := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "redrive_callbacks_total"}, []string{"pipeline", "event"})
+	polls := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "redrive_polls_total"}, []string{"pipeline"})
+	o.Registry.MustRegister(cbs, polls)
+	cbs.WithLabelValues("captcha", "received").Add(12)
+	cbs.WithLabelValues("captcha", "matched").Add(9)
+	cbs.WithLabelValues("captcha", "duplicate").Add(2)
+	polls.WithLabelValues("captcha").Add(5)
+	if s := devSummary(o, time.Second); !strings.Contains(s, "callbacks [received:12 matched:9 duplicate:2 late:0] polls 5") {
+		t.Errorf("summary %s", s)
+	}
+}
+
+func TestPickPort(t *testing.T) {
+	a, err := pickPort("127.0.0.1:0")
+	if err != nil || !strings.HasPrefix(a, "127.0.0.1:") || strings.HasSuffix(a, ":0") {
+		t.Errorf("pickPort(:0) = %q, %v", a, err)
+	}
+	if a, err := pickPort("127.0.0.1:9999"); err != nil || a != "127.0.0.1:9999" {
+		t.Errorf("pickPort(:9999) = %q, %v", a, err)
+	}
+	if _, err := pickPort("no port"); err == nil {
+		t.Error("pickPort of an address without a port")
+	}
+}
+
+// statusOf is the processor's status of pipeline name, nil if absent.
+func statusOf(s processor.Status, name string) *processor.PipelineStatus {
+	for i := range s.Pipelines {
+		if s.Pipelines[i].Name == name {
+			return &s.Pipelines[i]
+		}
+	}
+	return nil
+}
+
+// flowOf is the analyzer's flow of pipeline name, nil if absent.
+func flowOf(r analyzer.FlowResponse, name string) *analyzer.Flow {
+	for i := range r.Pipelines {
+		if r.Pipelines[i].Name == name {
+			return &r.Pipelines[i]
+		}
+	}
+	return nil
 }
 
 type syncBuf struct {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,32 +22,38 @@ import (
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/demosolver"
+	"github.com/redrive/redrive/internal/fakeapi"
 	"github.com/redrive/redrive/internal/obs"
 	"github.com/redrive/redrive/processor/httphandler"
 )
 
 type devFlags struct {
-	kafkaPort    int
-	httpAddr     string
-	analyzerAddr string
-	solverAddr   string
-	rate         float64
-	duration     time.Duration
-	seed         uint64
+	kafkaPort     int
+	httpAddr      string
+	analyzerAddr  string
+	solverAddr    string
+	captchaAddr   string
+	callbacksAddr string
+	rate          float64
+	duration      time.Duration
+	seed          uint64
 }
 
 func newDevCmd(g *globals) *cobra.Command {
 	f := &devFlags{}
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "everything on one machine: embedded broker, demo solver, processor, sample traffic, dashboard",
+		Short: "everything on one machine: embedded broker, demo solver, fake CaptchaAI, processor, sample traffic, dashboard",
 		Long: `Starts an embedded Kafka broker (kfake, in memory) on 127.0.0.1, a demo
-CAPTCHA solver that fails, defers and rejects some requests, creates the
-pipeline's topics, runs the processor against the solver, produces sample
-traffic and serves the analyzer's dashboard (the pipeline's flow and its
-DLQ). With -c, the config's pipelines are used
-(their brokers replaced by the embedded one; pipelines without
-handler.http are pointed at the demo solver). Ctrl-C stops it.`,
+CAPTCHA solver that fails, defers and rejects some requests, and a fake
+CaptchaAI (in.php, res.php, pingbacks: some dropped, some sent twice);
+creates the topics of two pipelines, solve (the demo solver) and captcha
+(the captchaai preset against the fake: submit with pingback, callback,
+fallback poll), runs the processor and the callback intake, produces
+sample traffic and serves the analyzer's dashboard (the pipelines' flow,
+callbacks and DLQ). With -c, the config's pipelines are used (their
+brokers replaced by the embedded one; pipelines without handler.http are
+pointed at the demo solver). Ctrl-C stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runDev(cmd.Context(), g, f, cmd.ErrOrStderr()) },
 	}
@@ -55,18 +62,59 @@ handler.http are pointed at the demo solver). Ctrl-C stops it.`,
 	fl.StringVar(&f.httpAddr, "http", "127.0.0.1:9090", "the processor's /api/pipelines, /metrics, /healthz, /readyz")
 	fl.StringVar(&f.analyzerAddr, "analyzer", "127.0.0.1:9091", "the analyzer's dashboard and API")
 	fl.StringVar(&f.solverAddr, "solver", "127.0.0.1:0", "demo solver address")
+	fl.StringVar(&f.captchaAddr, "captchaai", "127.0.0.1:0", "fake CaptchaAI address (in.php, res.php)")
+	fl.StringVar(&f.callbacksAddr, "callbacks", "127.0.0.1:0", "callback_addr: where the callback intake listens (port 0: a free port, chosen at start)")
 	fl.Float64Var(&f.rate, "rate", 20, "sample requests per second (0: none)")
 	fl.DurationVar(&f.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	fl.Uint64Var(&f.seed, "seed", 1, "demo solver's random seed")
 	return cmd
 }
 
-// devConfig is the pipeline `redrive dev` runs without -c: the design's
-// example with short tiers, so retries are visible within a minute.
-func devConfig(brokers, solverURL string) *config.Config {
+// devCaptcha is how dev's fake CaptchaAI behaves: tasks solved in 1–3 s,
+// a fifth of the pingbacks dropped (those tasks are polled after the
+// callback wait), a tenth sent twice (deduplicated), a few before the
+// submit is answered, a few submits without a slot, a few unsolvable.
+func devCaptcha(seed uint64) *fakeapi.CaptchaAI {
+	return fakeapi.NewCaptchaAI(fakeapi.CaptchaOptions{
+		NoSlotRatio:     0.05,
+		UnsolvableRatio: 0.02,
+		Pingback: fakeapi.PingbackOptions{
+			DropRatio: 0.2, DuplicateRatio: 0.1, EarlyRatio: 0.05,
+			RetryDelay: 500 * time.Millisecond,
+		},
+	}, seed)
+}
+
+// devEnv answers the ${NAMES} of dev's own config: the fake CaptchaAI's key
+// and the callback token. The process environment is not read, so a real
+// key set there never reaches the fake.
+func devEnv(name string) string {
+	switch name {
+	case "CAPTCHA_API_KEY":
+		return fakeapi.DefaultCaptchaKey
+	case "CB_TOKEN":
+		return devCallbackToken
+	}
+	return ""
+}
+
+// devCallbackToken is the callback token of dev's captcha pipeline.
+const devCallbackToken = "dev-callback-token"
+
+// devCallbackPath is where the captcha pipeline's callbacks come in.
+const devCallbackPath = "/cb/captcha"
+
+// devConfig is the configuration `redrive dev` runs without -c: the
+// design's example with short tiers, so retries are visible within a
+// minute, and the captchaai preset against the fake CaptchaAI at
+// captchaBase (http://host:port) with short waits (a callback wait of 10s,
+// polls every 2s), its callbacks on callbackAddr. The YAML is what a user
+// would write; ${CAPTCHA_API_KEY} and ${CB_TOKEN} come from devEnv.
+func devConfig(brokers, solverURL, captchaBase, callbackAddr string) *config.Config {
 	yaml := fmt.Sprintf(`
-brokers: [%q]
+brokers: [%[1]q]
 shutdown_grace: 5s
+callback_addr: %[4]q
 pipelines:
   - name: solve
     topic: solve.requests
@@ -77,23 +125,52 @@ pipelines:
     concurrency: 64
     dlq: {redact_headers: [authorization]}
     handler:
-      http: {url: %q, timeout: 5s}
+      http: {url: %[2]q, timeout: 5s}
       codes:
         transient: [ERROR_NO_SLOT_AVAILABLE]
         not_ready: [CAPCHA_NOT_READY]
         permanent: [ERROR_WRONG_USER_KEY]
+  - name: captcha
+    topic: captcha.requests
+    results: captcha.results
+    partitions: 3
+    retry: {tiers: [1s, 5s, 15s], max_attempts: 4, jitter: 0.1}
+    not_ready_deadline: 2m
+    handler:
+      http:
+        url: %[5]q
+        timeout: 15s
+        query: {key: "${CAPTCHA_API_KEY}", json: "1", pingback: "http://%[4]s%[6]s?token=${CB_TOKEN}"}
+        json: {ok_field: status, ok_value: 1, code_field: request}
+        poll:
+          url: "%[7]s?key=${CAPTCHA_API_KEY}&action=get&json=1&id={state}"
+          state_field: request
+          result_field: request
+          first_after: 2s
+          every: 2s
+      callback:
+        path: %[6]s
+        token: "${CB_TOKEN}"
+        id_field: id
+        result_field: code
+        wait: 10s
+      codes:
+        transient: [ERROR_NO_SLOT_AVAILABLE]
+        not_ready: [CAPCHA_NOT_READY]
+        permanent: [ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST, ERROR_CAPTCHA_UNSOLVABLE, ERROR_WRONG_CAPTCHA_ID]
+        pause: {ERROR_ZERO_BALANCE: 30s}
 processor:
-  token: %s
+  token: %[3]s
 analyzer:
-  token: %s
+  token: %[3]s
   rules:
     - name: no-slot-later
       match: {codes: [ERROR_NO_SLOT_AVAILABLE]}
       action: republish
       after: 10s
       max_redrives: 1
-`, brokers, solverURL, devToken, devToken)
-	c, err := config.Parse([]byte(yaml), func(string) string { return "" })
+`, brokers, solverURL, devToken, callbackAddr, captchaBase+"/in.php", devCallbackPath, captchaBase+"/res.php")
+	c, err := config.Parse([]byte(yaml), devEnv)
 	if err != nil {
 		panic("redrive dev's built-in config is invalid: " + err.Error()) // a bug, caught by tests
 	}
@@ -123,6 +200,23 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	defer ssrv.Close()
 	solverURL := "http://" + sl.Addr().String() + "/solve"
 
+	// The fake CaptchaAI, for the captcha pipeline: it calls the callback
+	// intake on callbackAddr back.
+	captcha := devCaptcha(f.seed)
+	defer captcha.Close() // after its server: stops the pingbacks still to come
+	cl, err := net.Listen("tcp", f.captchaAddr)
+	if err != nil {
+		return fmt.Errorf("fake CaptchaAI on %s: %w", f.captchaAddr, err)
+	}
+	csrv := obs.HTTPServer(captcha, obs.Limits{})
+	go func() { _ = csrv.Serve(cl) }()
+	defer csrv.Close()
+	captchaBase := "http://" + cl.Addr().String()
+	callbackAddr, err := pickPort(f.callbacksAddr)
+	if err != nil {
+		return fmt.Errorf("--callbacks %s: %w", f.callbacksAddr, err)
+	}
+
 	var c *config.Config
 	if g.configPath != "" {
 		if c, err = g.load(); err != nil {
@@ -135,9 +229,10 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 			}
 		}
 	} else {
-		c = devConfig(brokers, solverURL)
+		c = devConfig(brokers, solverURL, captchaBase, callbackAddr)
 	}
 	c.HTTPAddr = f.httpAddr
+	c.CallbackAddr = callbackAddr
 	c.Analyzer.HTTPAddr = f.analyzerAddr
 	// The replay token is printed only when dev chose it: one from the
 	// environment or the file is a secret, said to be set, not shown.
@@ -194,24 +289,93 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	}
 	o.Mux.Handle("GET /{$}", http.RedirectHandler(analyzerURL, http.StatusFound))
 
+	captchaTopic := devCaptchaTopic(c, captchaBase)
+	traffic := fmt.Sprintf("%.0f requests/s to %s", f.rate, c.Pipelines[0].Topic)
+	if captchaTopic != "" {
+		traffic += fmt.Sprintf(", %.0f/s to %s", captchaRate(f.rate), captchaTopic)
+	}
 	fmt.Fprintf(out, `
 redrive dev is running
-  dashboard     %s   (the pipeline's flow and its DLQ; %s)
+  dashboard     %s   (the pipelines' flow, callbacks and DLQ; %s)
   processor     http://%s/api/pipelines   (this processor's live state; /metrics, /healthz, /readyz;
                 POST /api/pipelines/<name>/pause|resume with %s)
   kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s -C -J)
   demo solver   %s   (an outage: the dashboard's button, or curl -X POST '%s?for=30s')
-  traffic       %.0f requests/s to %s
+%s  traffic       %s
 Ctrl-C stops it.
 
-`, analyzerURL, tokenNote, addr, pauseNote, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, strings.TrimSuffix(solverURL, "/solve")+"/outage", f.rate, c.Pipelines[0].Topic)
+`, analyzerURL, tokenNote, addr, pauseNote, brokers, brokers, c.Pipelines[0].DLQTopic(), solverURL, strings.TrimSuffix(solverURL, "/solve")+"/outage",
+		devCallbackLines(c, captchaTopic, captchaBase), traffic)
 
 	if f.rate > 0 {
 		go sampleTraffic(ctx, brokers, c.Pipelines[0].Topic, f.rate, f.seed)
+		if captchaTopic != "" {
+			go captchaTraffic(ctx, brokers, captchaTopic, captchaRate(f.rate), f.seed)
+		}
 	}
 	go summaryLoop(ctx, o, out, 5*time.Second)
+	// TODO(issue 14, lead): the callback intake (processor/callback) must
+	// serve c.CallbackAddr while the processor runs, as `redrive process`
+	// serves it. If the intake is started inside runProcessor, nothing is
+	// left to do here; if process.go starts it in its RunE instead, start
+	// it here the same way (same c, same obs server for its metrics).
+	// Until then the fake's pingbacks are refused (and retried, then given
+	// up), so every captcha task is polled after its callback wait.
 	perr := runProcessor(ctx, c, nil, o)
 	return errors.Join(perr, <-anDone)
+}
+
+// devCallbackLines are the banner's lines about the fake CaptchaAI (when a
+// pipeline submits to it) and the callback intake (when a pipeline has a
+// callback).
+func devCallbackLines(c *config.Config, captchaTopic, captchaBase string) string {
+	var b strings.Builder
+	if captchaTopic != "" {
+		fmt.Fprintf(&b, "  captchaai     %s/in.php, /res.php   (a fake: pingbacks 20%% dropped, 10%% sent twice; its counters: GET %s/stats)\n", captchaBase, captchaBase)
+	}
+	var paths []string
+	for _, p := range c.Pipelines {
+		if p.Handler.Callback != nil {
+			paths = append(paths, p.Handler.Callback.Path)
+		}
+	}
+	if len(paths) > 0 {
+		fmt.Fprintf(&b, "  callbacks     http://%s   (callback_addr; paths %s)\n", c.CallbackAddr, strings.Join(paths, ", "))
+	}
+	return b.String()
+}
+
+// devCaptchaTopic is the main topic of the pipeline that submits to dev's
+// fake CaptchaAI at base (the captcha pipeline without -c), "" if none.
+func devCaptchaTopic(c *config.Config, base string) string {
+	for _, p := range c.Pipelines {
+		if p.Handler.HTTP != nil && strings.HasPrefix(p.Handler.HTTP.URL, base+"/") {
+			return p.Topic
+		}
+	}
+	return ""
+}
+
+// captchaRate is the captcha pipeline's share of the sample traffic: a
+// quarter, at least one request a second.
+func captchaRate(rate float64) float64 { return max(rate/4, 1) }
+
+// pickPort is addr with port 0 replaced by a port free now (the intake
+// listens on it later, and the pingback URL must name it first).
+func pickPort(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if port != "0" {
+		return addr, nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // usesSolver reports whether one of c's pipelines calls the demo solver
@@ -293,6 +457,39 @@ func sampleTraffic(ctx context.Context, brokers, topic string, rate float64, see
 	}
 }
 
+// captchaTraffic produces CAPTCHA tasks for the captcha pipeline until
+// ctx is done: the form fields of in.php (method, googlekey, pageurl), as
+// a producer for the captchaai preset writes them.
+func captchaTraffic(ctx context.Context, brokers, topic string, rate float64, seed uint64) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		slog.Error("sample captcha traffic", "err", err)
+		return
+	}
+	defer cl.Close()
+	rnd := rand.New(rand.NewPCG(seed, 11))
+	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer t.Stop()
+	sites := []string{"shop.example", "forum.example", "bank.example", "mail.example"}
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		site := sites[rnd.IntN(len(sites))]
+		v := url.Values{"method": {"userrecaptcha"}, "googlekey": {"6Le-demo-" + site}, "pageurl": {"https://" + site + "/login?n=" + strconv.Itoa(n)}}
+		cl.Produce(ctx, &kgo.Record{
+			Key:   []byte(site),
+			Value: []byte(v.Encode()),
+			Headers: []kgo.RecordHeader{
+				{Key: "content-type", Value: []byte("application/x-www-form-urlencoded")},
+				{Key: "idempotency-key", Value: []byte("captcha-" + strconv.Itoa(n))},
+			},
+		}, nil)
+	}
+}
+
 // summaryLoop prints one line every interval: handled, retried per tier,
 // dead-lettered, in flight, waiting, from the processor's own metrics.
 func summaryLoop(ctx context.Context, o *obs.Server, out io.Writer, every time.Duration) {
@@ -311,8 +508,10 @@ func summaryLoop(ctx context.Context, o *obs.Server, out io.Writer, every time.D
 
 // devSummary is the one-line status `redrive dev` prints.
 func devSummary(o *obs.Server, up time.Duration) string {
-	var handled, dead, inflight, waiting float64
+	var handled, dead, inflight, waiting, polls float64
 	tiers := map[string]float64{}
+	callbacks := map[string]float64{} // by event; none without a pipeline with callbacks
+	seenCallbacks := false
 	mfs, _ := o.Registry.Gather()
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
@@ -325,6 +524,15 @@ func devSummary(o *obs.Server, up time.Duration) string {
 				inflight += m.GetGauge().GetValue()
 			case "redrive_waiting_records":
 				waiting += m.GetGauge().GetValue()
+			case "redrive_callbacks_total":
+				seenCallbacks = true
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "event" {
+						callbacks[l.GetValue()] += m.GetCounter().GetValue()
+					}
+				}
+			case "redrive_polls_total":
+				polls += m.GetCounter().GetValue()
 			case "redrive_retries_scheduled_total":
 				for _, l := range m.GetLabel() {
 					if l.GetName() == "tier" {
@@ -351,6 +559,11 @@ func devSummary(o *obs.Server, up time.Duration) string {
 	if err := o.IsReady(); err != nil {
 		ready = "not ready: " + err.Error()
 	}
-	return fmt.Sprintf("up %s  handled %.0f  retried [%s]  dead-lettered %.0f  in flight %.0f  waiting %.0f  %s",
-		up.Round(time.Second), handled, strings.Join(rt, " "), dead, inflight, waiting, ready)
+	cb := ""
+	if seenCallbacks {
+		cb = fmt.Sprintf("  callbacks [received:%.0f matched:%.0f duplicate:%.0f late:%.0f] polls %.0f",
+			callbacks["received"], callbacks["matched"], callbacks["duplicate"], callbacks["late"], polls)
+	}
+	return fmt.Sprintf("up %s  handled %.0f  retried [%s]  dead-lettered %.0f  in flight %.0f  waiting %.0f%s  %s",
+		up.Round(time.Second), handled, strings.Join(rt, " "), dead, inflight, waiting, cb, ready)
 }

@@ -61,9 +61,9 @@ func testDevOutage(t *testing.T, addr, anAddr, banner string) {
 	for {
 		ps, flow = processor.Status{}, analyzer.FlowResponse{}
 		if getJSON("http://"+addr+"/api/pipelines", &ps) && getJSON("http://"+anAddr+"/api/pipelines", &flow) &&
-			len(ps.Pipelines) == 1 && len(flow.Pipelines) == 1 {
-			f = flow.Pipelines[0]
-			l := ps.Pipelines[0].Line
+			statusOf(ps, "solve") != nil && flowOf(flow, "solve") != nil {
+			f = *flowOf(flow, "solve")
+			l := statusOf(ps, "solve").Line
 			if l.State == "stopped" && l.Breaker == "open" && f.Line == "stopped" && len(f.Processors) == 1 && f.Processors[0].Line != nil {
 				break
 			}
@@ -101,10 +101,10 @@ func TestDevOutageCapsAgree(t *testing.T) {
 // The outage button is offered only when a pipeline calls dev's solver.
 func TestDevUsesSolver(t *testing.T) {
 	const url = "http://127.0.0.1:2/solve"
-	if !usesSolver(devConfig("127.0.0.1:1", url), url) {
+	if !usesSolver(devConfig("127.0.0.1:1", url, "http://127.0.0.1:5", "127.0.0.1:6"), url) {
 		t.Error("dev's own config does not use the demo solver")
 	}
-	c := devConfig("127.0.0.1:1", "http://127.0.0.1:3/solve")
+	c := devConfig("127.0.0.1:1", "http://127.0.0.1:3/solve", "http://127.0.0.1:5", "127.0.0.1:6")
 	if usesSolver(c, url) {
 		t.Error("a config calling another service uses the demo solver")
 	}
