@@ -185,7 +185,8 @@ func (v *validator) callbacks(c *Config) []problem {
 		}
 		if j, dup := cbTopics[t]; dup {
 			add(at+"handler.callback.topic", "%q is also the callbacks topic of %s; a topic belongs to one pipeline", t, j)
-		} else if j, ok := owner[t]; ok {
+		} else if j, ok := owner[t]; ok && j != index("pipelines", i) {
+			// This pipeline's own topics: processor.Pipeline.Validate says so.
 			add(at+"handler.callback.topic", "%q is a topic of %s already (main, tier, DLQ or results); the callbacks topic must be its own", t, j)
 		}
 		cbTopics[t] = index("pipelines", i)
