@@ -91,9 +91,11 @@ func TestStatusShowsLiveState(t *testing.T) {
 		t.Fatalf("GET /api/pipelines never showed 3 in flight, 4 waiting in tier 30s, 4 handler calls: %+v", got)
 	}
 	p := got.Pipelines[0]
-	// The transient calls took 20 ms: the p99 lies in the bucket holding 20 ms.
-	if p.HandlerP99Seconds < 0.01 || p.HandlerP99Seconds > 0.025 {
-		t.Errorf("handler p99 = %v s, want within the 10–25 ms bucket of 20 ms calls", p.HandlerP99Seconds)
+	// The transient calls took at least 20 ms: the p99 is at least the
+	// bucket below it. The upper bound is loose: a loaded machine's sleeps
+	// overshoot (a 25 ms bound failed under CPU load).
+	if p.HandlerP99Seconds < 0.01 || p.HandlerP99Seconds > 1 {
+		t.Errorf("handler p99 = %v s, want 10 ms to 1 s for 20 ms calls", p.HandlerP99Seconds)
 	}
 	if p.Partitions != 4 || p.Group != "redrive."+e.P.Name || p.DLQ != e.P.DLQ {
 		t.Errorf("partitions %d (want 4: main and tier, 2 each), group %q, dlq %q", p.Partitions, p.Group, p.DLQ)
