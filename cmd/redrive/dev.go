@@ -73,7 +73,8 @@ pointed at the demo solver). Ctrl-C stops it.`,
 // devCaptcha is how dev's fake CaptchaAI behaves: tasks solved in 1–3 s,
 // a fifth of the pingbacks dropped (those tasks are polled after the
 // callback wait), a tenth sent twice (deduplicated), a few before the
-// submit is answered, a few submits without a slot, a few unsolvable.
+// submit is answered, a few submits without a slot, a few unsolvable
+// (submitted anew: poll.resubmit).
 func devCaptcha(seed uint64) *fakeapi.CaptchaAI {
 	return fakeapi.NewCaptchaAI(fakeapi.CaptchaOptions{
 		NoSlotRatio:     0.05,
@@ -148,6 +149,7 @@ pipelines:
           result_field: request
           first_after: 2s
           every: 2s
+          resubmit: [ERROR_CAPTCHA_UNSOLVABLE]
       callback:
         path: %[6]s
         token: "${CB_TOKEN}"
@@ -155,9 +157,9 @@ pipelines:
         result_field: code
         wait: 10s
       codes:
-        transient: [ERROR_NO_SLOT_AVAILABLE]
+        transient: [ERROR_NO_SLOT_AVAILABLE, ERROR_CAPTCHA_UNSOLVABLE]
         not_ready: [CAPCHA_NOT_READY]
-        permanent: [ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST, ERROR_CAPTCHA_UNSOLVABLE, ERROR_WRONG_CAPTCHA_ID]
+        permanent: [ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST, ERROR_WRONG_CAPTCHA_ID]
         pause: {ERROR_ZERO_BALANCE: 30s}
 processor:
   token: %[3]s
