@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,6 +114,14 @@ func TestKustomizeBase(t *testing.T) {
 	if p := o.deployments["redrive-processor"]; p != nil && (p.Spec.Replicas == nil || *p.Spec.Replicas < 2) {
 		t.Errorf("base: processor replicas %v, want at least 2", p.Spec.Replicas)
 	}
+	// The processors serve the callback intake (redrive process does when
+	// a pipeline has handler.callback); the component moves it.
+	if _, ok := o.deployments["redrive-callbacks"]; ok {
+		t.Errorf("base: a Deployment redrive-callbacks: it exits without a pipeline with handler.callback; it belongs in components/callbacks")
+	}
+	if s := o.services["redrive-callbacks"]; s != nil && !labelsMatch(s.Spec.Selector, o.deployments["redrive-processor"].Spec.Template.Labels) {
+		t.Errorf("base: Service redrive-callbacks selects %v, want the processors", s.Spec.Selector)
+	}
 }
 
 func TestKustomizeExampleOverlay(t *testing.T) {
@@ -138,6 +147,40 @@ func TestKustomizeExampleOverlay(t *testing.T) {
 	}
 	for _, so := range o.scaledObjects {
 		checkScaledObject(t, so, c, o)
+	}
+
+	// The callback intake runs apart (components/callbacks): the public
+	// Service sends to it only, its metrics are scraped, drains are
+	// bounded, and the config has a callback for it to serve.
+	if !c.HasCallbacks() {
+		t.Errorf("overlay: no pipeline has handler.callback, yet redrive callbacks runs (it exits 2 without one)")
+	}
+	cb := o.deployments["redrive-callbacks"]
+	if cb == nil {
+		t.Fatalf("overlay: no Deployment redrive-callbacks (components/callbacks)")
+	}
+	if cb.Spec.Replicas == nil || *cb.Spec.Replicas < 2 {
+		t.Errorf("overlay: redrive-callbacks replicas %v, want at least 2 (a public endpoint)", cb.Spec.Replicas)
+	}
+	if s := o.services["redrive-callbacks"]; s == nil || !labelsMatch(s.Spec.Selector, cb.Spec.Template.Labels) ||
+		labelsMatch(s.Spec.Selector, o.deployments["redrive-processor"].Spec.Template.Labels) {
+		t.Errorf("overlay: Service redrive-callbacks must select the redrive-callbacks pods, not the processors")
+	}
+	scraped := false
+	for _, s := range o.services {
+		for _, sp := range s.Spec.Ports {
+			scraped = scraped || sp.Name == "metrics" && labelsMatch(s.Spec.Selector, cb.Spec.Template.Labels)
+		}
+	}
+	if !scraped {
+		t.Errorf("overlay: no Service with a port metrics selects redrive-callbacks (its intake metrics are not scraped)")
+	}
+	pdb := false
+	for _, b := range o.pdbs {
+		pdb = pdb || labelsMatch(b.Spec.Selector.MatchLabels, cb.Spec.Template.Labels)
+	}
+	if !pdb {
+		t.Errorf("overlay: no PodDisruptionBudget for redrive-callbacks")
 	}
 }
 
@@ -209,7 +252,7 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 		t.Fatalf("%s: ConfigMap %s has no redrive.yaml", what, cm.Name)
 	}
 	// The env the pods get from the Secret, with example values.
-	env := map[string]string{"REDRIVE_ANALYZER_TOKEN": "token", "REDRIVE_INSTANCE": "pod-0"}
+	env := map[string]string{"REDRIVE_ANALYZER_TOKEN": "token", "REDRIVE_INSTANCE": "pod-0", "CB_TOKEN": "cb-token", "CAPTCHA_API_KEY": "key"}
 	c, err := config.Parse([]byte(raw), func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatalf("%s: the ConfigMap's redrive.yaml does not load: %v", what, err)
@@ -220,18 +263,25 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 	if c.Analyzer.HTTPAddr != "0.0.0.0:9091" {
 		t.Errorf("%s: analyzer.http_addr %q, want 0.0.0.0:9091", what, c.Analyzer.HTTPAddr)
 	}
+	if c.CallbackAddr != "0.0.0.0:8443" {
+		t.Errorf("%s: callback_addr %q, want 0.0.0.0:8443 (the container port callbacks)", what, c.CallbackAddr)
+	}
 
 	for name, cfg := range map[string]struct {
-		cmd  string
-		port int32
-	}{"redrive-processor": {"process", 9090}, "redrive-analyzer": {"analyze", 9091}} {
+		cmd      string
+		port     int32
+		optional bool
+	}{"redrive-processor": {"process", 9090, false}, "redrive-analyzer": {"analyze", 9091, false}, "redrive-callbacks": {"callbacks", 9090, true}} {
 		d := o.deployments[name]
 		if d == nil {
-			t.Errorf("%s: no Deployment %s", what, name)
+			if !cfg.optional {
+				t.Errorf("%s: no Deployment %s", what, name)
+			}
 			continue
 		}
 		checkDeployment(t, what, d, cm.Name, cfg.cmd, cfg.port, c)
 	}
+	checkIntake(t, what, o, raw, c)
 
 	// Services select the pods and name the ports the ServiceMonitor scrapes.
 	svcPorts := map[string]bool{}
@@ -274,10 +324,21 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 	if len(o.pdbs) == 0 {
 		t.Errorf("%s: no PodDisruptionBudget", what)
 	}
+	processors := false
 	for _, pdb := range o.pdbs {
-		if d := o.deployments["redrive-processor"]; d != nil && !labelsMatch(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
-			t.Errorf("%s: PodDisruptionBudget %s does not select the processors", what, pdb.Name)
+		if d := o.deployments["redrive-processor"]; d != nil && labelsMatch(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels) {
+			processors = true
 		}
+		selects := false
+		for _, d := range o.deployments {
+			selects = selects || labelsMatch(pdb.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+		}
+		if !selects {
+			t.Errorf("%s: PodDisruptionBudget %s selects no Deployment's pods", what, pdb.Name)
+		}
+	}
+	if !processors {
+		t.Errorf("%s: no PodDisruptionBudget selects the processors", what)
 	}
 	if len(o.rules) != 1 {
 		t.Errorf("%s: %d PrometheusRules, want 1", what, len(o.rules))
@@ -391,6 +452,123 @@ func checkDeployment(t *testing.T, what string, d *appsv1.Deployment, cmName, cm
 	if cmd == "analyze" && !secretEnv[config.EnvAnalyzerToken] {
 		t.Errorf("%s: env %s from the Secret is missing", at, config.EnvAnalyzerToken)
 	}
+}
+
+// callbacksPort is the port of callback_addr in the manifests.
+const callbacksPort = 8443
+
+// envRef matches a ${NAME} of the config; markedEnv the value checkIntake
+// has it stand for.
+var (
+	envRef    = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+	markedEnv = regexp.MustCompile(`<env ([A-Za-z_][A-Za-z0-9_]*)>`)
+)
+
+// checkIntake checks the callback intake's exposure: the container port
+// callbacks (callback_addr) on the processors and on whatever serves the
+// intake, one public Service redrive-callbacks with that port only (apart
+// from the metrics Services, never scraped), and the secrets the config
+// names (${NAME}) from the Secret: every one on the processors, the
+// callback tokens on the intake's pods too, where they are required.
+func checkIntake(t *testing.T, what string, o *objects, raw string, c *config.Config) {
+	t.Helper()
+	if p := o.deployments["redrive-processor"]; p != nil && !hasPortNumber(p.Spec.Template.Spec.Containers[0], "callbacks", callbacksPort) {
+		t.Errorf("%s: the processor has no container port callbacks=%d (redrive process serves callback_addr)", what, callbacksPort)
+	}
+	s := o.services["redrive-callbacks"]
+	if s == nil {
+		t.Fatalf("%s: no Service redrive-callbacks (the callback intake)", what)
+	}
+	if len(s.Spec.Ports) != 1 || s.Spec.Ports[0].Name != "callbacks" || s.Spec.Ports[0].Port != callbacksPort || s.Spec.Ports[0].TargetPort.String() != "callbacks" {
+		t.Errorf("%s: Service redrive-callbacks ports %+v, want only callbacks %d -> callbacks (public: nothing else)", what, s.Spec.Ports, callbacksPort)
+	}
+	serving := 0
+	for _, d := range o.deployments {
+		if !labelsMatch(s.Spec.Selector, d.Spec.Template.Labels) {
+			continue
+		}
+		serving++
+		ct := d.Spec.Template.Spec.Containers[0]
+		if len(ct.Args) == 0 || (ct.Args[0] != "process" && ct.Args[0] != "callbacks") {
+			t.Errorf("%s: Service redrive-callbacks selects %s, which runs %q: neither process nor callbacks", what, d.Name, ct.Args)
+		}
+		if !hasPortNumber(ct, "callbacks", callbacksPort) {
+			t.Errorf("%s: Service redrive-callbacks selects %s, which has no container port callbacks=%d", what, d.Name, callbacksPort)
+		}
+	}
+	if serving == 0 {
+		t.Errorf("%s: Service redrive-callbacks selects no pods", what)
+	}
+	for _, other := range o.services {
+		for _, sp := range other.Spec.Ports {
+			if other.Name != s.Name && (sp.Name == "callbacks" || sp.TargetPort.String() == "callbacks") {
+				t.Errorf("%s: Service %s exposes the callback intake too; only redrive-callbacks may", what, other.Name)
+			}
+		}
+	}
+	for _, sm := range o.serviceMonitors {
+		for _, ep := range sm.Spec.Endpoints {
+			if ep.Port == "callbacks" {
+				t.Errorf("%s: ServiceMonitor %s scrapes the public callbacks port", what, sm.Name)
+			}
+		}
+	}
+
+	// The config's secrets. A callback must have a token from the
+	// environment (the Secret): the intake is public. The config is loaded
+	// again with each ${NAME} standing for itself, to see which names the
+	// tokens come from.
+	named := map[string]bool{}
+	for _, m := range envRef.FindAllStringSubmatch(raw, -1) {
+		named[m[1]] = true
+	}
+	marked, err := config.Parse([]byte(raw), func(k string) string {
+		if named[k] {
+			return "<env " + k + ">"
+		}
+		return "" // the REDRIVE_* overrides
+	})
+	if err != nil {
+		t.Fatalf("%s: the config with marked ${NAME}s: %v", what, err)
+	}
+	tokens := map[string]bool{}
+	for _, p := range marked.Pipelines {
+		cb := p.Handler.Callback
+		if cb == nil {
+			continue
+		}
+		names := markedEnv.FindAllStringSubmatch(cb.Token, -1)
+		if len(names) == 0 {
+			t.Errorf("%s: pipeline %s's handler.callback.token is not from the environment (\"${CB_TOKEN}\", set from the Secret): anyone could post its callbacks, or the token is in the ConfigMap", what, p.Name)
+		}
+		for _, m := range names {
+			tokens[m[1]] = true
+		}
+	}
+	delete(named, config.EnvAnalyzerToken) // the analyzer's (checkDeployment)
+	for name := range named {
+		if p := o.deployments["redrive-processor"]; p != nil && secretEnvRef(p, name) == nil {
+			t.Errorf("%s: the config names ${%s}; the processor does not get it from the Secret redrive-kafka", what, name)
+		}
+	}
+	for name := range tokens {
+		if d := o.deployments["redrive-callbacks"]; d != nil {
+			if ref := secretEnvRef(d, name); ref == nil || (ref.Optional != nil && *ref.Optional) {
+				t.Errorf("%s: redrive-callbacks must get %s from the Secret redrive-kafka, not optional (an intake without its token takes anyone's callbacks)", what, name)
+			}
+		}
+	}
+}
+
+// secretEnvRef is the Secret key d's container reads env name from, nil
+// if it is not from the Secret redrive-kafka.
+func secretEnvRef(d *appsv1.Deployment, name string) *corev1.SecretKeySelector {
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == name && e.Value == "" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "redrive-kafka" {
+			return e.ValueFrom.SecretKeyRef
+		}
+	}
+	return nil
 }
 
 func labelsMatch(sel, labels map[string]string) bool {

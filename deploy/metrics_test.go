@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"sort"
@@ -24,7 +25,9 @@ import (
 	"github.com/redrive/redrive/internal/obs"
 	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/callback"
 	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
 // recorder is a Registerer that notes the name of every metric registered
@@ -130,23 +133,8 @@ func TestMetricNamesParser(t *testing.T) {
 	}
 }
 
-// callbackMetrics are the dashboard's callback series (issue 14's names):
-// a processor exports the first ones only for a pipeline with
-// handler.callback, and the intake (`redrive process` serving
-// callback_addr, `redrive callbacks`) the last two; the processor and
-// analyzer startPair runs have neither, so usedNames leaves them out.
-// TODO(issue 14, lead): once the callback matching and the intake are
-// merged, give startPair a pipeline with a callback and the intake, and
-// drop this list.
-var callbackMetrics = map[string]bool{
-	"redrive_callbacks_total": true, "redrive_callbacks_held": true, "redrive_polls_total": true,
-	"redrive_job_seconds_bucket": true, "redrive_job_seconds_count": true,
-	"redrive_callback_requests_total": true, "redrive_callback_ack_seconds_bucket": true,
-}
-
 // usedNames collects the metric names of the dashboard's expressions and
-// of the alert rules, each with where it is used (callbackMetrics left
-// out).
+// of the alert rules, each with where it is used.
 func usedNames(t *testing.T) map[string]string {
 	t.Helper()
 	used := map[string]string{}
@@ -182,12 +170,6 @@ func usedNames(t *testing.T) map[string]string {
 		}
 	}
 	walk(dash, "")
-	for n := range callbackMetrics {
-		if used[n] == "" {
-			t.Errorf("callbackMetrics names %s, which no dashboard panel uses", n)
-		}
-		delete(used, n)
-	}
 	if len(used) < 10 {
 		t.Fatalf("grafana/redrive.json uses %d metrics: the walker found no expressions?", len(used))
 	}
@@ -203,13 +185,22 @@ func usedNames(t *testing.T) map[string]string {
 
 // pair is a real processor and a real analyzer on one pipeline, each
 // serving /metrics through internal/obs as `redrive process` and `redrive
-// analyze` do.
+// analyze` do. The pipeline has callbacks, and the processor's obs server
+// also has the callback intake's metrics, as `redrive process` serving
+// callback_addr has: the intake listens on intake.
 type pair struct {
 	c            *kafkatest.Cluster
 	p            processor.Pipeline
 	paddr, aaddr string
 	prec, arec   *recorder
+	intake       string // the intake's base URL; its path is pairCallbackPath
 }
+
+// The pair's callback path and token.
+const (
+	pairCallbackPath  = "/cb"
+	pairCallbackToken = "deploy-cb-token"
+)
 
 func startPair(t *testing.T) *pair {
 	t.Helper()
@@ -217,19 +208,30 @@ func startPair(t *testing.T) *pair {
 	topic := kafkatest.Topic(t, "deploy")
 	p := processor.Pipeline{
 		Name: topic, Topic: topic, Results: topic + ".results", DLQ: topic + ".dlq",
-		Schedule: retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2},
+		Schedule:  retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2},
+		Callbacks: &processor.Callbacks{Topic: topics.CallbacksTopic(topic), Wait: 2 * time.Second},
 	}
-	for _, n := range append([]string{p.Topic, p.Results, p.DLQ}, p.TierTopics()...) {
+	for _, n := range append([]string{p.Topic, p.Results, p.DLQ, p.Callbacks.Topic}, p.TierTopics()...) {
 		c.CreateTopic(t, n, 2, nil)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	// The processor, with a handler that succeeds, retries and fails for good.
+	// The processor, with a handler that succeeds, retries and fails for
+	// good, and submits jobs (keys job-…: the key is the job id; a poll
+	// finds job-poll-… done, job-cb-… pending).
 	po := obs.New()
 	prec := &recorder{Registerer: po.Registry, names: map[string]bool{}}
 	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
 		switch k := string(req.Record.Key); {
+		case strings.HasPrefix(k, "job") && len(req.State) == 0:
+			return processor.Poll(req.Record.Key, 0)
+		case strings.HasPrefix(k, "job-cb"):
+			// Polled before its callback came (a slow machine): still
+			// pending, so that only the callback finishes it.
+			return processor.Poll(req.State, time.Second)
+		case strings.HasPrefix(k, "job"):
+			return processor.Succeed([]byte("polled " + string(req.State)))
 		case strings.HasPrefix(k, "retry"):
 			return processor.Outcome{Kind: processor.Transient, Code: "ERROR_NO_SLOT_AVAILABLE", Err: fmt.Errorf("no slot")}
 		case strings.HasPrefix(k, "bad"):
@@ -242,6 +244,23 @@ func startPair(t *testing.T) *pair {
 		cancel()
 		t.Fatal(err)
 	}
+	// The callback intake, its metrics on the processor's registry.
+	icl := c.Client(t, callback.ProducerOpts()...)
+	in, err := callback.New(callback.Options{
+		Pipeline: p.Name, Path: pairCallbackPath, Token: pairCallbackToken, Topic: p.Callbacks.Topic, DLQ: p.DLQ,
+		Client: icl, Logger: log, Registerer: prec,
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	mux, err := callback.NewMux(in)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	isrv := httptest.NewServer(mux)
+	t.Cleanup(isrv.Close)
 	stopProcessor := pipetest.Run(t, processor.Config{
 		Brokers: c.Brokers, Pipelines: []processor.Pipeline{p}, SessionTimeout: 6 * time.Second,
 		ShutdownGrace: 5 * time.Second, CommitInterval: 200 * time.Millisecond, Instance: "deploy-test",
@@ -282,7 +301,7 @@ func startPair(t *testing.T) *pair {
 			t.Errorf("analyzer did not stop within 60s")
 		}
 	})
-	return &pair{c: c, p: p, paddr: paddr, aaddr: aaddr, prec: prec, arec: arec}
+	return &pair{c: c, p: p, paddr: paddr, aaddr: aaddr, prec: prec, arec: arec, intake: isrv.URL}
 }
 
 // scrapeBoth is the union of the processor's and the analyzer's names.
@@ -349,6 +368,14 @@ func TestIdleExportsEveryUsedMetric(t *testing.T) {
 		`redrive_paused{pipeline="` + x.p.Name + `",reason="manual"} 0`,
 		`redrive_rate_limited_seconds_total{pipeline="` + x.p.Name + `"} 0`,
 		`redrive_failovers_total{pipeline="` + x.p.Name + `"} 0`,
+		// Callbacks: the processor's, and the intake's.
+		`redrive_callbacks_total{event="matched",pipeline="` + x.p.Name + `"} 0`,
+		`redrive_callbacks_held{pipeline="` + x.p.Name + `"} 0`,
+		`redrive_polls_total{pipeline="` + x.p.Name + `"} 0`,
+		`redrive_job_seconds_count{pipeline="` + x.p.Name + `",via="callback"} 0`,
+		`redrive_job_seconds_count{pipeline="` + x.p.Name + `",via="poll"} 0`,
+		`redrive_callback_requests_total{pipeline="` + x.p.Name + `",result="accepted"} 0`,
+		`redrive_callback_ack_seconds_count{pipeline="` + x.p.Name + `"} 0`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("idle processor's /metrics lacks %s", want)
@@ -391,18 +418,59 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 	paddr, aaddr, prec, arec := x.paddr, x.aaddr, x.prec, x.arec
 
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	produce := func(rs []*kgo.Record) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
+		err := cl.ProduceSync(pctx, rs...).FirstErr()
+		pcancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// First jobs: five finished by their callback (sent to the intake),
+	// five by a poll after the callback wait. Before the failures below,
+	// which open the breaker (ten in a row) and would hold the polls.
+	var jobs []*kgo.Record
+	for i := 0; i < 5; i++ {
+		for _, k := range []string{"job-cb", "job-poll"} {
+			jobs = append(jobs, &kgo.Record{Topic: p.Topic, Key: []byte(fmt.Sprintf("%s-%d", k, i)), Value: []byte(`{"n":1}`)})
+		}
+	}
+	produce(jobs)
+	for i := 0; i < 5; i++ {
+		u := fmt.Sprintf("%s%s?token=%s&id=job-cb-%d&code=solved-%d", x.intake, pairCallbackPath, pairCallbackToken, i, i)
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("callback %d: %d, want 200", i, resp.StatusCode)
+		}
+	}
+	finished := func() (missing []string) {
+		pbody := scrapeText(t, "http://"+paddr)
+		for _, via := range []string{"callback", "poll"} {
+			series := `redrive_job_seconds_count{pipeline="` + p.Name + `",via="` + via + `"}`
+			if sampleValue(pbody, series) < 5 {
+				missing = append(missing, series+" >= 5")
+			}
+		}
+		return missing
+	}
+	if !kafkatest.Eventually(60*time.Second, func() bool { return len(finished()) == 0 }) {
+		t.Fatalf("after 60s the jobs are not all finished: %v", finished())
+	}
+
+	// Then records that succeed, retry and fail for good.
 	var rs []*kgo.Record
 	for i := 0; i < 10; i++ {
 		for _, k := range []string{"ok", "retry", "bad"} {
 			rs = append(rs, &kgo.Record{Topic: p.Topic, Key: []byte(fmt.Sprintf("%s-%d", k, i)), Value: []byte(`{"n":1}`)})
 		}
 	}
-	pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
-	err := cl.ProduceSync(pctx, rs...).FirstErr()
-	pcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
+	produce(rs)
 
 	// Series that show traffic (all of them exist from start, see
 	// TestIdleExportsEveryUsedMetric).
@@ -412,6 +480,8 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		"redrive_consumer_lag", "redrive_inflight_records", "redrive_ready",
 		"redrive_analyzer_dead_letters_total", "redrive_analyzer_dlq_depth", "redrive_analyzer_oldest_unhandled_seconds",
 		"redrive_analyzer_actions_total", "process_resident_memory_bytes", "go_goroutines",
+		"redrive_callbacks_total", "redrive_polls_total", "redrive_job_seconds_bucket",
+		"redrive_callback_requests_total", "redrive_callback_ack_seconds_bucket",
 	}
 	var exported map[string]bool
 	deadline := time.Now().Add(90 * time.Second)
@@ -431,7 +501,8 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		sums := sampleSums(scrapeText(t, "http://"+paddr) + scrapeText(t, "http://"+aaddr))
 		for _, n := range []string{"redrive_records_consumed_total", "redrive_outcomes_total", "redrive_retries_scheduled_total",
 			"redrive_dead_letters_total", "redrive_handler_duration_seconds_count", "redrive_delay_lateness_seconds_count",
-			"redrive_analyzer_dead_letters_total", "redrive_analyzer_actions_total"} {
+			"redrive_analyzer_dead_letters_total", "redrive_analyzer_actions_total",
+			"redrive_callbacks_total", "redrive_polls_total", "redrive_callback_requests_total", "redrive_callback_ack_seconds_count"} {
 			if sums[n] == 0 {
 				missing = append(missing, n+" > 0")
 			}
@@ -486,4 +557,16 @@ func sampleSums(body string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// sampleValue is the value of series (name{labels} as exported) in a
+// /metrics body, 0 if absent.
+func sampleValue(body, series string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
 }

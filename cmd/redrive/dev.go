@@ -73,7 +73,8 @@ pointed at the demo solver). Ctrl-C stops it.`,
 // devCaptcha is how dev's fake CaptchaAI behaves: tasks solved in 1–3 s,
 // a fifth of the pingbacks dropped (those tasks are polled after the
 // callback wait), a tenth sent twice (deduplicated), a few before the
-// submit is answered, a few submits without a slot, a few unsolvable.
+// submit is answered, a few submits without a slot, a few unsolvable
+// (submitted anew: poll.resubmit).
 func devCaptcha(seed uint64) *fakeapi.CaptchaAI {
 	return fakeapi.NewCaptchaAI(fakeapi.CaptchaOptions{
 		NoSlotRatio:     0.05,
@@ -148,6 +149,7 @@ pipelines:
           result_field: request
           first_after: 2s
           every: 2s
+          resubmit: [ERROR_CAPTCHA_UNSOLVABLE]
       callback:
         path: %[6]s
         token: "${CB_TOKEN}"
@@ -155,9 +157,9 @@ pipelines:
         result_field: code
         wait: 10s
       codes:
-        transient: [ERROR_NO_SLOT_AVAILABLE]
+        transient: [ERROR_NO_SLOT_AVAILABLE, ERROR_CAPTCHA_UNSOLVABLE]
         not_ready: [CAPCHA_NOT_READY]
-        permanent: [ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST, ERROR_CAPTCHA_UNSOLVABLE, ERROR_WRONG_CAPTCHA_ID]
+        permanent: [ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST, ERROR_WRONG_CAPTCHA_ID]
         pause: {ERROR_ZERO_BALANCE: 30s}
 processor:
   token: %[3]s
@@ -177,12 +179,16 @@ analyzer:
 	return c
 }
 
-func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
+func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) (err error) {
 	if f.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, f.duration)
 		defer cancel()
 	}
+	// cancel stops everything dev started on ctx (the intake, the
+	// analyzer, the traffic) once the processor has stopped.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(f.kafkaPort), kfake.GroupMinSessionTimeout(time.Second))
 	if err != nil {
 		return fmt.Errorf("embedded broker on 127.0.0.1:%d: %w (try --kafka-port 0)", f.kafkaPort, err)
@@ -266,6 +272,18 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The callback intake on callback_addr, as redrive process serves it
+	// (its metrics and readiness on o): the fake CaptchaAI's pingbacks
+	// reach the captcha pipeline through it. Nil without a pipeline with
+	// handler.callback.
+	in, err := startIntake(ctx, c, o)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cancel() // the processor stopped (or dev failed to start): so does the intake
+		err = errors.Join(err, in.wait())
+	}()
 
 	ao := obs.New()
 	an, err := newAnalyzer(c, ao, func(o *analyzer.Options) {
@@ -313,15 +331,9 @@ Ctrl-C stops it.
 			go captchaTraffic(ctx, brokers, captchaTopic, captchaRate(f.rate), f.seed)
 		}
 	}
-	go summaryLoop(ctx, o, out, 5*time.Second)
-	// TODO(issue 14, lead): the callback intake (processor/callback) must
-	// serve c.CallbackAddr while the processor runs, as `redrive process`
-	// serves it. If the intake is started inside runProcessor, nothing is
-	// left to do here; if process.go starts it in its RunE instead, start
-	// it here the same way (same c, same obs server for its metrics).
-	// Until then the fake's pingbacks are refused (and retried, then given
-	// up), so every captcha task is polled after its callback wait.
+	go summaryLoop(ctx, o, out, 5*time.Second, callbackPipelines(c))
 	perr := runProcessor(ctx, c, nil, o)
+	cancel() // the processor stopped (or failed to start): so does the analyzer
 	return errors.Join(perr, <-anDone)
 }
 
@@ -490,9 +502,21 @@ func captchaTraffic(ctx context.Context, brokers, topic string, rate float64, se
 	}
 }
 
+// callbackPipelines are the names of c's pipelines with handler.callback.
+func callbackPipelines(c *config.Config) []string {
+	var names []string
+	for _, p := range c.Pipelines {
+		if p.Handler.Callback != nil {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
 // summaryLoop prints one line every interval: handled, retried per tier,
-// dead-lettered, in flight, waiting, from the processor's own metrics.
-func summaryLoop(ctx context.Context, o *obs.Server, out io.Writer, every time.Duration) {
+// dead-lettered, in flight, waiting, from the processor's own metrics;
+// the callbacks of cbPipelines (devSummary).
+func summaryLoop(ctx context.Context, o *obs.Server, out io.Writer, every time.Duration, cbPipelines []string) {
 	started := time.Now()
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -502,19 +526,34 @@ func summaryLoop(ctx context.Context, o *obs.Server, out io.Writer, every time.D
 			return
 		case <-t.C:
 		}
-		fmt.Fprintln(out, devSummary(o, time.Since(started)))
+		fmt.Fprintln(out, devSummary(o, time.Since(started), cbPipelines))
 	}
 }
 
-// devSummary is the one-line status `redrive dev` prints.
-func devSummary(o *obs.Server, up time.Duration) string {
-	var handled, dead, inflight, waiting, polls float64
+// devSummary is the one-line status `redrive dev` prints. With pipelines
+// with callbacks (cbPipelines, by name): their callbacks by event, their
+// polls (fallback polls and the polls after them) and their jobs finished
+// by a callback or by a poll. Other pipelines' polls (not-ready answers)
+// and callback series (exported for every pipeline, 0) are left out.
+func devSummary(o *obs.Server, up time.Duration, cbPipelines []string) string {
+	var handled, dead, inflight, waiting float64
 	tiers := map[string]float64{}
-	callbacks := map[string]float64{} // by event; none without a pipeline with callbacks
-	seenCallbacks := false
+	callbacks := map[string]map[string]float64{} // by pipeline, by event
+	polls := map[string]float64{}                // by pipeline
+	via := map[string]map[string]float64{}       // by pipeline, by via: jobs finished
+	add := func(m map[string]map[string]float64, k1, k2 string, v float64) {
+		if m[k1] == nil {
+			m[k1] = map[string]float64{}
+		}
+		m[k1][k2] += v
+	}
 	mfs, _ := o.Registry.Gather()
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
 			switch mf.GetName() {
 			case "redrive_outcomes_total":
 				handled += m.GetCounter().GetValue()
@@ -525,19 +564,14 @@ func devSummary(o *obs.Server, up time.Duration) string {
 			case "redrive_waiting_records":
 				waiting += m.GetGauge().GetValue()
 			case "redrive_callbacks_total":
-				seenCallbacks = true
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "event" {
-						callbacks[l.GetValue()] += m.GetCounter().GetValue()
-					}
-				}
+				add(callbacks, labels["pipeline"], labels["event"], m.GetCounter().GetValue())
 			case "redrive_polls_total":
-				polls += m.GetCounter().GetValue()
+				polls[labels["pipeline"]] += m.GetCounter().GetValue()
+			case "redrive_job_seconds":
+				add(via, labels["pipeline"], labels["via"], float64(m.GetHistogram().GetSampleCount()))
 			case "redrive_retries_scheduled_total":
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "tier" {
-						tiers[l.GetValue()] += m.GetCounter().GetValue()
-					}
+				if t, ok := labels["tier"]; ok {
+					tiers[t] += m.GetCounter().GetValue()
 				}
 			}
 		}
@@ -560,9 +594,19 @@ func devSummary(o *obs.Server, up time.Duration) string {
 		ready = "not ready: " + err.Error()
 	}
 	cb := ""
-	if seenCallbacks {
-		cb = fmt.Sprintf("  callbacks [received:%.0f matched:%.0f duplicate:%.0f late:%.0f] polls %.0f",
-			callbacks["received"], callbacks["matched"], callbacks["duplicate"], callbacks["late"], polls)
+	if len(cbPipelines) > 0 {
+		var cbPolls, viaCallback, viaPoll float64
+		events := map[string]float64{}
+		for _, p := range cbPipelines {
+			for e, n := range callbacks[p] {
+				events[e] += n
+			}
+			cbPolls += polls[p]
+			viaCallback += via[p]["callback"]
+			viaPoll += via[p]["poll"]
+		}
+		cb = fmt.Sprintf("  callbacks [received:%.0f matched:%.0f duplicate:%.0f late:%.0f] polls %.0f  finished via [callback:%.0f poll:%.0f]",
+			events["received"], events["matched"], events["duplicate"], events["late"], cbPolls, viaCallback, viaPoll)
 	}
 	return fmt.Sprintf("up %s  handled %.0f  retried [%s]  dead-lettered %.0f  in flight %.0f  waiting %.0f%s  %s",
 		up.Round(time.Second), handled, strings.Join(rt, " "), dead, inflight, waiting, cb, ready)

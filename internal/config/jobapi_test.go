@@ -1,11 +1,19 @@
 package config
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
@@ -130,5 +138,65 @@ func TestJobAPIKeyErrors(t *testing.T) {
 				t.Errorf("cause: %#v, want a FieldError of %s", fe, tt.field)
 			}
 		})
+	}
+}
+
+// The example's captchaai preset, against a stand-in for res.php that
+// answers what the services document: each answer (and each callback)
+// gets the outcome the preset's comments promise. An unsolvable task is
+// submitted anew (poll.resubmit: no state, an attempt spent); every other
+// failure of a poll keeps the task id.
+func TestExampleCaptchaPresetOutcomes(t *testing.T) {
+	data, err := os.ReadFile(exampleFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := mustParse(t, string(data), env("CAPTCHA_API_KEY", "k", "CB_TOKEN", "cb"))
+	var p *Pipeline
+	for i := range c.Pipelines {
+		if c.Pipelines[i].Name == "captchaai" {
+			p = &c.Pipelines[i]
+		}
+	}
+	if p == nil || p.Handler.HTTP == nil || p.Handler.HTTP.Poll == nil || p.Handler.Callback == nil {
+		t.Fatalf("no captchaai preset with a poll and a callback in %s", exampleFile)
+	}
+	var answer atomic.Value // res.php's next body
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, answer.Load().(string))
+	}))
+	defer srv.Close()
+	o := p.HTTPOptions()
+	o.URL = srv.URL + "/in.php"
+	o.Poll.URL = srv.URL + "/res.php?id={state}"
+	h, err := httphandler.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &kgo.Record{Topic: p.Topic, Value: []byte("method=userrecaptcha&googlekey=x&pageurl=https://shop.example/")}
+	for _, tc := range []struct {
+		name, body string
+		kind       processor.Kind
+		state      string // the outcome's state: the task id kept, or none
+	}{
+		{"solved", `{"status":1,"request":"03AGdBq2"}`, processor.Success, ""},
+		{"not ready", `{"status":0,"request":"CAPCHA_NOT_READY"}`, processor.NotReady, "2122988149"},
+		{"unsolvable: submitted anew", `{"status":0,"request":"ERROR_CAPTCHA_UNSOLVABLE"}`, processor.Transient, ""},
+		{"wrong task id", `{"status":0,"request":"ERROR_WRONG_CAPTCHA_ID"}`, processor.Permanent, ""},
+		{"no thread or balance: a pause", `{"status":0,"request":"ERROR_ZERO_BALANCE"}`, processor.Paused, "2122988149"},
+	} {
+		answer.Store(tc.body)
+		out := h.Handle(context.Background(), &processor.Request{Record: rec, ID: "id-1", Attempt: 1, State: []byte("2122988149")})
+		if out.Kind != tc.kind || (tc.kind != processor.Permanent && string(out.State) != tc.state) {
+			t.Errorf("%s: poll outcome %v state %q (%v), want %v state %q", tc.name, out.Kind, out.State, out.Err, tc.kind, tc.state)
+		}
+	}
+	// The same codes in a callback (CaptchaAI: code=ERROR_CAPTCHA_UNSOLVABLE).
+	for code, kind := range map[string]processor.Kind{"03AGdBq2": processor.Success, "ERROR_CAPTCHA_UNSOLVABLE": processor.Transient} {
+		out := h.CallbackOutcome(processor.Callback{JobID: "2122988149", Result: []byte(code)})
+		if out.Kind != kind || len(out.State) != 0 {
+			t.Errorf("callback %s: %v state %q, want %v without state", code, out.Kind, out.State, kind)
+		}
 	}
 }
