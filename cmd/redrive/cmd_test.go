@@ -286,12 +286,6 @@ func TestDevRunsEverything(t *testing.T) {
 			if cb != nil && cb.Matched > 0 && cb.ViaCallback > 0 && cb.ViaPoll > 0 && cb.Polls > 0 && cb.Duplicate > 0 {
 				break
 			}
-			if cb == nil && time.Now().After(deadline.Add(-40*time.Second)) {
-				// TODO(issue 14, lead): remove this skip once the callback
-				// matching (processor) and intake are merged: the processor
-				// then reports callbacks for the captcha pipeline.
-				t.Skip("the processor reports no callbacks for the captcha pipeline: the callback matching is not merged yet")
-			}
 			if time.Now().After(deadline) {
 				t.Fatalf("within 60s the captcha pipeline's callbacks are %+v, want matched, via callback, via poll, polls and duplicates", cb)
 			}

@@ -289,6 +289,16 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) error {
 	}
 	o.Mux.Handle("GET /{$}", http.RedirectHandler(analyzerURL, http.StatusFound))
 
+	// The callback intake serves c.CallbackAddr beside the processor, as
+	// redrive process serves it, and stops with it; it listens before the
+	// banner names it. The fake CaptchaAI's pingbacks come in there.
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	in, err := startIntake(pctx, c, o)
+	if err != nil {
+		return err
+	}
+
 	captchaTopic := devCaptchaTopic(c, captchaBase)
 	traffic := fmt.Sprintf("%.0f requests/s to %s", f.rate, c.Pipelines[0].Topic)
 	if captchaTopic != "" {
@@ -314,14 +324,11 @@ Ctrl-C stops it.
 		}
 	}
 	go summaryLoop(ctx, o, out, 5*time.Second)
-	// TODO(issue 14, lead): the callback intake (processor/callback) must
-	// serve c.CallbackAddr while the processor runs, as `redrive process`
-	// serves it. If the intake is started inside runProcessor, nothing is
-	// left to do here; if process.go starts it in its RunE instead, start
-	// it here the same way (same c, same obs server for its metrics).
-	// Until then the fake's pingbacks are refused (and retried, then given
-	// up), so every captcha task is polled after its callback wait.
-	perr := runProcessor(ctx, c, nil, o)
+	perr := runProcessor(pctx, c, nil, o)
+	pcancel()
+	if werr := in.wait(); perr == nil {
+		perr = werr
+	}
 	return errors.Join(perr, <-anDone)
 }
 
