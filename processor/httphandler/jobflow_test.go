@@ -7,15 +7,19 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/fakeapi"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
+	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
 )
@@ -154,6 +158,179 @@ func TestJobAPIFlowSMMPanel(t *testing.T) {
 	for id, c := range panel.polls {
 		if c != 3 {
 			t.Errorf("order %d polled %d times, want 3", id, c)
+		}
+	}
+}
+
+// smmCall is one request the fake SMM panel answered.
+type smmCall struct {
+	start, end time.Time
+	action     string
+	noFunds    bool // answered "Not enough funds on balance"
+}
+
+// smmLog serves the fake SMM panel and logs each request with its answer.
+type smmLog struct {
+	h     http.Handler
+	mu    sync.Mutex
+	calls []smmCall
+}
+
+type teeWriter struct {
+	http.ResponseWriter
+	body []byte
+}
+
+func (w *teeWriter) Write(b []byte) (int, error) {
+	w.body = append(w.body, b...)
+	return w.ResponseWriter.Write(b)
+}
+
+func (l *smmLog) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	tw := &teeWriter{ResponseWriter: w}
+	l.h.ServeHTTP(tw, r) // parses r.Form
+	c := smmCall{start: start, end: time.Now(), action: r.Form.Get("action"),
+		noFunds: strings.Contains(string(tw.body), fakeapi.SMMNoFunds)}
+	l.mu.Lock()
+	l.calls = append(l.calls, c)
+	l.mu.Unlock()
+}
+
+func (l *smmLog) log() []smmCall {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.calls)
+}
+
+func (l *smmLog) noFunds() int {
+	n := 0
+	for _, c := range l.log() {
+		if c.noFunds {
+			n++
+		}
+	}
+	return n
+}
+
+// The fake SMM panel (internal/fakeapi) through the processor, configured
+// as the smm-panel preset: it starts with no funds, so the first add is
+// answered {"error":"Not enough funds on balance"}, which the preset makes
+// a pause code. The line stops (status: pause_code) and no call starts
+// for the pause; the order is added again after it, its attempt not spent.
+// Once the balance is back every order is added once, polled In progress
+// twice, then Completed, and is in results once with attempt 1.
+func TestJobAPIFlowSMMPanelNoFunds(t *testing.T) {
+	const n, pause = 20, 3 * time.Second
+	sched := retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second, 5 * time.Second}, MaxAttempts: 3, Jitter: 0.1}
+	rg := pipetest.New(t, "smmfunds", 2, sched)
+	panel := fakeapi.NewSMMPanel(fakeapi.SMMOptions{NoFunds: true}, 1406)
+	calls := &smmLog{h: panel}
+	srv := httptest.NewServer(calls)
+	t.Cleanup(srv.Close)
+	key := fakeapi.DefaultSMMKey
+	h, err := httphandler.New(httphandler.Options{
+		URL:  srv.URL + "/api/v2",
+		Form: map[string]string{"key": key, "action": "add"},
+		JSON: &httphandler.JSONRule{CodeField: "error"},
+		Poll: &httphandler.Poll{
+			URL: srv.URL + "/api/v2", Method: "POST", Body: "key=" + key + "&action=status&order={state}",
+			StateField: "order", FirstAfter: time.Second, Every: time.Second,
+			Status: &httphandler.StatusTable{Field: "status", Done: []string{"Completed"}, Pending: []string{"Pending", "In progress", "Processing"},
+				Failed: []string{"Canceled", "Cancelled", "Partial"}},
+		},
+		Codes: httphandler.Codes{
+			Permanent: []string{fakeapi.SMMInvalidKey, fakeapi.SMMIncorrectRequest, fakeapi.SMMIncorrectOrderID},
+			Pause:     map[string]time.Duration{fakeapi.SMMNoFunds: pause},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One call at a time, so that the pause is the only gap between calls.
+	rg.P.Concurrency = 1
+	pr, _ := pipetest.RunProcessor(t, rg.Config(), h)
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		v := url.Values{"service": {"1"}, "link": {fmt.Sprintf("https://example.com/p/%d", i)}, "quantity": {"100"}}
+		recs[i] = &kgo.Record{Topic: rg.P.Topic, Key: []byte("order-" + strconv.Itoa(i)), Value: []byte(v.Encode()),
+			Headers: []kgo.RecordHeader{{Key: "content-type", Value: []byte("application/x-www-form-urlencoded")}}}
+	}
+	rg.Produce(recs...)
+
+	// The line is stopped by the pause code while it lasts.
+	var reason processor.StopReason
+	if !kafkatest.Eventually(60*time.Second, func() bool {
+		line := pr.Status().Pipelines[0].Line
+		for _, r := range line.Reasons {
+			if r.Reason == "pause_code" && line.State == "stopped" {
+				reason = r
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatalf("the line never stopped for the pause code; %d no-funds answers; line %+v", calls.noFunds(), pr.Status().Pipelines[0].Line)
+	}
+	if d := reason.Until.Sub(reason.Since); d < pause-100*time.Millisecond || !strings.Contains(reason.Detail, fakeapi.SMMNoFunds) {
+		t.Errorf("pause reason %+v: want %s for %q", reason, pause, fakeapi.SMMNoFunds)
+	}
+	// A second pause (the call after the first one is refused too), then
+	// the balance is back.
+	if !kafkatest.Eventually(60*time.Second, func() bool { return calls.noFunds() >= 2 }) {
+		t.Fatalf("one no-funds answer in 60s, want a second after the pause: %+v", calls.log())
+	}
+	panel.SetNoFunds(false)
+
+	got := rg.Collect([]string{rg.P.Results, rg.P.DLQ}, func(got kafkatest.Got) bool {
+		return got.Total(rg.P.Results, rg.P.DLQ) >= n
+	}, 90*time.Second, 2*time.Second)
+	if dl := got[rg.P.DLQ]; len(dl) > 0 {
+		code, _ := kafkatest.Header(dl[0], retry.HeaderErrorCode)
+		t.Errorf("%d dead letters, e.g. %s %s", len(dl), dl[0].Key, code)
+	}
+	results := map[string]int{}
+	for _, r := range got[rg.P.Results] {
+		results[string(r.Key)]++
+		var ans struct{ Status, Remains string }
+		if err := json.Unmarshal(r.Value, &ans); err != nil || ans.Status != fakeapi.SMMCompleted || ans.Remains != "0" {
+			t.Errorf("%s: result %q (%v), want the Completed answer", r.Key, r.Value, err)
+		}
+		if a, _ := kafkatest.Header(r, retry.HeaderAttempt); a != "1" {
+			t.Errorf("%s: redrive-attempt %q, want 1 (a pause spends no attempt, polls are not attempts)", r.Key, a)
+		}
+		if p, _ := kafkatest.Header(r, retry.HeaderPolls); p != "3" {
+			t.Errorf("%s: redrive-polls %q, want 3", r.Key, p)
+		}
+	}
+	for i := range n {
+		if c := results["order-"+strconv.Itoa(i)]; c != 1 {
+			t.Errorf("order-%d: %d results, want 1", i, c)
+		}
+	}
+
+	log := calls.log()
+	pauses := 0
+	for i, c := range log {
+		if !c.noFunds {
+			continue
+		}
+		pauses++
+		if c.action != "add" {
+			t.Errorf("no funds answered to %q", c.action)
+		}
+		if i+1 < len(log) {
+			if gap := log[i+1].start.Sub(c.end); gap < pause-100*time.Millisecond {
+				t.Errorf("a call started %s after the no-funds answer, within the %s pause", gap.Round(time.Millisecond), pause)
+			}
+		}
+	}
+	if st := panel.Stats(); pauses < 2 || st.NoFunds != int64(pauses) || st.Adds != n || st.StatusPolls != 3*n {
+		t.Errorf("panel %+v, %d no-funds answers logged; want at least 2, %d orders, %d status polls", st, pauses, n, 3*n)
+	}
+	for _, o := range panel.Orders() {
+		if o.Adds != 1 || o.Polls != 3 || o.Status != fakeapi.SMMCompleted {
+			t.Errorf("order %d (%s): added %d times, %d polls, status %q; want 1, 3, Completed", o.ID, o.Link, o.Adds, o.Polls, o.Status)
 		}
 	}
 }
