@@ -435,29 +435,13 @@ func tokenOrigin(c *config.Config, path string) string {
 // sampleTraffic produces solve requests until ctx is done: mostly good
 // ones, a few with a wrong key (the solver rejects those permanently).
 func sampleTraffic(ctx context.Context, brokers, topic string, rate float64, seed uint64) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
-	if err != nil {
-		slog.Error("sample traffic", "err", err)
-		return
-	}
-	defer cl.Close()
-	rnd := rand.New(rand.NewPCG(seed, 7))
-	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
-	defer t.Stop()
-	sites := []string{"shop.example", "forum.example", "bank.example", "mail.example"}
-	for n := 1; ; n++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		site := sites[rnd.IntN(len(sites))]
+	produceEvery(ctx, "sample traffic", brokers, topic, rate, rand.New(rand.NewPCG(seed, 7)), func(rnd *rand.Rand, n int, site string) *kgo.Record {
 		apiKey := "demo-key"
 		if rnd.IntN(50) == 0 {
 			apiKey = "bad-key"
 		}
 		v := fmt.Sprintf(`{"type":"recaptcha","site":%q,"api_key":%q,"n":%d}`, site, apiKey, n)
-		cl.Produce(ctx, &kgo.Record{
+		return &kgo.Record{
 			Key:   []byte(site),
 			Value: []byte(v),
 			Headers: []kgo.RecordHeader{
@@ -465,21 +449,36 @@ func sampleTraffic(ctx context.Context, brokers, topic string, rate float64, see
 				{Key: "idempotency-key", Value: []byte("req-" + strconv.Itoa(n))},
 				{Key: "authorization", Value: []byte("Bearer demo-secret")},
 			},
-		}, nil)
-	}
+		}
+	})
 }
 
 // captchaTraffic produces CAPTCHA tasks for the captcha pipeline until
 // ctx is done: the form fields of in.php (method, googlekey, pageurl), as
 // a producer for the captchaai preset writes them.
 func captchaTraffic(ctx context.Context, brokers, topic string, rate float64, seed uint64) {
+	produceEvery(ctx, "sample captcha traffic", brokers, topic, rate, rand.New(rand.NewPCG(seed, 11)), func(_ *rand.Rand, n int, site string) *kgo.Record {
+		v := url.Values{"method": {"userrecaptcha"}, "googlekey": {"6Le-demo-" + site}, "pageurl": {"https://" + site + "/login?n=" + strconv.Itoa(n)}}
+		return &kgo.Record{
+			Key:   []byte(site),
+			Value: []byte(v.Encode()),
+			Headers: []kgo.RecordHeader{
+				{Key: "content-type", Value: []byte("application/x-www-form-urlencoded")},
+				{Key: "idempotency-key", Value: []byte("captcha-" + strconv.Itoa(n))},
+			},
+		}
+	})
+}
+
+// produceEvery produces record(rnd, n, site) rate times a second (n from 1,
+// site one of four demo sites) until ctx is done.
+func produceEvery(ctx context.Context, what, brokers, topic string, rate float64, rnd *rand.Rand, record func(rnd *rand.Rand, n int, site string) *kgo.Record) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers), kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
-		slog.Error("sample captcha traffic", "err", err)
+		slog.Error(what, "err", err)
 		return
 	}
 	defer cl.Close()
-	rnd := rand.New(rand.NewPCG(seed, 11))
 	t := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer t.Stop()
 	sites := []string{"shop.example", "forum.example", "bank.example", "mail.example"}
@@ -489,16 +488,7 @@ func captchaTraffic(ctx context.Context, brokers, topic string, rate float64, se
 			return
 		case <-t.C:
 		}
-		site := sites[rnd.IntN(len(sites))]
-		v := url.Values{"method": {"userrecaptcha"}, "googlekey": {"6Le-demo-" + site}, "pageurl": {"https://" + site + "/login?n=" + strconv.Itoa(n)}}
-		cl.Produce(ctx, &kgo.Record{
-			Key:   []byte(site),
-			Value: []byte(v.Encode()),
-			Headers: []kgo.RecordHeader{
-				{Key: "content-type", Value: []byte("application/x-www-form-urlencoded")},
-				{Key: "idempotency-key", Value: []byte("captcha-" + strconv.Itoa(n))},
-			},
-		}, nil)
+		cl.Produce(ctx, record(rnd, n, sites[rnd.IntN(len(sites))]), nil)
 	}
 }
 

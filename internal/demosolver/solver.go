@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redrive/redrive/internal/seeded"
 )
 
 // Codes the solver answers with, in Redrive-Error-Code and in the body.
@@ -408,7 +410,7 @@ func (s *Solver) newTask(key string) *task {
 // answerFor is the "solution" of value: six characters, the same for the same value.
 func (s *Solver) answerFor(value []byte) string {
 	const alphabet = "abcdefghijkmnpqrstuvwxyz23456789"
-	h := mix(s.cfg.Seed ^ fnv(string(value)))
+	h := seeded.Mix(s.cfg.Seed ^ seeded.Hash(string(value)))
 	b := make([]byte, 6)
 	for i := range b {
 		b[i] = alphabet[h%uint64(len(alphabet))]
@@ -449,23 +451,5 @@ func fail(w http.ResponseWriter, status int, code string, retryAfter bool) {
 
 // unit draws a number in [0, 1) from seed, key and attempt.
 func unit(seed uint64, key, attempt string) float64 {
-	return float64(mix(seed^fnv(key)^mix(fnv(attempt)))>>11) / (1 << 53)
-}
-
-// fnv is 64-bit FNV-1a.
-func fnv(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
-// mix is the splitmix64 finaliser: spreads every input bit over the output.
-func mix(x uint64) uint64 {
-	x += 0x9e3779b97f4a7c15
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
-	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
-	return x ^ (x >> 31)
+	return seeded.Unit(seeded.Mix(seed ^ seeded.Hash(key) ^ seeded.Mix(seeded.Hash(attempt))))
 }
