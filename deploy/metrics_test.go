@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,6 +195,8 @@ type pair struct {
 	paddr, aaddr string
 	prec, arec   *recorder
 	intake       string // the intake's base URL; its path is pairCallbackPath
+	// cbSubmits counts the submits of job-cb records (the handler's first call).
+	cbSubmits *atomic.Int64
 }
 
 // The pair's callback path and token.
@@ -222,9 +225,13 @@ func startPair(t *testing.T) *pair {
 	// finds job-poll-… done, job-cb-… pending).
 	po := obs.New()
 	prec := &recorder{Registerer: po.Registry, names: map[string]bool{}}
+	cbSubmits := &atomic.Int64{}
 	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
 		switch k := string(req.Record.Key); {
 		case strings.HasPrefix(k, "job") && len(req.State) == 0:
+			if strings.HasPrefix(k, "job-cb") {
+				cbSubmits.Add(1)
+			}
 			return processor.Poll(req.Record.Key, 0)
 		case strings.HasPrefix(k, "job-cb"):
 			// Polled before its callback came (a slow machine): still
@@ -301,7 +308,7 @@ func startPair(t *testing.T) *pair {
 			t.Errorf("analyzer did not stop within 60s")
 		}
 	})
-	return &pair{c: c, p: p, paddr: paddr, aaddr: aaddr, prec: prec, arec: arec, intake: isrv.URL}
+	return &pair{c: c, p: p, paddr: paddr, aaddr: aaddr, prec: prec, arec: arec, intake: isrv.URL, cbSubmits: cbSubmits}
 }
 
 // scrapeBoth is the union of the processor's and the analyzer's names.
@@ -438,6 +445,12 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		}
 	}
 	produce(jobs)
+	// The callbacks go to the intake once their jobs were submitted, as a
+	// service sends them. (A callback before its submit is covered by the
+	// end-to-end tests in processor/httphandler.)
+	if !kafkatest.Eventually(60*time.Second, func() bool { return x.cbSubmits.Load() >= 5 }) {
+		t.Fatalf("the 5 job-cb records were not submitted within 60s: %d", x.cbSubmits.Load())
+	}
 	for i := 0; i < 5; i++ {
 		u := fmt.Sprintf("%s%s?token=%s&id=job-cb-%d&code=solved-%d", x.intake, pairCallbackPath, pairCallbackToken, i, i)
 		resp, err := http.Get(u)
@@ -460,7 +473,14 @@ func TestDashboardAndAlertsUseExportedMetrics(t *testing.T) {
 		return missing
 	}
 	if !kafkatest.Eventually(60*time.Second, func() bool { return len(finished()) == 0 }) {
-		t.Fatalf("after 60s the jobs are not all finished: %v", finished())
+		var cbLines []string
+		for _, l := range strings.Split(scrapeText(t, "http://"+paddr), "\n") {
+			if strings.Contains(l, p.Name) && (strings.HasPrefix(l, "redrive_callback") || strings.HasPrefix(l, "redrive_polls") ||
+				strings.HasPrefix(l, "redrive_job_seconds_count") || strings.HasPrefix(l, "redrive_outcomes_total")) {
+				cbLines = append(cbLines, l)
+			}
+		}
+		t.Fatalf("after 60s the jobs are not all finished: %v\n%s", finished(), strings.Join(cbLines, "\n"))
 	}
 
 	// Then records that succeed, retry and fail for good.
