@@ -75,7 +75,30 @@ type Pipeline struct {
 	// Callbacks, when set, makes submitted jobs wait for the service's
 	// callback before they are polled (callback.go).
 	Callbacks *Callbacks
+
+	// Delivery is AtLeastOnce (the default, "") or ExactlyOnce: every
+	// outcome record (result, retry, dead letter, failover) and the
+	// consumed offsets are written in one Kafka transaction (txn.go), so a
+	// read_committed consumer sees each once, even across a crash. The
+	// handler's call itself stays at least once.
+	Delivery Delivery
+	// MaxBatch bounds the outcomes of one transaction (ExactlyOnce): a
+	// transaction is written every CommitInterval, or sooner once this
+	// many outcomes are ready. Default 2000.
+	MaxBatch int
 }
+
+// Delivery is a pipeline's delivery guarantee for its outcome records.
+type Delivery string
+
+// Deliveries.
+const (
+	AtLeastOnce Delivery = "at-least-once"
+	ExactlyOnce Delivery = "exactly-once"
+)
+
+// DefaultMaxBatch is Pipeline.MaxBatch's default.
+const DefaultMaxBatch = 2000
 
 // Breaker is a pipeline's circuit breaker (flow.go): it counts handler
 // outcomes that are the service's fault (Transient) over a rolling Window;
@@ -300,7 +323,8 @@ func (fe *fieldErrs) add(field, format string, args ...any) {
 // WithDefaults is p with every zero value that has a default filled in:
 // DLQ (topics.DefaultDLQ(Topic)), NotReadyDeadline, Concurrency,
 // MaxInflight (DefaultInflightPerSlot × Concurrency), MaxInflightBytes,
-// MaxWaiting, a copy of Callbacks with its defaults (Callbacks.WithDefaults).
+// MaxWaiting, Delivery (AtLeastOnce), MaxBatch, a copy of Callbacks with
+// its defaults (Callbacks.WithDefaults).
 // Name and Schedule have no default.
 func (p Pipeline) WithDefaults() Pipeline {
 	if p.DLQ == "" && p.Topic != "" {
@@ -323,6 +347,12 @@ func (p Pipeline) WithDefaults() Pipeline {
 	}
 	if p.RateBurst == 0 {
 		p.RateBurst = DefaultRateBurst
+	}
+	if p.Delivery == "" {
+		p.Delivery = AtLeastOnce
+	}
+	if p.MaxBatch == 0 {
+		p.MaxBatch = DefaultMaxBatch
 	}
 	p.Breaker = p.Breaker.WithDefaults()
 	p.Guard = p.Guard.WithDefaults()
@@ -433,6 +463,14 @@ func (p Pipeline) validate() []error {
 	}
 	if p.RateBurst < 1 {
 		errs.add("RateBurst", "%d: must be at least 1", p.RateBurst)
+	}
+	switch p.Delivery {
+	case AtLeastOnce, ExactlyOnce:
+	default:
+		errs.add("Delivery", "%q: want %q or %q", p.Delivery, AtLeastOnce, ExactlyOnce)
+	}
+	if p.MaxBatch < 1 {
+		errs.add("MaxBatch", "%d: must be at least 1", p.MaxBatch)
 	}
 	if b := p.Breaker; !b.Disabled {
 		if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {

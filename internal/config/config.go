@@ -115,6 +115,11 @@ type Pipeline struct {
 	// (processor.Guard).
 	Guard   Guard   `yaml:"guard"`
 	Handler Handler `yaml:"handler"`
+	// Delivery is processor.Pipeline.Delivery: "at-least-once" (default)
+	// or "exactly-once".
+	Delivery string `yaml:"delivery"`
+	// MaxBatch is processor.Pipeline.MaxBatch (default 2000).
+	MaxBatch int `yaml:"max_batch"`
 }
 
 // Breaker is processor.Breaker in the file. Zero values get the

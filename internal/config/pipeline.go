@@ -88,6 +88,8 @@ func (p Pipeline) processorPipeline() processor.Pipeline {
 		RateBurst:        p.RateLimitBurst,
 		Guard:            p.Guard.processorGuard(),
 		Callbacks:        p.processorCallbacks(),
+		Delivery:         processor.Delivery(p.Delivery),
+		MaxBatch:         p.MaxBatch,
 	}
 }
 

@@ -249,6 +249,8 @@ var processorKeys = map[string]string{
 	"MaxInflightBytes": "max_inflight_bytes",
 	"RateLimit":        "rate_limit",
 	"RateBurst":        "rate_limit_burst",
+	"Delivery":         "delivery",
+	"MaxBatch":         "max_batch",
 
 	"Breaker.FailureRatio":    "breaker.failure_ratio",
 	"Breaker.MinCalls":        "breaker.min_calls",
