@@ -36,6 +36,9 @@ type metrics struct {
 	callbacksHeld  *prometheus.GaugeVec     // pipeline
 	polls          *prometheus.CounterVec   // pipeline
 	jobSeconds     *prometheus.HistogramVec // pipeline, via (callback, poll)
+	txns           *prometheus.CounterVec   // pipeline, result (committed, aborted)
+	txnHeld        *prometheus.GaugeVec     // pipeline
+	txnSeconds     *prometheus.HistogramVec // pipeline
 
 	codesMu sync.Mutex
 	codes   map[string]bool
@@ -117,12 +120,22 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "redrive_job_seconds", Help: "From the first not-ready answer (redrive-not-ready-since, the submit) to the success, by what finished the job: its callback or a poll.",
 			Buckets: []float64{.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800},
 		}, []string{"pipeline", "via"}),
+		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_transactions_total", Help: "Transactions of an exactly-once pipeline by result: committed, or aborted (a rebalance, a fenced process, a failed write; the work is redone).",
+		}, []string{"pipeline", "result"}),
+		txnHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_transaction_held", Help: "Outcomes of an exactly-once pipeline held in memory until every earlier record of their partition has its outcome and their transaction commits.",
+		}, []string{"pipeline"}),
+		txnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "redrive_transaction_seconds", Help: "How long a transaction of an exactly-once pipeline took, from begin to its end (write, offset commit, end).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"pipeline"}),
 		codes: map[string]bool{"": true},
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
 		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.clamped,
 		m.breakerState, m.breakerTrans, m.paused, m.rateLimited, m.failovers,
-		m.callbacks, m.callbacksHeld, m.polls, m.jobSeconds} {
+		m.callbacks, m.callbacksHeld, m.polls, m.jobSeconds, m.txns, m.txnHeld, m.txnSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -152,10 +165,13 @@ type hotMetrics struct {
 	pipeline string
 	inflight prometheus.Gauge
 	waiting  prometheus.Gauge
-	consumed sync.Map // topic → prometheus.Counter
-	handler  sync.Map // Kind → prometheus.Observer
-	lateness sync.Map // tier index → prometheus.Observer
-	outcomes sync.Map // outcomeKey → prometheus.Counter
+	// txnHeld and txnSeconds: exactly-once (txn.go).
+	txnHeld    prometheus.Gauge
+	txnSeconds prometheus.Observer
+	consumed   sync.Map // topic → prometheus.Counter
+	handler    sync.Map // Kind → prometheus.Observer
+	lateness   sync.Map // tier index → prometheus.Observer
+	outcomes   sync.Map // outcomeKey → prometheus.Counter
 
 	clamped [len(clampedTimes)]prometheus.Counter // by clampedTimes index
 
@@ -173,6 +189,8 @@ func (h *hotMetrics) init(m *metrics, pipeline string) {
 	h.m, h.pipeline = m, pipeline
 	h.inflight = m.inflight.WithLabelValues(pipeline)
 	h.waiting = m.waiting.WithLabelValues(pipeline)
+	h.txnHeld = m.txnHeld.WithLabelValues(pipeline)
+	h.txnSeconds = m.txnSeconds.WithLabelValues(pipeline)
 	for i, l := range clampedTimes {
 		h.clamped[i] = m.clamped.WithLabelValues(pipeline, l)
 	}
@@ -308,4 +326,10 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 	// Every pipeline's, with callbacks or not: a dashboard over several
 	// pipelines shows 0 for one without callbacks, not "no data".
 	m.callbackCounters(name)
+	// Every pipeline's, exactly-once or not, for the same reason.
+	for _, r := range []string{"committed", "aborted"} {
+		m.txns.WithLabelValues(name, r)
+	}
+	m.txnHeld.WithLabelValues(name)
+	m.txnSeconds.WithLabelValues(name)
 }

@@ -21,6 +21,9 @@ type entry struct {
 	offset int64
 	epoch  int32
 	done   bool
+	// held is the record's work once its outcome is held for a
+	// transaction (exactly-once, txn.go); nil otherwise.
+	held *work
 }
 
 func newOffsetTracker() *offsetTracker { return &offsetTracker{next: -1} }

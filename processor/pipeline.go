@@ -73,6 +73,13 @@ type work struct {
 	// redrive-not-ready-since (redrive_job_seconds).
 	via   jobVia
 	since time.Time
+
+	// Exactly-once (txn.go): the outcome record held for the next
+	// transaction (nil: none, the record only commits its offset), its
+	// kind, and whether it is in the transaction being written.
+	out   *kgo.Record
+	outTo outKind
+	inTxn bool
 }
 
 // pipeline runs one Pipeline: a consumer group over the main topic and the
@@ -138,6 +145,18 @@ type pipeline struct {
 	writeFails  atomic.Int64 // outcome writes failing right now
 	lastWriteMu sync.Mutex
 	lastWrite   error
+
+	// Exactly-once (txn.go): eos is Delivery == ExactlyOnce; sess wraps
+	// cl. held counts outcomes held for a transaction; txnKick and
+	// pollCancel make the poll loop write a transaction at once when
+	// MaxBatch are held; txnErr is the last transaction failure (readiness).
+	eos        bool
+	sess       *kgo.GroupTransactSession
+	held       atomic.Int64
+	txnKick    chan struct{}
+	pollCancel atomic.Pointer[context.CancelFunc]
+	txnErrMu   sync.Mutex
+	txnErr     error
 }
 
 type lane struct{ queue []*work }
@@ -179,6 +198,10 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		// Records of aborted transactions (a transactional Java or Spring
 		// producer) are never handled.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Transaction markers are records too: the commit point moves past
+		// them (admit), or a topic written in transactions (an
+		// exactly-once pipeline's tiers) never shows lag 0.
+		kgo.KeepControlRecords(),
 		kgo.SessionTimeout(pc.SessionTimeout),
 		kgo.OnPartitionsAssigned(p.onAssigned),
 		kgo.OnPartitionsRevoked(p.onRevoked),
@@ -200,7 +223,19 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	}))
 	opts = append(opts, pc.ClientOpts...)
 	opts = append(opts, extra...)
-	cl, err := kgo.NewClient(opts...)
+	var cl *kgo.Client
+	var err error
+	if cfg.Delivery == ExactlyOnce {
+		p.eos = true
+		p.txnKick = make(chan struct{}, 1)
+		opts = append(opts, kgo.TransactionalID(TransactionalID(cfg.Name, pc.Instance)), kgo.TransactionTimeout(txnTimeout))
+		p.sess, err = kgo.NewGroupTransactSession(opts...)
+		if err == nil {
+			cl = p.sess.Client()
+		}
+	} else {
+		cl, err = kgo.NewClient(opts...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)
 	}
@@ -231,6 +266,8 @@ func (p *pipeline) ready() {
 	switch {
 	case !p.joined.Load():
 		p.pc.Ready(name, errors.New("consumer group "+p.cfg.GroupID()+" not joined yet"))
+	case p.txnFailure() != nil:
+		p.pc.Ready(name, p.txnFailure())
 	case p.writeFails.Load() > 0:
 		p.lastWriteMu.Lock()
 		err := p.lastWrite
@@ -250,7 +287,11 @@ func (p *pipeline) run(ctx context.Context) error {
 	schedDone := make(chan struct{})
 	go func() { p.sched.run(schedCtx); close(schedDone) }()
 	commitDone := make(chan struct{})
-	go func() { p.commitLoop(ctx); close(commitDone) }()
+	if p.eos {
+		close(commitDone) // the poll loop writes the transactions
+	} else {
+		go func() { p.commitLoop(ctx); close(commitDone) }()
+	}
 	lagDone := make(chan struct{})
 	go func() { p.lagLoop(ctx); close(lagDone) }()
 	lineDone := make(chan struct{})
@@ -284,9 +325,15 @@ func (p *pipeline) run(ctx context.Context) error {
 	<-cbDone
 	drained := make(chan struct{})
 	go func() { p.wg.Wait(); close(drained) }()
+	graceOver := time.After(p.pc.ShutdownGrace)
+	if p.eos && !p.drainTxns(drained, graceOver) { // transactions go on while it drains
+		g := make(chan time.Time, 1)
+		g <- time.Now()
+		graceOver = g // drainTxns took the grace's tick
+	}
 	select {
 	case <-drained:
-	case <-time.After(p.pc.ShutdownGrace):
+	case <-graceOver:
 		p.log.Warn("shutdown grace over: abandoning in-flight work, it will be redelivered", "inflight", p.inflightNow())
 		p.hstop()
 		select {
@@ -302,9 +349,14 @@ func (p *pipeline) run(ctx context.Context) error {
 	p.mu.Unlock()
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p.commitMu.Lock()
-	cerr := p.commit(cctx)
-	p.commitMu.Unlock()
+	var cerr error
+	if p.eos {
+		cerr = p.txnCycle() // its own timeout
+	} else {
+		p.commitMu.Lock()
+		cerr = p.commit(cctx)
+		p.commitMu.Unlock()
+	}
 	p.cl.Close() // leaves the group
 	if cerr != nil && err == nil {
 		err = fmt.Errorf("pipeline %s: final commit: %w", p.cfg.Name, cerr)
@@ -340,20 +392,54 @@ const pollWait = 2 * time.Second
 func (p *pipeline) pollLoop(ctx context.Context) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	lastTxn := time.Now()
 	for ctx.Err() == nil {
 		p.beat()
+		wait := pollWait
+		if p.eos {
+			// Exactly-once: this goroutine also writes the transactions,
+			// never while a poll runs (franz-go's GroupTransactSession).
+			if time.Since(lastTxn) >= p.pc.CommitInterval || p.held.Load() >= int64(p.cfg.MaxBatch) {
+				select {
+				case <-p.txnKick:
+				default:
+				}
+				if err := p.txnCycle(); err != nil {
+					return err
+				}
+				lastTxn = time.Now()
+			}
+			wait = max(time.Millisecond, p.pc.CommitInterval-time.Since(lastTxn))
+		}
 		n := p.room()
 		if n == 0 { // at the bound: stop fetching until work finishes
+			var txnDue <-chan time.Time
+			var t *time.Timer
+			if p.eos {
+				t = time.NewTimer(wait)
+				txnDue = t.C
+			}
 			select {
 			case <-p.capCh:
 			case <-tick.C:
+			case <-txnDue:
+			case <-p.txnKick:
 			case <-ctx.Done():
+			}
+			if t != nil {
+				t.Stop()
 			}
 			continue
 		}
 		// A bounded poll, so an idle loop still beats (liveness).
-		pctx, cancel := context.WithTimeout(ctx, pollWait)
+		pctx, cancel := context.WithTimeout(ctx, wait)
+		if p.eos {
+			p.pollCancel.Store(&cancel)
+		}
 		fs := p.cl.PollRecords(pctx, n)
+		if p.eos {
+			p.pollCancel.Store(nil)
+		}
 		cancel()
 		if fs.IsClientClosed() {
 			return errors.New("kafka client closed")
@@ -377,7 +463,16 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 // admit takes polled records in: main-topic records are dispatched at once,
 // tier records when due.
 func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.Time) {
-	p.hot.consumedFor(topic).Add(float64(len(recs)))
+	data := len(recs)
+	if recs[len(recs)-1].Attrs.IsControl() || recs[0].Attrs.IsControl() {
+		data = 0
+		for _, r := range recs {
+			if !r.Attrs.IsControl() {
+				data++
+			}
+		}
+	}
+	p.hot.consumedFor(topic).Add(float64(data))
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ps := p.parts[tp{topic, part}]
@@ -386,6 +481,11 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 		return
 	}
 	for _, r := range recs {
+		if r.Attrs.IsControl() {
+			// A transaction marker: finished as it comes.
+			ps.offsets.finish(ps.offsets.add(r))
+			continue
+		}
 		w := &work{rec: r, ps: ps, e: ps.offsets.add(r), size: int64(len(r.Key) + len(r.Value))}
 		if ps.tier < 0 {
 			p.dispatchLocked(w)
@@ -540,6 +640,8 @@ func (p *pipeline) work(w *work) {
 	switch {
 	case !ok:
 		p.complete(w, false)
+	case p.eos:
+		p.hold(w, d) // written in the next transaction (txn.go)
 	case d.to == "":
 		p.complete(w, true)
 	default:
@@ -554,6 +656,16 @@ func (p *pipeline) complete(w *work, finished bool) {
 		p.finishJob(w, finished)
 	}
 	p.mu.Lock()
+	p.releaseLocked(w, finished)
+	p.nextInLaneLocked(w)
+	p.mu.Unlock()
+	p.signalCap()
+	p.wg.Done()
+}
+
+// releaseLocked takes w out of flight; finished marks its tracker entry
+// (its outcome is written, its offset may be committed). p.mu held.
+func (p *pipeline) releaseLocked(w *work, finished bool) {
 	ps := w.ps
 	if finished && !ps.gone {
 		ps.offsets.finish(w.e)
@@ -562,26 +674,34 @@ func (p *pipeline) complete(w *work, finished bool) {
 	p.inflight--
 	p.bytes -= w.size
 	p.hot.inflight.Set(float64(p.inflight))
+}
+
+// nextInLaneLocked starts the next record of w's key (ordering: key), if
+// one waits. p.mu held.
+func (p *pipeline) nextInLaneLocked(w *work) {
+	if !p.cfg.OrderByKey || w.rec.Key == nil {
+		return
+	}
+	k := string(w.rec.Key)
+	l := p.lanes[k]
+	if l == nil {
+		return
+	}
+	if len(l.queue) == 0 {
+		delete(p.lanes, k)
+		return
+	}
 	var next *work
-	if p.cfg.OrderByKey && w.rec.Key != nil {
-		k := string(w.rec.Key)
-		if l := p.lanes[k]; l != nil {
-			if len(l.queue) > 0 {
-				next, l.queue = l.queue[0], l.queue[1:]
-			} else {
-				delete(p.lanes, k)
-			}
-		}
-	}
-	if next != nil {
-		p.startLocked(next)
-	}
-	p.mu.Unlock()
+	next, l.queue = l.queue[0], l.queue[1:]
+	p.startLocked(next)
+}
+
+// signalCap wakes a poll loop waiting at the in-flight bound.
+func (p *pipeline) signalCap() {
 	select {
 	case p.capCh <- struct{}{}:
 	default:
 	}
-	p.wg.Done()
 }
 
 func (p *pipeline) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
@@ -646,6 +766,13 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 	if len(states) == 0 {
 		return
 	}
+	if p.eos {
+		// Exactly-once: nothing is committed here. franz-go's session
+		// aborts a transaction across this rebalance, and calling End
+		// from this callback would deadlock; held outcomes of these
+		// partitions are dropped and their records redelivered.
+		commit = false
+	}
 	if commit && !closing {
 		deadline := time.Now().Add(revokeWait)
 		for time.Now().Before(deadline) {
@@ -687,7 +814,14 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 		}
 	}
 	p.hot.waiting.Set(float64(p.waiting))
+	var held []*work
+	if p.eos {
+		for _, ps := range states {
+			held = p.takeHeldLocked(ps, held)
+		}
+	}
 	p.mu.Unlock()
+	p.settle(held, false)
 	cl.ResumeFetchPartitions(tps)
 	if commit && len(offsets) > 0 {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -206,6 +206,26 @@ func userRecord(r *kgo.Record, user []kgo.RecordHeader) *kgo.Record {
 // retry or results record too large for its topic is dead-lettered
 // (outputs.build) before it is sent.
 func (p *pipeline) send(ctx context.Context, w *work, d decision) {
+	rec, to := p.outcomeRecord(w, d)
+	p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+		if err == nil {
+			p.finishSent(w, to)
+			return
+		}
+		go func() {
+			if written, ok := p.write(ctx, w, to, rec, err); ok {
+				p.finishSent(w, written)
+			} else {
+				p.complete(w, false)
+			}
+		}()
+	})
+}
+
+// outcomeRecord builds d's outcome record for w and counts it (a retry or
+// a dead letter); a retry or results record too large for its topic is a
+// dead letter instead. w.meta becomes the outcome record's headers.
+func (p *pipeline) outcomeRecord(w *work, d decision) (*kgo.Record, outKind) {
 	rec, out := p.out.build(w.rec, w.user, d, time.Now())
 	if out.to != d.to {
 		// The error names the topic and both sizes (outputs.build).
@@ -221,20 +241,7 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	// outcome record's for write, and the callback stays small (a decision
 	// captured in it would cost ~450 bytes per record).
 	w.meta = out.meta
-	to := out.to
-	p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-		if err == nil {
-			p.finishSent(w, to)
-			return
-		}
-		go func() {
-			if written, ok := p.write(ctx, w, to, rec, err); ok {
-				p.finishSent(w, written)
-			} else {
-				p.complete(w, false)
-			}
-		}()
-	})
+	return rec, out.to
 }
 
 // finishSent completes w whose outcome record (to) was acknowledged.

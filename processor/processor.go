@@ -62,6 +62,11 @@ func (pr *Processor) close() {
 // in-flight work within ShutdownGrace, commits and leaves the groups.
 // It returns nil after a clean shutdown.
 func (pr *Processor) Run(ctx context.Context) error {
+	// A pipeline that fails (its client closed, an exactly-once producer
+	// fenced) stops the others: the process exits with the error and is
+	// restarted, rather than running on with a pipeline missing.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, len(pr.pipelines))
 	for i, p := range pr.pipelines {
@@ -69,6 +74,9 @@ func (pr *Processor) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			errs[i] = p.run(ctx)
+			if errs[i] != nil {
+				cancel()
+			}
 		}()
 	}
 	wg.Wait()

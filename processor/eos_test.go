@@ -1,0 +1,262 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/pipetest"
+	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/retry"
+)
+
+// collectCommitted reads topics from their start as a read_committed
+// consumer (what exactly-once promises) until enough holds or timeout,
+// then settle more to catch duplicates.
+func collectCommitted(t *testing.T, e *pipetest.Env, topics []string, enough func(kafkatest.Got) bool, timeout, settle time.Duration) kafkatest.Got {
+	t.Helper()
+	cl := e.Cluster.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	got := kafkatest.Got{}
+	deadline := time.Now().Add(timeout)
+	var settleAt time.Time
+	for {
+		now := time.Now()
+		if settleAt.IsZero() && enough(got) {
+			settleAt = now.Add(settle)
+		}
+		if !settleAt.IsZero() && !now.Before(settleAt) || now.After(deadline) {
+			return got
+		}
+		end := deadline
+		if !settleAt.IsZero() {
+			end = settleAt
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) { got[r.Topic] = append(got[r.Topic], r) })
+	}
+}
+
+// idCounts counts the records of topic per redrive-id.
+func idCounts(got kafkatest.Got, topic string) map[string]int {
+	n := map[string]int{}
+	for _, r := range got[topic] {
+		id, _ := kafkatest.Header(r, retry.HeaderID)
+		n[id]++
+	}
+	return n
+}
+
+func exactlyOnceEnv(t *testing.T, parts int32) *pipetest.Env {
+	e := newEnv(t, []time.Duration{time.Second, 2 * time.Second}, parts)
+	e.P.Delivery = processor.ExactlyOnce
+	return e
+}
+
+// TestExactlyOnceOutcomes: an exactly-once pipeline writes each request's
+// terminal record and each retry hop once, read_committed, commits every
+// offset, and counts its transactions.
+func TestExactlyOnceOutcomes(t *testing.T) {
+	e := exactlyOnceEnv(t, 3)
+	s := newScript()
+	reg := prometheus.NewRegistry()
+	stop := e.Start(s, func(c *processor.Config) { c.Registerer = reg })
+
+	scripts := []struct {
+		v     string
+		dlq   bool
+		tier1 int // records written to the first tier
+	}{{"ok", false, 0}, {"transient:1", false, 1}, {"notready:1", false, 1}, {"permanent", true, 0}}
+	const per = 50
+	var recs []*kgo.Record
+	wantDLQ := map[string]bool{}
+	wantTier := map[string]int{}
+	for i := 0; i < per; i++ {
+		for _, sc := range scripts {
+			id := fmt.Sprintf("%s-%d", sc.v, i)
+			wantDLQ[id] = sc.dlq
+			wantTier[id] = sc.tier1
+			recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(id), Value: []byte(sc.v),
+				Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
+		}
+	}
+	e.Produce(recs...)
+	tier1 := e.P.TierTopics()[0]
+	topics := []string{e.P.Results, e.P.DLQ, tier1}
+	got := collectCommitted(t, e, topics, func(g kafkatest.Got) bool {
+		return len(idCounts(g, e.P.Results))+len(idCounts(g, e.P.DLQ)) >= len(wantDLQ)
+	}, 60*time.Second, 2*time.Second)
+	res, dead, hops := idCounts(got, e.P.Results), idCounts(got, e.P.DLQ), idCounts(got, tier1)
+	for id, toDLQ := range wantDLQ {
+		in, other := res, dead
+		if toDLQ {
+			in, other = dead, res
+		}
+		if in[id] != 1 || other[id] != 0 {
+			t.Errorf("%s: %d records in its terminal topic and %d in the other, want exactly 1 and 0", id, in[id], other[id])
+		}
+		if hops[id] != wantTier[id] {
+			t.Errorf("%s: %d records in %s, want %d", id, hops[id], tier1, wantTier[id])
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	// The tier was written in transactions: its markers are committed past too.
+	if p := e.LagProblem([]string{e.P.Topic, tier1}, 3); p != "" {
+		t.Errorf("after stop: %s", p)
+	}
+	if n := testutil.ToFloat64(mustVec(t, reg, "redrive_transactions_total", map[string]string{"pipeline": e.P.Name, "result": "committed"})); n < 1 {
+		t.Errorf("redrive_transactions_total{result=committed} = %v, want at least 1", n)
+	}
+}
+
+// mustVec finds the one series of name with labels in reg.
+func mustVec(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return v })
+		}
+	}
+	t.Fatalf("no series %s %v", name, labels)
+	return nil
+}
+
+// TestExactlyOnceHoldsUntilPrefix: within a partition records are handled
+// concurrently, but no outcome becomes visible (read_committed) while an
+// earlier record of its partition is still being handled; once it
+// finishes, all of them are, once.
+func TestExactlyOnceHoldsUntilPrefix(t *testing.T) {
+	e := exactlyOnceEnv(t, 1)
+	release := make(chan struct{})
+	var handled atomic.Int64
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		if string(req.Record.Key) == "first" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return processor.Outcome{Kind: processor.Transient, Code: "cancelled"}
+			}
+		}
+		handled.Add(1)
+		return processor.Succeed([]byte("r"))
+	})
+	e.Start(h)
+	recs := []*kgo.Record{{Topic: e.P.Topic, Key: []byte("first"), Value: []byte("x")}}
+	for i := 0; i < 20; i++ {
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("later-%d", i)), Value: []byte("x")})
+	}
+	e.Produce(recs...)
+	if !kafkatest.Eventually(30*time.Second, func() bool { return handled.Load() >= 20 }) {
+		t.Fatalf("the 20 later records were not handled: %d", handled.Load())
+	}
+	// Several transaction intervals pass: nothing may be committed.
+	got := collectCommitted(t, e, []string{e.P.Results}, func(kafkatest.Got) bool { return false }, 2*time.Second, 0)
+	if n := len(got[e.P.Results]); n != 0 {
+		t.Fatalf("%d results visible while the partition's first record is still handled, want 0", n)
+	}
+	close(release)
+	got = collectCommitted(t, e, []string{e.P.Results}, func(g kafkatest.Got) bool { return len(g[e.P.Results]) >= 21 }, 30*time.Second, time.Second)
+	counts := idCounts(got, e.P.Results)
+	if len(counts) != 21 || len(got[e.P.Results]) != 21 {
+		t.Fatalf("after the first record finished: %d results of %d requests, want 21 of 21", len(got[e.P.Results]), len(counts))
+	}
+	// In offset order: the prefix is written as a whole.
+	if k := string(got[e.P.Results][0].Key); k != "first" {
+		t.Errorf("first result is %q, want the first record's", k)
+	}
+}
+
+// TestExactlyOnceRebalanceNoDuplicates: a second processor joins and the
+// first leaves mid-run; transactions open across the rebalances abort and
+// their records are handled again, so the handler may see a request twice,
+// but every request's result is written once (read_committed).
+func TestExactlyOnceRebalanceNoDuplicates(t *testing.T) {
+	e := exactlyOnceEnv(t, 4)
+	var mu sync.Mutex
+	calls := map[string]int{}
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		calls[req.ID]++
+		mu.Unlock()
+		return processor.Succeed([]byte("r"))
+	})
+	distinct := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls)
+	}
+	const n = 3000
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("k-%d", i)), Value: []byte("x")})
+	}
+	e.Produce(recs...)
+	tweak := func(instance string) func(*processor.Config) {
+		return func(c *processor.Config) {
+			c.Instance = instance
+			for i := range c.Pipelines {
+				c.Pipelines[i].Concurrency = 8
+			}
+		}
+	}
+	stopA := e.Start(h, tweak("a"))
+	if !kafkatest.Eventually(60*time.Second, func() bool { return distinct() >= n/5 }) {
+		t.Fatalf("first processor handled %d of %d", distinct(), n)
+	}
+	stopB := e.Start(h, tweak("b"))
+	if !kafkatest.Eventually(60*time.Second, func() bool { return distinct() >= n/2 }) {
+		t.Fatalf("handled %d of %d after the second joined", distinct(), n)
+	}
+	if err := stopA(); err != nil {
+		t.Fatalf("stop first: %v", err)
+	}
+	got := collectCommitted(t, e, []string{e.P.Results}, func(g kafkatest.Got) bool { return len(idCounts(g, e.P.Results)) >= n }, 90*time.Second, 2*time.Second)
+	counts := idCounts(got, e.P.Results)
+	dups := 0
+	for _, c := range counts {
+		dups += c - 1
+	}
+	if len(counts) != n || dups != 0 {
+		t.Fatalf("%d of %d requests have a result, %d duplicate results; want all, 0", len(counts), n, dups)
+	}
+	if err := stopB(); err != nil {
+		t.Fatalf("stop second: %v", err)
+	}
+	if p := e.LagProblem([]string{e.P.Topic}, 4); p != "" {
+		t.Errorf("after stop: %s", p)
+	}
+	mu.Lock()
+	again := 0
+	for _, c := range calls {
+		again += c - 1
+	}
+	mu.Unlock()
+	t.Logf("%d requests, %d handler calls repeated by aborted transactions, 0 duplicate results", n, again)
+}
