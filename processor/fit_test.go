@@ -210,8 +210,17 @@ func TestMegabyteOfHeadersWithMalformedAttempt(t *testing.T) {
 // start (the DLQ's max.message.bytes was lowered after it), the write path
 // rebuilds it at half its size until it is taken, instead of retrying the
 // same record forever.
+// Exactly-once: the refusal aborts the transaction; the record is handled
+// again and its dead letter cut to half, until one is taken.
 func TestRefusedDeadLetterIsHalvedUntilWritten(t *testing.T) {
+	for _, mode := range []processor.Delivery{processor.AtLeastOnce, processor.ExactlyOnce} {
+		t.Run(string(mode), func(t *testing.T) { testRefusedDeadLetterIsHalved(t, mode) })
+	}
+}
+
+func testRefusedDeadLetterIsHalved(t *testing.T, mode processor.Delivery) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
+	e.P.Delivery = mode
 	e.Start(processor.HandlerFunc(fitHandler))
 	e.Produce(&kgo.Record{Topic: e.P.Topic, Value: []byte("ok"), Headers: []kgo.RecordHeader{idHeader("first")}})
 	if got := e.CollectN(e.P.Results, 1, 30*time.Second, 0); len(got) != 1 {

@@ -157,6 +157,8 @@ type pipeline struct {
 	pollCancel atomic.Pointer[context.CancelFunc]
 	txnErrMu   sync.Mutex
 	txnErr     error
+	refusedMu  sync.Mutex
+	refused    map[srcKey]refusal // outcomes refused as too large (txn.go)
 }
 
 type lane struct{ queue []*work }

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redrive/redrive/dlq"
 )
 
 // Exactly-once delivery (Pipeline.Delivery == ExactlyOnce).
@@ -57,6 +59,9 @@ func TransactionalID(pipeline, instance string) string {
 func (p *pipeline) hold(w *work, d decision) {
 	if d.to != "" {
 		w.out, w.outTo = p.outcomeRecord(w, d)
+		if r, ok := p.refusedBefore(w); ok {
+			p.refit(w, r)
+		}
 	}
 	p.mu.Lock()
 	if w.ps.gone {
@@ -194,12 +199,19 @@ func (p *pipeline) txnCycle() error {
 	}
 	var mu sync.Mutex
 	var perr error
-	for _, r := range b.recs {
-		p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+	var big []*work // outcomes refused as too large
+	for _, w := range b.works {
+		if w.out == nil {
+			continue
+		}
+		p.cl.Produce(ctx, w.out, func(r *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
 				if perr == nil {
 					perr = fmt.Errorf("writing to %s: %w", r.Topic, err)
+				}
+				if isTooLarge(err) {
+					big = append(big, w)
 				}
 				mu.Unlock()
 			}
@@ -235,6 +247,9 @@ func (p *pipeline) txnCycle() error {
 	}
 	p.log.Warn("transaction aborted; handling its records again from the committed offsets",
 		"outcomes", len(b.works), "records", len(b.recs), "err", why)
+	mu.Lock()
+	p.noteRefused(big)
+	mu.Unlock()
 	p.resetAll()
 	p.settle(b.works, false)
 	if err != nil {
@@ -368,4 +383,67 @@ func (p *pipeline) txnFailure() error {
 	p.txnErrMu.Lock()
 	defer p.txnErrMu.Unlock()
 	return p.txnErr
+}
+
+// refusal is an outcome record the broker refused as too large in an
+// aborted transaction: when its consumed record is handled again, its
+// outcome is dead-lettered instead (or, a dead letter, cut to half).
+type refusal struct {
+	to   outKind
+	size int
+}
+
+type srcKey struct {
+	tp     tp
+	offset int64
+}
+
+// maxRefusals bounds the refusals remembered (each is forgotten when used).
+const maxRefusals = 10000
+
+// noteRefused remembers the outcomes in ws as refused.
+func (p *pipeline) noteRefused(ws []*work) {
+	if len(ws) == 0 {
+		return
+	}
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	if p.refused == nil || len(p.refused) > maxRefusals {
+		p.refused = map[srcKey]refusal{}
+	}
+	for _, w := range ws {
+		p.log.Warn("outcome record refused as too large for its topic inside a transaction; it is handled again and dead-lettered (a dead letter: cut to half its size)",
+			"topic", w.out.Topic, "src", srcOf(w), "size", dlq.EncodedSize(w.out))
+		p.refused[srcKey{w.ps.tp, w.rec.Offset}] = refusal{to: w.outTo, size: dlq.EncodedSize(w.out)}
+	}
+}
+
+// refusedBefore reports (and forgets) the refusal of w's outcome.
+func (p *pipeline) refusedBefore(w *work) (refusal, bool) {
+	p.refusedMu.Lock()
+	defer p.refusedMu.Unlock()
+	k := srcKey{w.ps.tp, w.rec.Offset}
+	r, ok := p.refused[k]
+	if ok {
+		delete(p.refused, k)
+	}
+	return r, ok
+}
+
+// refit replaces w's outcome record, refused before as too large: a retry,
+// result or failover becomes a dead letter; a dead letter is cut to half
+// the size refused.
+func (p *pipeline) refit(w *work, r refusal) {
+	if w.outTo == toDLQ {
+		if r.to == toDLQ {
+			w.out = p.out.deadLetter(w.rec, w.user, w.meta, r.size/2)
+		}
+		return // else a new dead letter, built to fit as always
+	}
+	{
+		d := tooLarge(w.meta, time.Now(), fmt.Sprintf("writing to %s: %v", w.out.Topic, kerr.MessageTooLarge))
+		w.meta = d.meta
+		w.out, w.outTo = p.out.deadLetter(w.rec, w.user, d.meta, 0), toDLQ
+		p.countDeadLetter(d.meta)
+	}
 }
