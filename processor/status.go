@@ -58,6 +58,12 @@ type PipelineStatus struct {
 	// Callbacks: a pipeline with Callbacks; counts since this instance
 	// started.
 	Callbacks *CallbackStatus `json:"callbacks,omitempty"`
+	// Delivery is "at-least-once" or "exactly-once"; Held (exactly-once)
+	// counts outcomes held for the next transaction, TransactionError the
+	// last transaction failure until one commits.
+	Delivery         string `json:"delivery"`
+	Held             int64  `json:"held,omitempty"`
+	TransactionError string `json:"transaction_error,omitempty"`
 }
 
 // CallbackStatus is a pipeline's callbacks (callback.go) in
@@ -228,6 +234,10 @@ func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus
 		DLQ: p.cfg.DLQ, Joined: p.joined.Load(), Tiers: tiers}
 	ps.Line = p.line.status(now)
 	ps.Callbacks = p.callbackStatus()
+	ps.Delivery, ps.Held = string(p.cfg.Delivery), p.held.Load()
+	if err := p.txnFailure(); err != nil {
+		ps.TransactionError = err.Error()
+	}
 	p.mu.Lock()
 	ps.Inflight, ps.InflightBytes, ps.Waiting = p.inflight, p.bytes, p.waiting
 	for _, st := range p.parts {
