@@ -3,6 +3,7 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -259,4 +260,75 @@ func TestExactlyOnceRebalanceNoDuplicates(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("%d requests, %d handler calls repeated by aborted transactions, 0 duplicate results", n, again)
+}
+
+// TestExactlyOnceSameInstanceFailsClearly: two live processes given the
+// same instance share a transactional id; the one started first is fenced
+// and stops with an error naming the cause (and reports not ready), the
+// other goes on, and every request still has exactly one result.
+func TestExactlyOnceSameInstanceFailsClearly(t *testing.T) {
+	e := exactlyOnceEnv(t, 2)
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		time.Sleep(time.Millisecond)
+		return processor.Succeed([]byte("r"))
+	})
+	const n = 1000
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("k-%d", i)), Value: []byte("x")})
+	}
+	var mu sync.Mutex
+	var notReady []string
+	cfgA := e.Config()
+	cfgA.Instance = "same"
+	cfgA.Ready = func(name string, err error) {
+		if err != nil {
+			mu.Lock()
+			notReady = append(notReady, err.Error())
+			mu.Unlock()
+		}
+	}
+	prA, err := processor.New(cfgA, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, cancelA := context.WithCancel(context.Background())
+	defer cancelA()
+	doneA := make(chan error, 1)
+	go func() { doneA <- prA.Run(ctxA) }()
+	e.Produce(recs[:n/2]...)
+	if got := collectCommitted(t, e, []string{e.P.Results}, func(g kafkatest.Got) bool { return len(g[e.P.Results]) >= 10 }, 30*time.Second, 0); len(got[e.P.Results]) < 10 {
+		t.Fatalf("the first processor wrote %d results", len(got[e.P.Results]))
+	}
+	e.Start(h, func(c *processor.Config) { c.Instance = "same" })
+	e.Produce(recs[n/2:]...)
+	// The second begins a transaction with the same id: the first is
+	// fenced at its next one and stops by itself.
+	var errA error
+	select {
+	case errA = <-doneA:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first processor was not stopped by the second one's producer within 60s")
+	}
+	got := collectCommitted(t, e, []string{e.P.Results}, func(g kafkatest.Got) bool { return len(idCounts(g, e.P.Results)) >= n }, 60*time.Second, 2*time.Second)
+	counts := idCounts(got, e.P.Results)
+	dups := 0
+	for _, c := range counts {
+		dups += c - 1
+	}
+	if len(counts) != n || dups != 0 {
+		t.Fatalf("%d of %d requests have a result, %d duplicates; want all, 0", len(counts), n, dups)
+	}
+	if errA == nil || !strings.Contains(errA.Error(), "fenced") || !strings.Contains(errA.Error(), "instance") {
+		t.Errorf("the fenced processor stopped with %v, want an error saying it is fenced and naming instance", errA)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	found := false
+	for _, m := range notReady {
+		found = found || strings.Contains(m, "fenced")
+	}
+	if !found {
+		t.Errorf("readiness never reported the fenced producer: %q", notReady)
+	}
 }

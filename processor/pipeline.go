@@ -283,6 +283,10 @@ func (p *pipeline) ready() {
 // run polls until ctx is done, then drains within the grace period,
 // commits and leaves the group.
 func (p *pipeline) run(ctx context.Context) error {
+	// The pipeline's goroutines stop with ctx, and also when the poll
+	// loop ends with an error (a fenced exactly-once producer).
+	ctx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
 	p.probe(ctx)
 	p.ready()
 	schedCtx, schedStop := context.WithCancel(context.Background())
@@ -309,6 +313,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	}
 
 	err := p.pollLoop(ctx)
+	stopAll()
 
 	// Records waiting for a stopped line leave at once (they are
 	// redelivered); the line no longer pauses or resumes fetching.

@@ -195,7 +195,7 @@ func (p *pipeline) txnCycle() error {
 	start := time.Now()
 	if err := p.sess.Begin(); err != nil {
 		p.settle(b.works, false)
-		return p.txnFatal(fmt.Errorf("begin transaction: %w", err))
+		return p.txnFatal(p.fencedHint(fmt.Errorf("begin transaction: %w", err)))
 	}
 	var mu sync.Mutex
 	var perr error
@@ -254,8 +254,7 @@ func (p *pipeline) txnCycle() error {
 	p.settle(b.works, false)
 	if err != nil {
 		if isFenced(err) {
-			return p.txnFatal(fmt.Errorf("transactional id %s is fenced: another live process uses it (give every process its own instance): %w",
-				TransactionalID(p.cfg.Name, p.pc.Instance), err))
+			return p.txnFatal(p.fencedHint(err))
 		}
 		// End's errors are not retryable in franz-go's words, but an
 		// aborted transaction leaves the producer usable unless Begin says
@@ -354,6 +353,15 @@ func (p *pipeline) drainTxns(drained <-chan struct{}, graceOver <-chan time.Time
 			}
 		}
 	}
+}
+
+// fencedHint says what a fenced producer means, when err is one.
+func (p *pipeline) fencedHint(err error) error {
+	if !isFenced(err) {
+		return err
+	}
+	return fmt.Errorf("transactional id %s is fenced: another live process uses it (give every process its own instance): %w",
+		TransactionalID(p.cfg.Name, p.pc.Instance), err)
 }
 
 func isFenced(err error) bool {
