@@ -820,6 +820,7 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 			p.unindexLocked(w) // the next owner matches it from its own store
 		}
 	}
+	p.sched.purge(func(w *work) bool { return w.ps.gone })
 	p.hot.waiting.Set(float64(p.waiting))
 	var held []*work
 	if p.eos {

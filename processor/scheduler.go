@@ -49,6 +49,26 @@ func (s *scheduler) remove(w *work) bool {
 	return true
 }
 
+// purge drops the waiting records for which gone is true (their
+// partition was dropped), so that they do not stay in memory until due.
+// Called with pipeline.mu held (gone reads partition state).
+func (s *scheduler) purge(gone func(*work) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	kept := s.h[:0]
+	for _, w := range s.h {
+		if gone(w) {
+			w.heapIdx = -1
+			continue
+		}
+		w.heapIdx = len(kept)
+		kept = append(kept, w)
+	}
+	clear(s.h[len(kept):])
+	s.h = kept
+	heap.Init(&s.h)
+}
+
 func (s *scheduler) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

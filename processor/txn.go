@@ -319,6 +319,7 @@ func (p *pipeline) resetAll() {
 			p.unindexLocked(w)
 		}
 	}
+	p.sched.purge(func(w *work) bool { return w.ps.gone })
 	p.hot.waiting.Set(float64(p.waiting))
 	p.mu.Unlock()
 	p.line.kick() // records of the old states waiting for the line leave
