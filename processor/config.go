@@ -322,7 +322,8 @@ func (fe *fieldErrs) add(field, format string, args ...any) {
 
 // WithDefaults is p with every zero value that has a default filled in:
 // DLQ (topics.DefaultDLQ(Topic)), NotReadyDeadline, Concurrency,
-// MaxInflight (DefaultInflightPerSlot × Concurrency), MaxInflightBytes,
+// MaxInflight (DefaultInflightPerSlot × Concurrency, + MaxBatch for
+// ExactlyOnce), MaxInflightBytes,
 // MaxWaiting, Delivery (AtLeastOnce), MaxBatch, a copy of Callbacks with
 // its defaults (Callbacks.WithDefaults).
 // Name and Schedule have no default.
@@ -336,8 +337,19 @@ func (p Pipeline) WithDefaults() Pipeline {
 	if p.Concurrency == 0 {
 		p.Concurrency = DefaultConcurrency
 	}
+	if p.Delivery == "" {
+		p.Delivery = AtLeastOnce
+	}
+	if p.MaxBatch == 0 {
+		p.MaxBatch = DefaultMaxBatch
+	}
 	if p.MaxInflight == 0 && p.Concurrency > 0 {
 		p.MaxInflight = DefaultInflightPerSlot * p.Concurrency
+		if p.Delivery == ExactlyOnce && p.MaxBatch > 0 {
+			// Held outcomes are in flight until their transaction: room
+			// for a batch besides the records being handled.
+			p.MaxInflight += p.MaxBatch
+		}
 	}
 	if p.MaxInflightBytes == 0 {
 		p.MaxInflightBytes = DefaultMaxInflightBytes
@@ -347,12 +359,6 @@ func (p Pipeline) WithDefaults() Pipeline {
 	}
 	if p.RateBurst == 0 {
 		p.RateBurst = DefaultRateBurst
-	}
-	if p.Delivery == "" {
-		p.Delivery = AtLeastOnce
-	}
-	if p.MaxBatch == 0 {
-		p.MaxBatch = DefaultMaxBatch
 	}
 	p.Breaker = p.Breaker.WithDefaults()
 	p.Guard = p.Guard.WithDefaults()

@@ -272,7 +272,7 @@ func TestExactlyOnceSameInstanceFailsClearly(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		return processor.Succeed([]byte("r"))
 	})
-	const n = 1000
+	const n = 2000
 	var recs []*kgo.Record
 	for i := 0; i < n; i++ {
 		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(fmt.Sprintf("k-%d", i)), Value: []byte("x")})
@@ -296,20 +296,33 @@ func TestExactlyOnceSameInstanceFailsClearly(t *testing.T) {
 	defer cancelA()
 	doneA := make(chan error, 1)
 	go func() { doneA <- prA.Run(ctxA) }()
-	e.Produce(recs[:n/2]...)
+	e.Produce(recs[:n/4]...)
 	if got := collectCommitted(t, e, []string{e.P.Results}, func(g kafkatest.Got) bool { return len(g[e.P.Results]) >= 10 }, 30*time.Second, 0); len(got[e.P.Results]) < 10 {
 		t.Fatalf("the first processor wrote %d results", len(got[e.P.Results]))
 	}
 	e.Start(h, func(c *processor.Config) { c.Instance = "same" })
-	e.Produce(recs[n/2:]...)
 	// The second begins a transaction with the same id: the first is
-	// fenced at its next one and stops by itself.
+	// fenced at its next one and stops by itself. Records keep coming,
+	// so that both have transactions to write.
 	var errA error
-	select {
-	case errA = <-doneA:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the first processor was not stopped by the second one's producer within 60s")
+	rest := recs[n/4:]
+	deadline := time.After(60 * time.Second)
+wait:
+	for {
+		select {
+		case errA = <-doneA:
+			break wait
+		case <-deadline:
+			t.Fatal("the first processor was not stopped by the second one's producer within 60s")
+		case <-time.After(100 * time.Millisecond):
+		}
+		if len(rest) > 0 {
+			k := min(10, len(rest))
+			e.Produce(rest[:k]...)
+			rest = rest[k:]
+		}
 	}
+	e.Produce(rest...)
 	got := collectCommitted(t, e, []string{e.P.Results}, func(g kafkatest.Got) bool { return len(idCounts(g, e.P.Results)) >= n }, 60*time.Second, 2*time.Second)
 	counts := idCounts(got, e.P.Results)
 	dups := 0

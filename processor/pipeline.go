@@ -406,7 +406,7 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 		if p.eos {
 			// Exactly-once: this goroutine also writes the transactions,
 			// never while a poll runs (franz-go's GroupTransactSession).
-			if time.Since(lastTxn) >= p.pc.CommitInterval || p.held.Load() >= int64(p.cfg.MaxBatch) {
+			if time.Since(lastTxn) >= p.pc.CommitInterval || p.held.Load() >= p.batchAt() {
 				select {
 				case <-p.txnKick:
 				default:

@@ -76,9 +76,17 @@ func (p *pipeline) hold(w *work, d decision) {
 	p.nextInLaneLocked(w)
 	p.mu.Unlock()
 	p.wg.Done()
-	if n >= int64(p.cfg.MaxBatch) {
+	if n >= p.batchAt() {
 		p.kickTxn()
 	}
+}
+
+// batchAt is how many held outcomes make a transaction start before its
+// interval: MaxBatch, or half of MaxInflight if that is less (held
+// outcomes count against MaxInflight: at the bound nothing is polled until
+// a transaction commits).
+func (p *pipeline) batchAt() int64 {
+	return int64(max(1, min(p.cfg.MaxBatch, p.cfg.MaxInflight/2)))
 }
 
 // kickTxn makes the poll loop write a transaction now.
