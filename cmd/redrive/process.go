@@ -88,6 +88,7 @@ func processorConfig(c *config.Config, handlers map[string]processor.Handler, o 
 		Instance:       c.Instance,
 		SessionTimeout: c.SessionTimeout.D(),
 		ShutdownGrace:  c.ShutdownGrace.D(),
+		CommitInterval: c.CommitInterval.D(),
 		Registerer:     o.Registry,
 		Logger:         slog.Default(),
 		Ready:          o.Ready,

@@ -56,6 +56,10 @@ type Config struct {
 	SessionTimeout Duration `yaml:"session_timeout"`
 	// ShutdownGrace bounds how long SIGTERM waits for in-flight work (default 30s).
 	ShutdownGrace Duration `yaml:"shutdown_grace"`
+	// CommitInterval is processor.Config.CommitInterval (default 500ms):
+	// how often offsets are committed, or, exactly-once, transactions
+	// written.
+	CommitInterval Duration `yaml:"commit_interval"`
 	// Processor is the settings of `redrive process` that are not a
 	// pipeline's.
 	Processor Processor `yaml:"processor"`

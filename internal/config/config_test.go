@@ -156,6 +156,7 @@ func TestParseDesignExample(t *testing.T) {
 		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091", Token: "atok", Rules: []AnalyzerRule{}, Alerts: []AlertRule{}},
 		SessionTimeout: dur("45s"),
 		ShutdownGrace:  dur("30s"),
+		CommitInterval: dur("500ms"),
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%s\nwant\n%s", dump(c), dump(want))
@@ -221,6 +222,7 @@ func TestDefaults(t *testing.T) {
 		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091"},
 		SessionTimeout: dur("45s"),
 		ShutdownGrace:  dur("30s"),
+		CommitInterval: dur("500ms"),
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%s\nwant\n%s", dump(c), dump(want))
@@ -687,7 +689,7 @@ func TestUnknownKeys(t *testing.T) {
 		doc  string
 		want string
 	}{
-		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, callback_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace, processor)"},
+		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, callback_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace, commit_interval, processor)"},
 		{"pipeline", pipe("topik: x"), "line 4: pipelines[0].topik: unknown key (known: name, topic, results,"},
 		{"second pipeline", pipe() + "  - topic: b\n    nam: x\n", "line 5: pipelines[1].nam: unknown key"},
 		{"retry", "brokers: [h:1]\npipelines:\n  - topic: t\n    retry:\n      tiers: [5s]\n      max_attempts: 4\n      jitter: 0\n\n\n\n\n      tierz: [1s]\n", "line 12: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter, max_due)"},

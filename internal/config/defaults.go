@@ -66,6 +66,9 @@ func (c *Config) SetDefaults() {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = Duration(processor.DefaultShutdownGrace)
 	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = Duration(processor.DefaultCommitInterval)
+	}
 	if c.SASL != nil {
 		c.SASL.Mechanism = strings.ToUpper(strings.TrimSpace(c.SASL.Mechanism))
 	}

@@ -103,7 +103,7 @@ func (v *validator) processor(c *Config) {
 		Brokers:        c.Brokers,
 		SessionTimeout: c.SessionTimeout.D(),
 		ShutdownGrace:  c.ShutdownGrace.D(),
-		CommitInterval: processor.DefaultCommitInterval, // not configurable
+		CommitInterval: c.CommitInterval.D(),
 	}
 	for _, p := range c.Pipelines {
 		pc.Pipelines = append(pc.Pipelines, p.processorPipeline().WithDefaults())
@@ -234,6 +234,7 @@ func (v *validator) written(path string) bool {
 var processorKeys = map[string]string{
 	"Brokers":          "brokers",
 	"SessionTimeout":   "session_timeout",
+	"CommitInterval":   "commit_interval",
 	"ShutdownGrace":    "shutdown_grace",
 	"Pipelines":        "pipelines",
 	"Name":             "name",
