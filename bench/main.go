@@ -54,6 +54,7 @@ var (
 	outageOpen  = flag.Duration("outage-open-for", 2*time.Second, "Breaker.OpenFor of the outage scenario's breaker=on run")
 	outageMax   = flag.Duration("outage-max-open", 4*time.Second, "Breaker.MaxOpen of the outage scenario's breaker=on run")
 	maxBatch    = flag.Int("maxbatch", 0, "MaxBatch of the exactly-once runs (happy-eos, failure-eos; 0: the default)")
+	eosDefRecs  = flag.Int("eos-default-records", 20000, "records of the exactly-once happy path with the default MaxInflight (slow: see BENCHMARKS.md)")
 )
 
 var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage"}
@@ -131,6 +132,7 @@ func main() {
 	happyDefault := one(run("happy", procBin, "^BenchmarkHappyPath$", "-bench.records", n, "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"))
 	happy := one(run("happy", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
 	eos := []string{"-bench.delivery", "exactly-once", "-bench.maxbatch", strconv.Itoa(*maxBatch)}
+	happyEOSDefault := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", strconv.Itoa(*eosDefRecs), "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"}, eos...)...))
 	happyEOS := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
 	failure := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
 	failureEOS := one(run("failure-eos", procBin, "^BenchmarkFailurePath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
@@ -189,6 +191,8 @@ func main() {
 	row("ceiling", "1", "ceiling (last run)", ceil2, fmt.Sprintf("mean %s rec/s", f0(ceiling)), fmt.Sprintf("wall %s rec/s", f0(ceil2["wall-records/s"])))
 	row("happy", "2", "happy path: no-op handler + results, default MaxInflight (4×concurrency)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
 	row("happy", "2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
+	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, default MaxInflight, MaxBatch %s (%d records)", batch, *eosDefRecs), happyEOSDefault, eosRatio(happyEOSDefault, happyDefault),
+		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOSDefault["wall-records/s"]), txns(happyEOSDefault)))
 	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, MaxInflight %d, MaxBatch %s", *inflight, batch), happyEOS, eosRatio(happyEOS, happy),
 		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOS["wall-records/s"]), txns(happyEOS)))
 	row("failure", "3", "failure path: every record fails once into a 1 s tier", failure, ratio(failure), lateness(failure))
@@ -277,7 +281,7 @@ func txns(r result) string {
 	if _, ok := r["txns"]; !ok {
 		return ""
 	}
-	s := fmt.Sprintf("%s transactions, %s ms mean, %s outcome records each", n0(r["txns"]), f1(r["txn-ms"]), f0(r["outcomes/txn"]))
+	s := fmt.Sprintf("%s transactions, %s ms mean, %s outcome records each; last call → committed %s ms", n0(r["txns"]), f1(r["txn-ms"]), f0(r["outcomes/txn"]), f0(r["tail-ms"]))
 	if a := r["aborted-txns"]; a > 0 {
 		s += fmt.Sprintf(", %s aborted", n0(a))
 	}

@@ -252,12 +252,39 @@ type eosMeter struct {
 	m        *meter
 	reg      *prometheus.Registry
 	outcomes atomic.Int64 // records acknowledged, every topic (failure path: retries too)
+	lastCall atomic.Int64 // unix ns: the last handler call returned
+	// Per request key: how many the client sent and their total
+	// end-to-end time (write to response read), for txnRequests.
+	reqs, reqNanos [64]atomic.Int64
+}
+
+// txnRequests are the requests of a transaction whose mean time report
+// adds, as <name>-ms (and <name>-n, how many).
+var txnRequests = []struct {
+	key  kmsg.Key
+	name string
+}{
+	{kmsg.Produce, "produce"}, {kmsg.AddPartitionsToTxn, "addpartitions"}, {kmsg.AddOffsetsToTxn, "addoffsets"},
+	{kmsg.TxnOffsetCommit, "txnoffsetcommit"}, {kmsg.EndTxn, "endtxn"},
 }
 
 var (
 	_ kgo.HookBrokerE2E               = (*eosMeter)(nil)
 	_ kgo.HookProduceRecordUnbuffered = (*eosMeter)(nil)
 )
+
+// handler is h, noting when its last call returned (for tail-ms); h
+// itself when at least once (x nil).
+func (x *eosMeter) handler(h processor.Handler) processor.Handler {
+	if x == nil {
+		return h
+	}
+	return processor.HandlerFunc(func(ctx context.Context, r *processor.Request) processor.Outcome {
+		o := h.Handle(ctx, r)
+		x.lastCall.Store(time.Now().UnixNano())
+		return o
+	})
+}
 
 func (x *eosMeter) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
 	if err == nil {
@@ -284,6 +311,10 @@ func delivery(b *testing.B, e *pipetest.Env, m *meter) *eosMeter {
 }
 
 func (x *eosMeter) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key >= 0 && int(key) < len(x.reqs) && e2e.Err() == nil {
+		x.reqs[key].Add(1)
+		x.reqNanos[key].Add(int64(e2e.DurationE2E()))
+	}
 	if key != int16(kmsg.EndTxn) || e2e.Err() != nil || !x.m.written.Load() {
 		return
 	}
@@ -294,7 +325,11 @@ func (x *eosMeter) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2
 
 // report adds txns (committed), aborted-txns, txn-ms (mean duration,
 // begin to end), outcomes/txn (outcome records of every topic per
-// committed transaction) and committed-results, and fails b on an
+// committed transaction), tail-ms (from the last handler call to the
+// commit of the last outcome: waiting for the transaction, and the
+// transaction), the mean end-to-end time and count of each of
+// txnRequests (the processor's client, the whole run: <name>-ms, <name>-n)
+// and committed-results, and fails b on an
 // aborted transaction or committed results other than the n offered.
 // Nothing for at least once (x nil).
 func (x *eosMeter) report(b *testing.B, e *pipetest.Env) {
@@ -331,6 +366,15 @@ func (x *eosMeter) report(b *testing.B, e *pipetest.Env) {
 	}
 	if committed > 0 {
 		b.ReportMetric(float64(x.outcomes.Load())/committed, "outcomes/txn")
+	}
+	if c := x.lastCall.Load(); c > 0 {
+		b.ReportMetric(float64(x.m.last.Load()-c)/1e6, "tail-ms")
+	}
+	for _, r := range txnRequests {
+		if n := x.reqs[r.key].Load(); n > 0 {
+			b.ReportMetric(float64(n), r.name+"-n")
+			b.ReportMetric(float64(x.reqNanos[r.key].Load())/float64(n)/1e6, r.name+"-ms")
+		}
 	}
 	if aborted > 0 {
 		b.Errorf("%.0f transactions aborted: the completion time (the first EndTxn after the last acknowledgement) may be an abort's", aborted)
@@ -447,7 +491,7 @@ func BenchmarkHappyPath(b *testing.B) {
 	eos := delivery(b, e, m)
 	b.ResetTimer()
 	m.begin()
-	e.Start(noop{}, withMeter(m))
+	e.Start(eos.handler(noop{}), withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
 	m.report(b)
@@ -503,7 +547,7 @@ func BenchmarkFailurePath(b *testing.B) {
 	eos := delivery(b, e, m)
 	b.ResetTimer()
 	m.begin()
-	e.Start(h, withMeter(m))
+	e.Start(eos.handler(h), withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
 	m.report(b)
