@@ -7,8 +7,11 @@
 //	REDRIVE_TEST_BROKERS=127.0.0.1:9092 go run ./bench
 //
 // -only runs some scenarios instead of all (comma-separated: ceiling,
-// happy, failure, paced, slow, analyzer, scaling, outage); ratios to the
-// ceiling need "ceiling" among them. For example the outage scenario alone:
+// happy, happy-eos, failure, failure-eos, paced, slow, analyzer, scaling,
+// outage); ratios to the ceiling need "ceiling" among them. happy-eos and
+// failure-eos are the happy and failure paths with delivery exactly-once
+// (-bench.delivery exactly-once), printed below their at-least-once rows
+// with the ratio to them too. For example the outage scenario alone:
 //
 //	REDRIVE_TEST_BROKERS=127.0.0.1:9092 go run ./bench -only outage
 //
@@ -50,9 +53,11 @@ var (
 	outageRate  = flag.Int("outage-rate", 2000, "records/s offered by the outage scenario")
 	outageOpen  = flag.Duration("outage-open-for", 2*time.Second, "Breaker.OpenFor of the outage scenario's breaker=on run")
 	outageMax   = flag.Duration("outage-max-open", 4*time.Second, "Breaker.MaxOpen of the outage scenario's breaker=on run")
+	maxBatch    = flag.Int("maxbatch", 0, "MaxBatch of the exactly-once runs (happy-eos, failure-eos; 0: the default)")
+	eosDefRecs  = flag.Int("eos-default-records", 20000, "records of the exactly-once happy path with the default MaxInflight (slow: see BENCHMARKS.md)")
 )
 
-var scenarios = []string{"ceiling", "happy", "failure", "paced", "slow", "analyzer", "scaling", "outage"}
+var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage"}
 
 type result map[string]float64 // unit → value
 
@@ -126,7 +131,11 @@ func main() {
 	ceil1 := one(run("ceiling", procBin, "^BenchmarkCeiling$", "-bench.records", n))
 	happyDefault := one(run("happy", procBin, "^BenchmarkHappyPath$", "-bench.records", n, "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"))
 	happy := one(run("happy", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
+	eos := []string{"-bench.delivery", "exactly-once", "-bench.maxbatch", strconv.Itoa(*maxBatch)}
+	happyEOSDefault := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", strconv.Itoa(*eosDefRecs), "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"}, eos...)...))
+	happyEOS := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
 	failure := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
+	failureEOS := one(run("failure-eos", procBin, "^BenchmarkFailurePath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
 	paced := one(run("paced", procBin, "^BenchmarkFailurePaced$", "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)))
 	slow := one(run("slow", procBin, "^BenchmarkSlowHandler$", "-bench.slowrecords", strconv.Itoa(*slowRecs)))
 	an := one(run("analyzer", anBin, "^BenchmarkRebuild$", "-bench.deadletters", strconv.Itoa(*deadLetters)))
@@ -144,6 +153,18 @@ func main() {
 			return "–"
 		}
 		return fmt.Sprintf("%.2f", r["records/s"]/ceiling)
+	}
+	// eosRatio is an exactly-once row's ratio to the ceiling and to its
+	// at-least-once row (alo).
+	eosRatio := func(r, alo result) string {
+		if alo["records/s"] == 0 || r["records/s"] == 0 {
+			return ratio(r)
+		}
+		return fmt.Sprintf("%s (%.2f of at-least-once)", ratio(r), r["records/s"]/alo["records/s"])
+	}
+	batch := "default"
+	if *maxBatch > 0 {
+		batch = strconv.Itoa(*maxBatch)
 	}
 
 	fmt.Printf("\nredrive benchmarks, %s, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
@@ -170,7 +191,13 @@ func main() {
 	row("ceiling", "1", "ceiling (last run)", ceil2, fmt.Sprintf("mean %s rec/s", f0(ceiling)), fmt.Sprintf("wall %s rec/s", f0(ceil2["wall-records/s"])))
 	row("happy", "2", "happy path: no-op handler + results, default MaxInflight (4×concurrency)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
 	row("happy", "2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
+	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, default MaxInflight, MaxBatch %s (%d records)", batch, *eosDefRecs), happyEOSDefault, eosRatio(happyEOSDefault, happyDefault),
+		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOSDefault["wall-records/s"]), txns(happyEOSDefault)))
+	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, MaxInflight %d, MaxBatch %s", *inflight, batch), happyEOS, eosRatio(happyEOS, happy),
+		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOS["wall-records/s"]), txns(happyEOS)))
 	row("failure", "3", "failure path: every record fails once into a 1 s tier", failure, ratio(failure), lateness(failure))
+	row("failure-eos", "3", fmt.Sprintf("failure path, exactly-once, MaxBatch %s", batch), failureEOS, eosRatio(failureEOS, failure),
+		strings.Join(slices.DeleteFunc([]string{lateness(failureEOS), txns(failureEOS)}, func(s string) bool { return s == "" }), "; "))
 	row("paced", "3", fmt.Sprintf("failure path, offered at %s rec/s (below capacity): the scheduler's lateness", f0(paced["offered-records/s"])), paced, "–", lateness(paced))
 	bound := slow["bound-records/s"]
 	slowRatio := "–"
@@ -196,7 +223,7 @@ func main() {
 		}
 	}
 	if mainTable {
-		fmt.Println("\nrecords/s: first record fetched → last outcome acknowledged; CPU: the benchmark process (clients + redrive + test server), not the broker; peak RSS: per test process (VmHWM reset after the preload).")
+		fmt.Println("\nrecords/s: first record fetched → last outcome acknowledged (exactly-once: → the commit of its transaction, and a read_committed consumer then found every result once); CPU: the benchmark process (clients + redrive + test server), not the broker; peak RSS: per test process (VmHWM reset after the preload).")
 		fmt.Println()
 	}
 	if selected("outage") {
@@ -248,6 +275,20 @@ func secs(r result, unit string) string {
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64) + " s"
 }
+
+// txns describes an exactly-once run's transactions.
+func txns(r result) string {
+	if _, ok := r["txns"]; !ok {
+		return ""
+	}
+	s := fmt.Sprintf("%s transactions, %s ms mean, %s outcome records each; last call → committed %s ms", n0(r["txns"]), f1(r["txn-ms"]), f0(r["outcomes/txn"]), f0(r["tail-ms"]))
+	if a := r["aborted-txns"]; a > 0 {
+		s += fmt.Sprintf(", %s aborted", n0(a))
+	}
+	return s
+}
+
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 
 func lateness(r result) string {
 	if _, ok := r["late-p50-ms"]; !ok {

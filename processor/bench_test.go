@@ -19,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
@@ -47,6 +49,13 @@ import (
 //	peak-rss-MB     the process's VmHWM, reset after the preload where the
 //	                kernel allows (/proc/self/clear_refs); per test process
 //
+// With -bench.delivery exactly-once the happy and failure paths run an
+// exactly-once pipeline, and "the last outcome acknowledged" becomes the
+// commit of the transaction that holds it (see eosMeter); they also report
+// txns, aborted-txns, txn-ms (mean), outcomes/txn and committed-results
+// (outcome records a read_committed consumer reads after the run; must be
+// the records offered, each once).
+//
 // No figure is asserted: these are measurements, not tests.
 var (
 	benchRecords    = flag.Int("bench.records", 50000, "records per benchmark run (ceiling, happy, failure, scaling)")
@@ -58,6 +67,9 @@ var (
 	benchMaxWaiting = flag.Int("bench.maxwaiting", 0, "MaxWaiting for the failure path (0: default)")
 	benchConc       = flag.Int("bench.concurrency", 256, "handler concurrency of the happy and failure paths")
 	benchInflight   = flag.Int("bench.maxinflight", 0, "MaxInflight of the happy and failure paths (0: default, 4×concurrency)")
+	benchDelivery   = flag.String("bench.delivery", string(processor.AtLeastOnce), "Delivery of the happy and failure paths: at-least-once or exactly-once")
+	benchMaxBatch   = flag.Int("bench.maxbatch", 0, "MaxBatch of an exactly-once happy or failure path (0: default)")
+	benchCommitIvl  = flag.Duration("bench.commitinterval", 0, "CommitInterval of the happy and failure paths (0: the harness's, 200ms)")
 )
 
 const benchValueBytes = 200
@@ -94,13 +106,17 @@ func preload(b *testing.B, e *pipetest.Env, topic string, n int, value string) {
 type meter struct {
 	topic string
 	n     int64
-	first atomic.Int64 // unix ns of the first record fetched
-	last  atomic.Int64 // unix ns of the n-th acknowledgement
-	acked atomic.Int64
-	fails atomic.Int64
-	done  chan struct{}
-	start time.Time
-	cpu0  time.Duration
+	// eos: exactly-once (eosMeter): the n-th acknowledgement only sets
+	// written; the next transaction end closes done.
+	eos     *eosMeter
+	written atomic.Bool
+	first   atomic.Int64 // unix ns of the first record fetched
+	last    atomic.Int64 // unix ns of the n-th acknowledgement (exactly-once: its transaction's end)
+	acked   atomic.Int64
+	fails   atomic.Int64
+	done    chan struct{}
+	start   time.Time
+	cpu0    time.Duration
 }
 
 var (
@@ -127,6 +143,10 @@ func (m *meter) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		return
 	}
 	if m.acked.Add(1) == m.n {
+		if m.eos != nil {
+			m.written.Store(true)
+			return
+		}
 		m.last.Store(time.Now().UnixNano())
 		close(m.done)
 	}
@@ -202,9 +222,212 @@ func peakRSSMB() float64 {
 	return 0
 }
 
-// withMeter adds m's hooks to a processor's clients.
+// withMeter adds m's hooks to a processor's clients (and, exactly-once,
+// the transaction hook and the registry eosMeter reads).
 func withMeter(m *meter) func(*processor.Config) {
-	return func(c *processor.Config) { c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(m)) }
+	return func(c *processor.Config) {
+		c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(m))
+		if m.eos != nil {
+			c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(m.eos))
+			c.Registerer = m.eos.reg
+		}
+		if *benchCommitIvl > 0 {
+			c.CommitInterval = *benchCommitIvl
+		}
+	}
+}
+
+// eosMeter is the exactly-once side of a meter. An outcome acknowledged
+// inside a transaction is not committed output: a read_committed consumer
+// sees it only once its transaction commits. The processor writes a
+// transaction's outcomes (the n-th acknowledgement happens in its Flush)
+// before it ends it, so the end of the n-th outcome is the first
+// successful EndTxn response after the n-th acknowledgement; that is when
+// done closes. EndTxn also ends aborted transactions, which the hook
+// cannot tell apart: report fails the run unless the processor's
+// redrive_transactions_total says none aborted, and it checks with a
+// read_committed consumer that the committed results are the n records
+// offered, each once.
+type eosMeter struct {
+	m        *meter
+	reg      *prometheus.Registry
+	outcomes atomic.Int64 // records acknowledged, every topic (failure path: retries too)
+	lastCall atomic.Int64 // unix ns: the last handler call returned
+	// Per request key: how many the client sent and their total
+	// end-to-end time (write to response read), for txnRequests.
+	reqs, reqNanos [64]atomic.Int64
+}
+
+// txnRequests are the requests of a transaction whose mean time report
+// adds, as <name>-ms (and <name>-n, how many).
+var txnRequests = []struct {
+	key  kmsg.Key
+	name string
+}{
+	{kmsg.Produce, "produce"}, {kmsg.AddPartitionsToTxn, "addpartitions"}, {kmsg.AddOffsetsToTxn, "addoffsets"},
+	{kmsg.TxnOffsetCommit, "txnoffsetcommit"}, {kmsg.EndTxn, "endtxn"},
+}
+
+var (
+	_ kgo.HookBrokerE2E               = (*eosMeter)(nil)
+	_ kgo.HookProduceRecordUnbuffered = (*eosMeter)(nil)
+)
+
+// handler is h, noting when its last call returned (for tail-ms); h
+// itself when at least once (x nil).
+func (x *eosMeter) handler(h processor.Handler) processor.Handler {
+	if x == nil {
+		return h
+	}
+	return processor.HandlerFunc(func(ctx context.Context, r *processor.Request) processor.Outcome {
+		o := h.Handle(ctx, r)
+		x.lastCall.Store(time.Now().UnixNano())
+		return o
+	})
+}
+
+func (x *eosMeter) OnProduceRecordUnbuffered(_ *kgo.Record, err error) {
+	if err == nil {
+		x.outcomes.Add(1)
+	}
+}
+
+// delivery sets e.P's Delivery (and MaxBatch) from -bench.delivery, and
+// m's exactly-once side; nil when at least once.
+func delivery(b *testing.B, e *pipetest.Env, m *meter) *eosMeter {
+	b.Helper()
+	switch d := processor.Delivery(*benchDelivery); d {
+	case processor.AtLeastOnce:
+		return nil
+	case processor.ExactlyOnce:
+		e.P.Delivery = d
+		e.P.MaxBatch = *benchMaxBatch
+		m.eos = &eosMeter{m: m, reg: prometheus.NewRegistry()}
+		return m.eos
+	default:
+		b.Fatalf("-bench.delivery %q: want %s or %s", d, processor.AtLeastOnce, processor.ExactlyOnce)
+		return nil
+	}
+}
+
+func (x *eosMeter) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e2e kgo.BrokerE2E) {
+	if key >= 0 && int(key) < len(x.reqs) && e2e.Err() == nil {
+		x.reqs[key].Add(1)
+		x.reqNanos[key].Add(int64(e2e.DurationE2E()))
+	}
+	if key != int16(kmsg.EndTxn) || e2e.Err() != nil || !x.m.written.Load() {
+		return
+	}
+	if x.m.last.CompareAndSwap(0, time.Now().UnixNano()) {
+		close(x.m.done)
+	}
+}
+
+// report adds txns (committed), aborted-txns, txn-ms (mean duration,
+// begin to end), outcomes/txn (outcome records of every topic per
+// committed transaction), tail-ms (from the last handler call to the
+// commit of the last outcome: waiting for the transaction, and the
+// transaction), the mean end-to-end time and count of each of
+// txnRequests (the processor's client, the whole run: <name>-ms, <name>-n)
+// and committed-results, and fails b on an
+// aborted transaction or committed results other than the n offered.
+// Nothing for at least once (x nil).
+func (x *eosMeter) report(b *testing.B, e *pipetest.Env) {
+	b.Helper()
+	if x == nil {
+		return
+	}
+	mfs, err := x.reg.Gather()
+	if err != nil {
+		b.Fatalf("gather metrics: %v", err)
+	}
+	var committed, aborted, secs, count float64
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "redrive_transactions_total":
+				for _, l := range mt.GetLabel() {
+					if l.GetName() == "result" && l.GetValue() == "committed" {
+						committed += mt.GetCounter().GetValue()
+					} else if l.GetName() == "result" && l.GetValue() == "aborted" {
+						aborted += mt.GetCounter().GetValue()
+					}
+				}
+			case "redrive_transaction_seconds":
+				secs += mt.GetHistogram().GetSampleSum()
+				count += float64(mt.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	b.ReportMetric(committed, "txns")
+	b.ReportMetric(aborted, "aborted-txns")
+	if count > 0 {
+		b.ReportMetric(secs/count*1000, "txn-ms")
+	}
+	if committed > 0 {
+		b.ReportMetric(float64(x.outcomes.Load())/committed, "outcomes/txn")
+	}
+	if c := x.lastCall.Load(); c > 0 {
+		b.ReportMetric(float64(x.m.last.Load()-c)/1e6, "tail-ms")
+	}
+	for _, r := range txnRequests {
+		if n := x.reqs[r.key].Load(); n > 0 {
+			b.ReportMetric(float64(n), r.name+"-n")
+			b.ReportMetric(float64(x.reqNanos[r.key].Load())/float64(n)/1e6, r.name+"-ms")
+		}
+	}
+	if aborted > 0 {
+		b.Errorf("%.0f transactions aborted: the completion time (the first EndTxn after the last acknowledgement) may be an abort's", aborted)
+	}
+	got := committedResults(b, e, x.m.topic, int(x.m.n))
+	b.ReportMetric(float64(got), "committed-results")
+}
+
+// committedResults reads topic from its start with a read_committed
+// consumer until n records arrived (or 2 minutes passed), then 1 s more
+// for extras, and returns how many it read. It fails b unless they are
+// the n records offered (keys k0…k<n-1>), each once.
+func committedResults(b *testing.B, e *pipetest.Env, topic string, n int) int {
+	b.Helper()
+	cl := e.Cluster.Client(b, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
+	defer cl.Close()
+	seen := make([]bool, n)
+	got, dups, foreign := 0, 0, 0
+	deadline := time.Now().Add(2 * time.Minute)
+	var settle time.Time
+	for {
+		now := time.Now()
+		if settle.IsZero() && got >= n {
+			settle = now.Add(time.Second)
+		}
+		if !settle.IsZero() && !now.Before(settle) || now.After(deadline) {
+			break
+		}
+		end := deadline
+		if !settle.IsZero() {
+			end = settle
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), end)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			got++
+			i, err := strconv.Atoi(strings.TrimPrefix(string(r.Key), "k"))
+			switch {
+			case err != nil || i < 0 || i >= n:
+				foreign++
+			case seen[i]:
+				dups++
+			default:
+				seen[i] = true
+			}
+		})
+	}
+	if got != n || dups > 0 || foreign > 0 {
+		b.Errorf("read_committed %s: %d records (%d duplicates, %d foreign keys), want the %d offered, each once", topic, got, dups, foreign, n)
+	}
+	return got
 }
 
 func BenchmarkCeiling(b *testing.B) {
@@ -265,12 +488,14 @@ func BenchmarkHappyPath(b *testing.B) {
 	e.P.Breaker, e.P.Guard = processor.Breaker{}, processor.Guard{}
 	preload(b, e, e.P.Topic, n, "ok")
 	m := newMeter(e.P.Results, n)
+	eos := delivery(b, e, m)
 	b.ResetTimer()
 	m.begin()
-	e.Start(noop{}, withMeter(m))
+	e.Start(eos.handler(noop{}), withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
 	m.report(b)
+	eos.report(b, e)
 }
 
 // failOnce fails every request's first attempt and records lateness
@@ -319,13 +544,15 @@ func BenchmarkFailurePath(b *testing.B) {
 	preload(b, e, e.P.Topic, n, "fail-once")
 	h := &failOnce{}
 	m := newMeter(e.P.Results, n)
+	eos := delivery(b, e, m)
 	b.ResetTimer()
 	m.begin()
-	e.Start(h, withMeter(m))
+	e.Start(eos.handler(h), withMeter(m))
 	m.wait(b, 10*time.Minute)
 	b.StopTimer()
 	m.report(b)
 	h.report(b)
+	eos.report(b, e)
 }
 
 // BenchmarkFailurePaced offers fail-once records at -bench.pacedrate, below
