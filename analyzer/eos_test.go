@@ -236,3 +236,41 @@ func TestExactlyOnceAcrossRebalances(t *testing.T) {
 		t.Errorf("of %d dead letters: %d not republished, %d republished more than once, %d ids in all", n, missing, dups, len(got))
 	}
 }
+
+// TestExactlyOnceFailedRepublishIsRedone: republishing to a topic that
+// does not exist yet fails; the transaction is aborted (counted) and
+// redone from the committed offsets until the topic exists; then every
+// dead letter is republished exactly once.
+func TestExactlyOnceFailedRepublishIsRedone(t *testing.T) {
+	e := newEnv(t)
+	later := e.main + ".later"
+	rules := []dlq.Rule{{Name: "later-topic", Action: dlq.ActionRepublish, To: later}}
+	pipes := []analyzer.Pipeline{{Name: e.main, Topic: e.main, DLQ: e.dlqName, Rules: rules, ExactlyOnce: true}}
+	cl := e.c.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	now := time.Now()
+	var ids []string
+	for i := range 20 {
+		id := fmt.Sprintf("f%d", i)
+		ids = append(ids, id)
+		e.deadLetterAt(cl, int32(i%2), id, "exhausted", "http_503", now)
+	}
+	reg := prometheus.NewRegistry()
+	e.launch(analyzer.Options{Pipelines: pipes, Instance: "a", Registerer: reg, ClientOpts: []kgo.Opt{kgo.UnknownTopicRetries(1)}})
+	aborted := func() bool {
+		return counterValue(t, reg, "redrive_analyzer_transactions_total", map[string]string{"result": "aborted"}) >= 1 &&
+			counterValue(t, reg, "redrive_analyzer_republish_failures_total", nil) >= 1
+	}
+	if !kafkatest.Eventually(30*time.Second, aborted) {
+		t.Fatal("no aborted transaction counted within 30s while the target topic does not exist")
+	}
+	e.c.CreateTopic(t, later, 2, nil)
+	got := committedIDs(t, e.c, later, has(ids...), 60*time.Second, time.Second)
+	for _, id := range ids {
+		if got[id] != 1 {
+			t.Errorf("%s republished %d times (read_committed), want 1: %v", id, got[id], got)
+		}
+	}
+	if len(got) != len(ids) {
+		t.Errorf("%d ids republished, want %d: %v", len(got), len(ids), got)
+	}
+}

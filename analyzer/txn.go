@@ -51,8 +51,10 @@ const (
 	txnTimeout = 30 * time.Second
 	// endTimeout bounds End; past it the client is closed and made again.
 	endTimeout = 30 * time.Second
-	// maxTxnRecords bounds one transaction's republishes.
+	// maxTxnRecords and maxTxnBytes bound one transaction's republishes,
+	// so that it ends well within txnTimeout.
 	maxTxnRecords = 1000
+	maxTxnBytes   = 32 << 20
 	// maxRuns bounds the runs of finished records past the commit point
 	// that a commit's metadata names: at most 64 × 28 bytes, well within
 	// the broker's offset.metadata.max.bytes (default 4096).
@@ -66,6 +68,7 @@ const (
 // worker.mu (batch and counts are only touched by the poll goroutine).
 type txState struct {
 	batch  []pending        // this transaction's republishes
+	bytes  int64            // what they hold (recordBytes of the dead letters)
 	counts [][2]string      // rule, action of what it finished without a write
 	skip   map[int32][]span // finished past the committed offset, read from its metadata
 	loaded map[int32]bool   // skip read since the partition was assigned or rewound
@@ -158,7 +161,11 @@ func (w *worker) plan(h *held) {
 		return
 	}
 	w.tx.batch = append(w.tx.batch, pending{rec: rec, id: d.ID, rule: dec.Rule, redrives: d.Redrives + 1})
+	w.tx.bytes += h.size
 }
+
+// full reports whether the open transaction's batch is at its bound.
+func (t *txState) full() bool { return len(t.batch) >= maxTxnRecords || t.bytes >= maxTxnBytes }
 
 // transact runs one turn: handleDue, then, if anything was planned or a
 // commit point moved, one transaction with the batch and the commit
@@ -169,7 +176,7 @@ func (w *worker) transact(ctx context.Context) (wait time.Duration, more bool, e
 	w.mu.Lock()
 	points := w.points()
 	batch, counts := w.tx.batch, w.tx.counts
-	w.tx.batch, w.tx.counts = nil, nil
+	w.tx.batch, w.tx.counts, w.tx.bytes = nil, nil, 0
 	moved := false
 	for part, pt := range points {
 		if last, ok := w.tx.last[part]; !ok || last != pt {
@@ -440,7 +447,7 @@ func (w *worker) reset() {
 			w.cl.ResumeFetchPartitions(map[string][]int32{w.p.cfg.DLQ: {part}})
 		}
 	}
-	w.tx.batch, w.tx.counts, w.tx.flag = nil, nil, false
+	w.tx.batch, w.tx.counts, w.tx.bytes, w.tx.flag = nil, nil, 0, false
 }
 
 // countRuns is the number of runs of finished records in q past its

@@ -223,8 +223,8 @@ func (w *worker) admit(fs kgo.Fetches) {
 // partition's commit point past its finished prefix, pauses partitions that
 // hold too many waiting records, and returns how long until the next one
 // is due (0: none waiting). Exactly once, "handled" is planned for the
-// transaction (plan): at most maxTxnRecords republishes (more: some due
-// ones were left for the next), and no more runs of finished records past
+// transaction (plan): at most maxTxnRecords republishes or maxTxnBytes
+// (more: some due ones were left for the next), and no more runs of finished records past
 // a waiting one than the commit's metadata takes (maxRuns).
 func (w *worker) handleDue(ctx context.Context) (soonest time.Duration, more bool) {
 	w.mu.Lock()
@@ -261,7 +261,7 @@ func (w *worker) handleDue(ctx context.Context) (soonest time.Duration, more boo
 				}
 				w.plan(h)
 				runs += delta
-				if len(w.tx.batch) >= maxTxnRecords {
+				if w.tx.full() {
 					full, more = true, true
 				}
 			} else if !w.act(ctx, h.d, h.dec) {
