@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -33,10 +34,20 @@ type Pipeline struct {
 	// processors' group is "redrive.<Name>".
 	Tiers   []Tier
 	Results string
+	// ExactlyOnce (the pipeline's delivery: exactly-once) makes the rule
+	// worker write each transaction's republished records and its offset
+	// commit in one Kafka transaction (txn.go), with the transactional id
+	// TransactionalID(Options.Instance): a read_committed reader of the
+	// republish targets sees every republish once, even across kill -9.
+	ExactlyOnce bool
 }
 
 // GroupID is the rule worker's consumer group.
 func (p Pipeline) GroupID() string { return topics.AnalyzerGroupID(p.Name) }
+
+// TransactionalID is the rule worker's transactional id in exactly-once
+// mode: "redrive.<Name>.analyzer.<instance>".
+func (p Pipeline) TransactionalID(instance string) string { return p.GroupID() + "." + instance }
 
 // Options configure an Analyzer.
 type Options struct {
@@ -69,6 +80,14 @@ type Options struct {
 	AllowedHosts []string
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Instance names this process in the transactional id of the rule
+	// workers of ExactlyOnce pipelines (default: the host name). Two live
+	// analyzers must not share one: each fences the other's transactions.
+	Instance string
+	// SessionTimeout is the rule worker's consumer group session timeout
+	// (default: franz-go's, 45s): how long its group waits for a silent
+	// member (a killed analyzer) before giving its partitions to others.
+	SessionTimeout time.Duration
 	// DemoOutage, set only by `redrive dev`, makes its demo solver fail
 	// every call for d (0 ends an outage): POST /api/dev/outage calls it,
 	// and the dashboard shows a button for it. Nil: that endpoint is a 404.
@@ -137,6 +156,12 @@ func New(o Options) (*Analyzer, error) {
 	if o.FlowEvery <= 0 {
 		o.FlowEvery = 3 * time.Second
 	}
+	if o.Instance == "" {
+		o.Instance, _ = os.Hostname()
+	}
+	if o.SessionTimeout < 0 {
+		return nil, fmt.Errorf("analyzer: session timeout %v: must not be negative", o.SessionTimeout)
+	}
 	m, err := newMetrics(o.Registerer)
 	if err != nil {
 		return nil, err
@@ -145,6 +170,9 @@ func New(o Options) (*Analyzer, error) {
 	for _, p := range o.Pipelines {
 		if p.Name == "" || p.DLQ == "" {
 			return nil, fmt.Errorf("analyzer: pipeline %q needs a name and a DLQ", p.Name)
+		}
+		if p.ExactlyOnce && o.Instance == "" {
+			return nil, fmt.Errorf("analyzer: pipeline %q is exactly-once: it needs an instance (the host name is unknown)", p.Name)
 		}
 		a.pipes = append(a.pipes, &pipe{cfg: p, stats: dlq.NewStats(10000), recent: make([]*kept, o.Recent)})
 	}

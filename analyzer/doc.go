@@ -10,7 +10,9 @@
 //     (republish, keep, drop; park past max_redrives), waits for a rule's
 //     `after` by pausing the partition (never sleeping in the poll loop),
 //     republishes at least once (the offset is committed only after the
-//     republished record is acknowledged) and commits.
+//     republished record is acknowledged) and commits. For an exactly-once
+//     pipeline (Pipeline.ExactlyOnce) the republishes and the offset commit
+//     are one Kafka transaction (txn.go).
 //
 // It serves the JSON API, the dashboard and the alerts on top. It must never
 // delete or rewrite a dead letter, and never commit past one it has not

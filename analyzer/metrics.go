@@ -25,6 +25,7 @@ type metrics struct {
 	oldest            *prometheus.GaugeVec   // pipeline
 	actions           *prometheus.CounterVec // pipeline, rule, action
 	republishFailures *prometheus.CounterVec // pipeline
+	transactions      *prometheus.CounterVec // pipeline, result
 	undecodable       *prometheus.CounterVec // pipeline
 	futureTimestamps  *prometheus.CounterVec // pipeline
 	heldBytes         *prometheus.GaugeVec   // pipeline
@@ -53,6 +54,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		republishFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_analyzer_republish_failures_total", Help: "Republish writes that failed and are being retried.",
 		}, []string{"pipeline"}),
+		transactions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_analyzer_transactions_total", Help: "Transactions of an exactly-once pipeline's rule worker (its republishes and offset commit) by result: committed, aborted (a failed republish or a rebalance; redone from the committed offsets).",
+		}, []string{"pipeline", "result"}),
 		undecodable: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_analyzer_undecodable_total", Help: "DLQ records that are not valid redrive dead letters (kept, never republished).",
 		}, []string{"pipeline"}),
@@ -71,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		codes:   map[string]map[string]bool{},
 		reasons: map[string]map[string]bool{},
 	}
-	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.undecodable, m.futureTimestamps, m.heldBytes, m.alertsFiring, m.alertPosts} {
+	for _, c := range []prometheus.Collector{m.deadLetters, m.depth, m.oldest, m.actions, m.republishFailures, m.transactions, m.undecodable, m.futureTimestamps, m.heldBytes, m.alertsFiring, m.alertPosts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -124,6 +128,10 @@ func (m *metrics) precreate(pipes []*pipe, alerts []Alert) {
 		m.depth.WithLabelValues(name)
 		m.oldest.WithLabelValues(name)
 		m.republishFailures.WithLabelValues(name)
+		if p.cfg.ExactlyOnce {
+			m.transactions.WithLabelValues(name, "committed")
+			m.transactions.WithLabelValues(name, "aborted")
+		}
 		m.undecodable.WithLabelValues(name)
 		m.futureTimestamps.WithLabelValues(name)
 		m.actions.WithLabelValues(name, ruleLabel(""), "kept")

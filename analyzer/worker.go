@@ -23,17 +23,25 @@ import (
 // A dead letter whose rule says "republish after D" waits in its queue
 // while the records behind it are handled; the committed offset stays at
 // the lowest one not finished, so a restart re-reads (and re-decides, the
-// same way) everything from the oldest waiting record on.
+// same way) everything from the oldest waiting record on. At least once,
+// what was handled behind it is handled again then; exactly once (txn.go)
+// the commit's metadata names it, and it is not.
 type worker struct {
 	a  *Analyzer
 	p  *pipe
 	cl *kgo.Client
+	// s is the transact session of an exactly-once pipeline (txn.go); cl
+	// is then s.Client(). Nil: at least once, commits with
+	// CommitOffsetsSync.
+	s *kgo.GroupTransactSession
 
 	mu     sync.Mutex
 	queues map[int32][]*held // polled, not yet committed past, in offset order
 	next   map[int32]int64   // offset to commit: the lowest not finished
 	paused map[int32]bool
 	bytes  map[int32]int64 // bytes of the records a partition holds unfinished
+
+	tx txState // exactly once only (txn.go)
 }
 
 // held is one polled dead letter. Once done it keeps only its offset; a
@@ -55,9 +63,36 @@ const maxHeld = 10000
 
 var maxHeldBytes int64 = 64 << 20
 
+// work runs p's rule worker until ctx is done. An exactly-once worker
+// whose transaction could not be ended (franz-go: no such error is
+// retryable) starts again with a new client, from the committed offsets.
 func (a *Analyzer) work(ctx context.Context, p *pipe) error {
-	w := &worker{a: a, p: p, queues: map[int32][]*held{}, next: map[int32]int64{}, paused: map[int32]bool{}, bytes: map[int32]int64{}}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, a.o.ClientOpts...),
+	b := backoff.NewExponentialBackOff()
+	b.MaxInterval = 30 * time.Second
+	for {
+		w := &worker{a: a, p: p, queues: map[int32][]*held{}, next: map[int32]int64{}, paused: map[int32]bool{}, bytes: map[int32]int64{}}
+		if err := w.open(); err != nil {
+			return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)
+		}
+		err := w.run(ctx)
+		if err == nil || ctx.Err() != nil {
+			return nil
+		}
+		wait := b.NextBackOff()
+		a.log.Error("rule worker: transaction failed; starting again from the committed offsets", "pipeline", p.cfg.Name, "err", err, "in", wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// open creates the worker's client: a GroupTransactSession for an
+// exactly-once pipeline.
+func (w *worker) open() error {
+	a, p := w.a, w.p
+	opts := append(append([]kgo.Opt{}, a.o.ClientOpts...),
 		kgo.ConsumerGroup(p.cfg.GroupID()),
 		kgo.ConsumeTopics(p.cfg.DLQ),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -71,70 +106,141 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 		kgo.FetchMaxWait(500*time.Millisecond),
 		// One fetch stays well under what a partition may hold.
 		kgo.FetchMaxBytes(int32(min(maxHeldBytes/2, 1<<30))), kgo.FetchMaxPartitionBytes(int32(min(maxHeldBytes/4, 1<<30))),
+	)
+	if a.o.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(a.o.SessionTimeout))
+	}
+	if !p.cfg.ExactlyOnce {
+		cl, err := kgo.NewClient(opts...)
+		w.cl = cl
+		return err
+	}
+	w.tx.init()
+	s, err := kgo.NewGroupTransactSession(append(opts,
+		kgo.TransactionalID(p.cfg.TransactionalID(a.o.Instance)),
+		kgo.TransactionTimeout(txnTimeout),
 	)...)
 	if err != nil {
-		return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)
+		return err
 	}
-	w.cl = cl
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		w.commit(cctx)
-		cl.AllowRebalance() // else leaving the group waits for it forever
-		cl.Close()
-	}()
-	name := "analyzer " + p.cfg.Name + " rules"
+	w.s, w.cl = s, s.Client()
+	return nil
+}
+
+// run polls, decides and acts until ctx is done (nil) or, exactly once,
+// a transaction cannot be ended (its error). It closes the client.
+func (w *worker) run(ctx context.Context) error {
+	a := w.a
+	defer w.close()
+	if w.s != nil {
+		w.fence(ctx)
+	}
+	name := "analyzer " + w.p.cfg.Name + " rules"
 	for ctx.Err() == nil {
 		a.beat(name)
-		wait := w.handleDue(ctx)
-		if wait > 2*time.Second || wait <= 0 {
+		var wait time.Duration
+		var more bool
+		if w.s != nil {
+			var err error
+			if wait, more, err = w.transact(ctx); err != nil {
+				return err
+			}
+		} else {
+			wait, _ = w.handleDue(ctx)
+			w.commit(ctx)
+		}
+		switch {
+		case more: // a transaction's worth left: poll only what is buffered
+			wait = 10 * time.Millisecond
+		case wait > 2*time.Second || wait <= 0:
 			wait = 2 * time.Second
 		}
-		w.commit(ctx)
-		cl.AllowRebalance()
-		fs, closed := a.poll(ctx, cl, wait, 1000)
+		w.cl.AllowRebalance()
+		fs, closed := a.poll(ctx, w.cl, wait, 1000)
 		if closed {
 			return nil
 		}
-		now := a.o.Now()
-		w.mu.Lock()
-		fs.EachPartition(func(f kgo.FetchTopicPartition) {
-			if _, ours := w.next[f.Partition]; !ours {
-				return
+		if w.s != nil {
+			ok, err := w.ready(ctx, fs)
+			if err != nil {
+				return err
 			}
-			for _, r := range f.Records {
-				h := &held{off: r.Offset, size: recordBytes(r)}
-				if d, err := dlq.Decode(r); err == nil {
-					clampFuture(d, now) // clock.go: counted by the statistics reader
-					h.d, h.dec = d, dlq.Decide(w.p.cfg.Rules, d, w.p.cfg.Topic)
-					if h.dec.Action == dlq.ActionRepublish && !h.dec.Due(now) {
-						h.d = detach(d) // it will wait: not on the fetch buffer
-					}
-				} else {
-					h.dec = dlq.Decision{Action: dlq.ActionKeep} // never republished
-				}
-				w.queues[f.Partition] = append(w.queues[f.Partition], h)
-				w.bytes[f.Partition] += h.size
+			if !ok {
+				continue // rewound: what was polled comes again
 			}
-		})
-		w.mu.Unlock()
+		}
+		w.admit(fs)
 	}
 	return nil
+}
+
+// close commits (at least once; an exactly-once worker committed with its
+// last transaction), lets the group rebalance and closes the client.
+func (w *worker) close() {
+	if w.s == nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.commit(cctx)
+	}
+	w.cl.AllowRebalance() // else leaving the group waits for it forever
+	w.cl.Close()
+}
+
+// admit decides every polled record of a partition the worker owns and
+// holds it in its partition's queue.
+func (w *worker) admit(fs kgo.Fetches) {
+	now := w.a.o.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fs.EachPartition(func(f kgo.FetchTopicPartition) {
+		if _, ours := w.next[f.Partition]; !ours {
+			return
+		}
+		for _, r := range f.Records {
+			if w.s != nil && w.tx.finished(f.Partition, r.Offset) {
+				// Republished (or handled) by a committed transaction
+				// past its committed offset: only its offset is needed.
+				w.queues[f.Partition] = append(w.queues[f.Partition], &held{off: r.Offset, done: true})
+				continue
+			}
+			h := &held{off: r.Offset, size: recordBytes(r)}
+			if d, err := dlq.Decode(r); err == nil {
+				clampFuture(d, now) // clock.go: counted by the statistics reader
+				h.d, h.dec = d, dlq.Decide(w.p.cfg.Rules, d, w.p.cfg.Topic)
+				if h.dec.Action == dlq.ActionRepublish && !h.dec.Due(now) {
+					h.d = detach(d) // it will wait: not on the fetch buffer
+				}
+			} else {
+				h.dec = dlq.Decision{Action: dlq.ActionKeep} // never republished
+			}
+			w.queues[f.Partition] = append(w.queues[f.Partition], h)
+			w.bytes[f.Partition] += h.size
+		}
+	})
 }
 
 // handleDue handles every held record that is due, moves each
 // partition's commit point past its finished prefix, pauses partitions that
 // hold too many waiting records, and returns how long until the next one
-// is due (0: none waiting).
-func (w *worker) handleDue(ctx context.Context) time.Duration {
+// is due (0: none waiting). Exactly once, "handled" is planned for the
+// transaction (plan): at most maxTxnRecords republishes or maxTxnBytes
+// (more: some due ones were left for the next), and no more runs of finished records past
+// a waiting one than the commit's metadata takes (maxRuns).
+func (w *worker) handleDue(ctx context.Context) (soonest time.Duration, more bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.a.o.Now()
-	var soonest time.Duration
 	var oldest time.Time
+	full := false
 	for part, q := range w.queues {
-		for _, h := range q {
-			if h.done || ctx.Err() != nil {
+		runs := 0
+		if w.s != nil {
+			runs = countRuns(q)
+		}
+		lead := true // every record before this one is finished
+		for i, h := range q {
+			if h.done || ctx.Err() != nil || full {
+				lead = lead && h.done
 				continue
 			}
 			if h.dec.Action == dlq.ActionRepublish && !h.dec.Due(now) {
@@ -144,12 +250,26 @@ func (w *worker) handleDue(ctx context.Context) time.Duration {
 				if oldest.IsZero() || h.d.Timestamp.Before(oldest) { // clamped to the time it was read
 					oldest = h.d.Timestamp
 				}
+				lead = false
 				continue
 			}
-			if w.act(ctx, h.d, h.dec) {
-				h.done, h.d = true, nil // only its offset is needed now
-				w.bytes[part] -= h.size
+			if w.s != nil {
+				delta := runDelta(q, i, lead)
+				if delta > 0 && runs >= maxRuns {
+					lead = false // it waits until the commit point moves
+					continue
+				}
+				w.plan(h)
+				runs += delta
+				if w.tx.full() {
+					full, more = true, true
+				}
+			} else if !w.act(ctx, h.d, h.dec) {
+				lead = false
+				continue
 			}
+			h.done, h.d = true, nil // only its offset is needed now
+			w.bytes[part] -= h.size
 		}
 		i := 0
 		for i < len(q) && q[i].done {
@@ -177,7 +297,7 @@ func (w *worker) handleDue(ctx context.Context) time.Duration {
 	w.p.mu.Lock()
 	w.p.oldestUnseen = oldest
 	w.p.mu.Unlock()
-	return soonest
+	return soonest, more
 }
 
 // act carries out one decision. Republishing retries until the record is
@@ -222,14 +342,23 @@ func (w *worker) act(ctx context.Context, d *dlq.DeadLetter, dec dlq.Decision) b
 			case <-time.After(b.NextBackOff()):
 			}
 		}
-	case dlq.ActionPark:
-		m.actions.WithLabelValues(name, dec.Rule, "parked").Inc()
-	case dlq.ActionDrop:
-		m.actions.WithLabelValues(name, dec.Rule, "dropped").Inc()
 	default:
-		m.actions.WithLabelValues(name, ruleLabel(dec.Rule), "kept").Inc()
+		rule, action := done(dec)
+		m.actions.WithLabelValues(name, rule, action).Inc()
 	}
 	return true
+}
+
+// done is the rule and action label of a decision carried out without a
+// write: park, drop, keep.
+func done(dec dlq.Decision) (rule, action string) {
+	switch dec.Action {
+	case dlq.ActionPark:
+		return dec.Rule, "parked"
+	case dlq.ActionDrop:
+		return dec.Rule, "dropped"
+	}
+	return ruleLabel(dec.Rule), "kept"
 }
 
 func ruleLabel(r string) string {
@@ -269,16 +398,28 @@ func (w *worker) assigned(_ context.Context, cl *kgo.Client, tps map[string][]in
 		delete(w.queues, part)
 		delete(w.paused, part)
 		delete(w.bytes, part)
+		w.tx.forget(part)
 	}
 	cl.ResumeFetchPartitions(tps) // pauses survive rebalances in kgo
 }
 
+// revoked commits what is finished (at least once). Exactly once it must
+// not end a transaction here (the session's callback holds the lock End
+// needs): there is none open between polls, and the session aborts the
+// next one, so the worker rewinds after this poll (txn.go, ready).
 func (w *worker) revoked(ctx context.Context, cl *kgo.Client, tps map[string][]int32) {
-	w.commit(ctx)
+	if w.s == nil {
+		w.commit(ctx)
+	} else if len(tps) > 0 {
+		w.rebalanced()
+	}
 	w.drop(cl, tps)
 }
 
 func (w *worker) lost(_ context.Context, cl *kgo.Client, tps map[string][]int32) {
+	if w.s != nil {
+		w.rebalanced()
+	}
 	w.drop(cl, tps)
 }
 
@@ -290,6 +431,7 @@ func (w *worker) drop(cl *kgo.Client, tps map[string][]int32) {
 		delete(w.queues, part)
 		delete(w.paused, part)
 		delete(w.bytes, part)
+		w.tx.forget(part)
 	}
 	cl.ResumeFetchPartitions(tps)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
 	"github.com/redrive/redrive/internal/obs"
+	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -54,7 +55,7 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 		return nil, err
 	}
 	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat,
-		Limits: c.Analyzer.Limits()}
+		Limits: c.Analyzer.Limits(), Instance: c.Instance, SessionTimeout: c.SessionTimeout.D()}
 	// The dashboard answers to the name it listens on and to the
 	// configured ones (besides the loopback names).
 	if host, _, err := net.SplitHostPort(c.Analyzer.HTTPAddr); err == nil && host != "" {
@@ -62,7 +63,8 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 	}
 	ao.AllowedHosts = append(ao.AllowedHosts, c.Analyzer.AllowedHosts...)
 	for _, p := range c.Pipelines {
-		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results}
+		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results,
+			ExactlyOnce: processor.Delivery(p.Delivery) == processor.ExactlyOnce}
 		for i, t := range p.TierTopics() {
 			ap.Tiers = append(ap.Tiers, analyzer.Tier{Name: retry.FormatDelay(p.TierDelays()[i]), Topic: t})
 		}
