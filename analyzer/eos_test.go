@@ -36,32 +36,15 @@ func (e *env) deadLetterAt(cl *kgo.Client, part int32, id, reason, code string, 
 // then for settle more.
 func committedIDs(t *testing.T, c *kafkatest.Cluster, topic string, enough func(map[string]int) bool, timeout, settle time.Duration) map[string]int {
 	t.Helper()
-	cl := c.Client(t, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	defer cl.Close()
-	ids := map[string]int{}
-	deadline := time.Now().Add(timeout)
-	var until time.Time
-	for {
-		now := time.Now()
-		if until.IsZero() && enough(ids) {
-			until = now.Add(settle)
-		}
-		if !until.IsZero() && !now.Before(until) || now.After(deadline) {
-			return ids
-		}
-		end := deadline
-		if !until.IsZero() {
-			end = until
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), end)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
+	count := func(got kafkatest.Got) map[string]int {
+		ids := map[string]int{}
+		for _, r := range got[topic] {
 			m, _, _ := retry.Decode(r.Headers)
 			ids[m.ID]++
-		})
+		}
+		return ids
 	}
+	return count(c.CollectCommittedUntil(t, []string{topic}, func(got kafkatest.Got) bool { return enough(count(got)) }, timeout, settle))
 }
 
 func has(ids ...string) func(map[string]int) bool {

@@ -24,28 +24,7 @@ import (
 // then settle more to catch duplicates.
 func collectCommitted(t *testing.T, e *pipetest.Env, topics []string, enough func(kafkatest.Got) bool, timeout, settle time.Duration) kafkatest.Got {
 	t.Helper()
-	cl := e.Cluster.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(100*time.Millisecond))
-	got := kafkatest.Got{}
-	deadline := time.Now().Add(timeout)
-	var settleAt time.Time
-	for {
-		now := time.Now()
-		if settleAt.IsZero() && enough(got) {
-			settleAt = now.Add(settle)
-		}
-		if !settleAt.IsZero() && !now.Before(settleAt) || now.After(deadline) {
-			return got
-		}
-		end := deadline
-		if !settleAt.IsZero() {
-			end = settleAt
-		}
-		ctx, cancel := context.WithDeadline(context.Background(), end)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) { got[r.Topic] = append(got[r.Topic], r) })
-	}
+	return e.Cluster.CollectCommittedUntil(t, topics, enough, timeout, settle)
 }
 
 // idCounts counts the records of topic per redrive-id.

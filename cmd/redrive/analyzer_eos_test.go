@@ -5,10 +5,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -176,47 +174,9 @@ pipelines:
 	}
 }
 
-// analyzeProc is a `redrive analyze` subprocess.
-type analyzeProc struct {
-	cmd *exec.Cmd
-	log *syncBuf
-}
-
-func startAnalyze(t *testing.T, bin, cfg string) *analyzeProc {
+func startAnalyze(t *testing.T, bin, cfg string) *proc {
 	t.Helper()
-	p := &analyzeProc{cmd: exec.Command(bin, "analyze", "-c", cfg), log: &syncBuf{}}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
-	return p
-}
-
-func (p *analyzeProc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = p.cmd.Wait()
-}
-
-// sigterm sends SIGTERM and fails t unless the process exits 0 within d.
-func (p *analyzeProc) sigterm(t *testing.T, d time.Duration) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("SIGTERM: %v (want exit 0):\n%s", err, p.log.String())
-		}
-	case <-time.After(d):
-		t.Errorf("no exit within %v of SIGTERM:\n%s", d, p.log.String())
-	}
+	return startCmd(t, bin, nil, "analyze", "-c", cfg)
 }
 
 // targetCounter reads a topic from its start in the background and counts

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -32,16 +33,35 @@ type proc struct {
 	log *syncBuf
 }
 
-func startProc(t *testing.T, bin, cfg string) *proc {
+// startProc starts `redrive process -c cfg`; env adds KEY=value pairs to
+// the test's environment.
+func startProc(t *testing.T, bin, cfg string, env ...string) *proc {
+	t.Helper()
+	return startCmd(t, bin, env, "process", "-c", cfg)
+}
+
+func startCmd(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{log: &syncBuf{}}
-	p.cmd = exec.Command(bin, "process", "-c", cfg)
+	p.cmd = exec.Command(bin, args...)
+	if len(env) > 0 {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _, _ = p.cmd.Process.Wait() })
 	return p
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
 }
 
 // TestKilledProcessLosesNothing: a processor killed with SIGKILL again and
@@ -76,10 +96,7 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = p.cmd.Process.Wait()
+		p.kill(t)
 		killedAt = append(killedAt, distinct(s))
 	}
 	if killedAt[len(killedAt)-1] >= n {

@@ -238,7 +238,20 @@ func (g Got) Total(topics ...string) int {
 // asserts on what arrived.
 func (c *Cluster) CollectUntil(t testing.TB, topics []string, enough func(got Got) bool, timeout, settle time.Duration) Got {
 	t.Helper()
-	cl := c.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	return c.collectUntil(t, kgo.ReadUncommitted(), topics, enough, timeout, settle)
+}
+
+// CollectCommittedUntil is CollectUntil as a read_committed consumer: it
+// sees what an exactly-once writer committed, never what it aborted.
+func (c *Cluster) CollectCommittedUntil(t testing.TB, topics []string, enough func(got Got) bool, timeout, settle time.Duration) Got {
+	t.Helper()
+	return c.collectUntil(t, kgo.ReadCommitted(), topics, enough, timeout, settle)
+}
+
+func (c *Cluster) collectUntil(t testing.TB, level kgo.IsolationLevel, topics []string, enough func(got Got) bool, timeout, settle time.Duration) Got {
+	t.Helper()
+	cl := c.Client(t, kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(level), kgo.FetchMaxWait(100*time.Millisecond))
 	got := Got{}
 	deadline := time.Now().Add(timeout)
 	var settleAt time.Time
