@@ -14,6 +14,7 @@ import (
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/internal/promtest"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -58,29 +59,6 @@ func has(ids ...string) func(map[string]int) bool {
 	}
 }
 
-func counterValue(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue metrics
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
-
 // TestExactlyOnceRepublishBehindAWaitingOne: dead letters republished
 // behind one that waits for its rule's after are past the committed
 // offset. Exactly once, the commit's metadata names them: an analyzer
@@ -114,7 +92,7 @@ func TestExactlyOnceRepublishBehindAWaitingOne(t *testing.T) {
 			}
 			stop()
 			if eos {
-				if n := counterValue(t, reg, "redrive_analyzer_transactions_total", map[string]string{"result": "committed"}); n == 0 {
+				if n := promtest.Sum(t, reg, "redrive_analyzer_transactions_total", map[string]string{"result": "committed"}); n == 0 {
 					t.Errorf("redrive_analyzer_transactions_total{result=committed} = 0 after republishing")
 				}
 				offs, err := e.c.Admin(t).FetchOffsets(context.Background(), "redrive."+e.main+".analyzer")
@@ -240,8 +218,8 @@ func TestExactlyOnceFailedRepublishIsRedone(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	e.launch(analyzer.Options{Pipelines: pipes, Instance: "a", Registerer: reg, ClientOpts: []kgo.Opt{kgo.UnknownTopicRetries(1)}})
 	aborted := func() bool {
-		return counterValue(t, reg, "redrive_analyzer_transactions_total", map[string]string{"result": "aborted"}) >= 1 &&
-			counterValue(t, reg, "redrive_analyzer_republish_failures_total", nil) >= 1
+		return promtest.Sum(t, reg, "redrive_analyzer_transactions_total", map[string]string{"result": "aborted"}) >= 1 &&
+			promtest.Sum(t, reg, "redrive_analyzer_republish_failures_total", nil) >= 1
 	}
 	if !kafkatest.Eventually(30*time.Second, aborted) {
 		t.Fatal("no aborted transaction counted within 30s while the target topic does not exist")

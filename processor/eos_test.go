@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
+	"github.com/redrive/redrive/internal/promtest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 )
@@ -96,35 +96,9 @@ func TestExactlyOnceOutcomes(t *testing.T) {
 	if p := e.LagProblem([]string{e.P.Topic, tier1}, 3); p != "" {
 		t.Errorf("after stop: %s", p)
 	}
-	if n := testutil.ToFloat64(mustVec(t, reg, "redrive_transactions_total", map[string]string{"pipeline": e.P.Name, "result": "committed"})); n < 1 {
+	if n := promtest.Sum(t, reg, "redrive_transactions_total", map[string]string{"pipeline": e.P.Name, "result": "committed"}); n < 1 {
 		t.Errorf("redrive_transactions_total{result=committed} = %v, want at least 1", n)
 	}
-}
-
-// mustVec finds the one series of name with labels in reg.
-func mustVec(t *testing.T, reg *prometheus.Registry, name string, labels map[string]string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "x"}, func() float64 { return v })
-		}
-	}
-	t.Fatalf("no series %s %v", name, labels)
-	return nil
 }
 
 // TestExactlyOnceHoldsUntilPrefix: within a partition records are handled
