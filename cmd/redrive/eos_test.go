@@ -307,6 +307,16 @@ func paced(t *testing.T, c *kafkatest.Cluster, topic string, from, to int, want 
 	return func() { <-done }
 }
 
+// waitAssigned waits until p's log says it was assigned partitions of
+// pipeline (not only an empty assignment); it fails t after timeout.
+func waitAssigned(t *testing.T, p *proc, pipeline string, timeout time.Duration) {
+	t.Helper()
+	want := `partitions assigned" pipeline=` + pipeline + ` partitions="map[`
+	if !kafkatest.Eventually(timeout, func() bool { return strings.Contains(p.log.String(), want) }) {
+		t.Fatalf("no partition assigned within %v:\n%s", timeout, p.log.String())
+	}
+}
+
 // settledStatus waits until the processor at addr shows its one pipeline
 // with nothing in flight, held, waiting or paused and the line running;
 // it returns the last status read.
@@ -353,18 +363,15 @@ func TestExactlyOnceMembersJoinAndLeave(t *testing.T) {
 	}
 	step(n/6, "b joins")
 	b := startProc(t, bin, cfg, "REDRIVE_INSTANCE=b")
+	waitAssigned(t, b, topic, 60*time.Second)
 	step(n/3, "b leaves with SIGTERM")
 	b.sigterm(t, 25*time.Second)
 	step(n/2, "c joins")
 	cp := startProc(t, bin, cfg, "REDRIVE_INSTANCE=c")
+	waitAssigned(t, cp, topic, 60*time.Second)
 	step(2*n/3, "c is killed")
 	cp.kill(t)
 	produced()
-	for name, p := range map[string]*proc{"b": b, "c": cp} {
-		if !strings.Contains(p.log.String(), `partitions assigned" pipeline=`+topic+` partitions="map[`) {
-			t.Errorf("%s was never assigned a partition; the test proves nothing:\n%s", name, p.log.String())
-		}
-	}
 
 	// c's partitions go to a after the session timeout, its open
 	// transaction (if any) is aborted after the transaction timeout (30s).
@@ -408,6 +415,8 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	if !s.waitDistinct(n/4, 90*time.Second) {
 		t.Fatalf("the service saw %d requests, not %d:\n%s\n%s", s.distinct(), n/4, z.log.String(), b.log.String())
 	}
+	waitAssigned(t, z, topic, 60*time.Second)
+	waitAssigned(t, b, topic, 60*time.Second)
 	if err := z.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
