@@ -159,13 +159,28 @@ type outcome struct {
 	hops                 int // tier records
 }
 
+func (o outcome) String() string {
+	return fmt.Sprintf("%d requests lost (in no terminal topic), %d in the wrong topic, %d duplicates; %d retry hops, %d written twice",
+		o.missing, o.wrong, o.dups, o.hops, o.hopDups)
+}
+
+// exact: nothing lost or misplaced, nothing written twice.
+func (o outcome) exact() bool {
+	return o.missing == 0 && o.wrong == 0 && o.dups == 0 && o.hopDups == 0
+}
+
+// groupTopics are the topics a test pipeline's group consumes.
+func groupTopics(topic string) []string {
+	return []string{topic, topic + ".retry.1s", topic + ".retry.2s"}
+}
+
 // readOutcome reads the results, DLQ and tier topics read_committed until
 // every request of want is in a terminal topic (or timeout), then settle
 // more for late duplicates.
 func readOutcome(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]string, timeout time.Duration) outcome {
 	t.Helper()
 	results, dead := topic+".results", topic+".dlq"
-	tiers := []string{topic + ".retry.1s", topic + ".retry.2s"}
+	tiers := groupTopics(topic)[1:]
 	seen := map[string]bool{}
 	counted := map[string]int{}
 	enough := func(got kafkatest.Got) bool {
@@ -266,8 +281,7 @@ func killedProcess(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 	last := startProc(t, bin, cfg)
 	o := readOutcome(t, c, topic, want, 180*time.Second)
 	mode := map[bool]string{true: "exactly once", false: "at least once"}[eos]
-	t.Logf("%s: read_committed: %d of %d requests missing, %d in the wrong topic, %d duplicates; %d retry hops, %d written twice",
-		mode, o.missing, n, o.wrong, o.dups, o.hops, o.hopDups)
+	t.Logf("%s, %d requests: read_committed: %v", mode, n, o)
 	if o.missing > 0 || o.wrong > 0 {
 		t.Errorf("%s: %d requests lost (in no terminal topic), %d in the wrong one:\n%s", mode, o.missing, o.wrong, last.log.String())
 	}
@@ -279,7 +293,7 @@ func killedProcess(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 	}
 	last.sigterm(t, 25*time.Second)
 	group := "redrive." + topic
-	if p := c.LagProblem(t, group, []string{topic, topic + ".retry.1s", topic + ".retry.2s"}, 3); p != "" {
+	if p := c.LagProblem(t, group, groupTopics(topic), 3); p != "" {
 		t.Errorf("after SIGTERM the group has not committed everything: %s", p)
 	}
 }
@@ -376,17 +390,15 @@ func TestExactlyOnceMembersJoinAndLeave(t *testing.T) {
 	// c's partitions go to a after the session timeout, its open
 	// transaction (if any) is aborted after the transaction timeout (30s).
 	o := readOutcome(t, c, topic, want, 120*time.Second)
-	t.Logf("read_committed: %d of %d requests missing, %d in the wrong topic, %d duplicates; %d retry hops, %d written twice",
-		o.missing, n, o.wrong, o.dups, o.hops, o.hopDups)
-	if o.missing > 0 || o.wrong > 0 || o.dups > 0 || o.hopDups > 0 {
-		t.Errorf("members joining and leaving: %d lost, %d in the wrong topic, %d duplicates, %d retry hops twice\nb:\n%s\nc:\n%s\na:\n%s",
-			o.missing, o.wrong, o.dups, o.hopDups, b.log.String(), cp.log.String(), a.log.String())
+	t.Logf("%d requests: read_committed: %v", n, o)
+	if !o.exact() {
+		t.Errorf("members joining and leaving: %v\nb:\n%s\nc:\n%s\na:\n%s", o, b.log.String(), cp.log.String(), a.log.String())
 	}
 	if st, ok := settledStatus(addr, 30*time.Second); !ok {
 		t.Errorf("the remaining processor did not settle (stuck held, waiting or paused): %+v", st)
 	}
 	a.sigterm(t, 25*time.Second)
-	if p := c.LagProblem(t, "redrive."+topic, []string{topic, topic + ".retry.1s", topic + ".retry.2s"}, 3); p != "" {
+	if p := c.LagProblem(t, "redrive."+topic, groupTopics(topic), 3); p != "" {
 		t.Errorf("after SIGTERM the group has not committed everything: %s", p)
 	}
 }
@@ -429,11 +441,9 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	produced()
 
 	o := readOutcome(t, c, topic, want, 120*time.Second)
-	t.Logf("read_committed: %d of %d requests missing, %d in the wrong topic, %d duplicates; %d retry hops, %d written twice",
-		o.missing, n, o.wrong, o.dups, o.hops, o.hopDups)
-	if o.missing > 0 || o.wrong > 0 || o.dups > 0 || o.hopDups > 0 {
-		t.Errorf("after a zombie: %d lost, %d in the wrong topic, %d duplicates, %d retry hops twice\nzombie:\n%s\nother:\n%s",
-			o.missing, o.wrong, o.dups, o.hopDups, z.log.String(), b.log.String())
+	t.Logf("%d requests: read_committed: %v", n, o)
+	if !o.exact() {
+		t.Errorf("after a zombie: %v\nzombie:\n%s\nother:\n%s", o, z.log.String(), b.log.String())
 	}
 	zl := z.log.String()
 	if !strings.Contains(zl, "partitions dropped") && !strings.Contains(zl, "fenced") {
