@@ -9,6 +9,9 @@
 #   scripts/kafka.sh down    stop it (SIGTERM, SIGKILL after 20 s) and remove its state
 #   scripts/kafka.sh status  print the line if running, exit 1 if not
 #   scripts/kafka.sh restart stop and start it again on the same ports and data
+#                            (after `kill`: start it again on them)
+#   scripts/kafka.sh kill    SIGKILL the broker (a crash, not a clean stop),
+#                            keeping its state for `restart`
 #
 # Environment:
 #   KAFKA_VERSION      broker version (default pinned below)
@@ -264,7 +267,7 @@ stop_jvm() {
 # and data (a broker restart, for tests of what clients do meanwhile).
 restart() {
   lock
-  running || die "not running (state $STATE): nothing to restart"
+  [[ -f "$STATE/port" && -f "$STATE/server.properties" ]] || die "no broker state in $STATE: nothing to restart"
   local port cport
   port=$(cat "$STATE/port")
   cport=$(sed -n 's/^controller.quorum.bootstrap.servers=127.0.0.1:\([0-9]*\)$/\1/p' "$STATE/server.properties")
@@ -276,6 +279,18 @@ restart() {
   line
 }
 
+# kill_broker SIGKILLs the broker (as a crash or the OOM killer would),
+# keeping its state and ports so that `restart` brings it back.
+kill_broker() {
+  lock
+  running || die "not running (state $STATE): nothing to kill"
+  local pid; pid=$(cat "$STATE/pid")
+  log "SIGKILL to the broker (pid $pid)"
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  ! kill -0 "$pid" 2>/dev/null || die "the broker (pid $pid) survived SIGKILL"
+}
+
 status() {
   if running; then line; else log "not running (state $STATE)"; exit 1; fi
 }
@@ -285,5 +300,6 @@ case "${1:-}" in
   down) down ;;
   status) status ;;
   restart) restart ;;
-  *) echo "usage: $0 up|down|status|restart" >&2; exit 2 ;;
+  kill) kill_broker ;;
+  *) echo "usage: $0 up|down|status|restart|kill" >&2; exit 2 ;;
 esac
