@@ -78,6 +78,12 @@ type Options struct {
 	// reach the dashboard and API, besides localhost, 127.0.0.1 and ::1;
 	// "*" allows any. Others are answered 421 (DNS rebinding).
 	AllowedHosts []string
+	// HideValues shows every dead letter's value as its size and
+	// ValueHash, never its bytes, in the API and so the dashboard (the
+	// recent list, GET /api/deadletters/{partition}/{offset}, the replay
+	// sample); the recent list keeps no byte of a value then.
+	// Replay still republishes the values: it reads them from Kafka.
+	HideValues bool
 	// Now is the clock (tests).
 	Now func() time.Time
 	// Instance names this process in the transactional id of the rule
@@ -300,7 +306,7 @@ func (a *Analyzer) add(p *pipe, r *kgo.Record) {
 	default:
 		p.stats.Kept(dec.Rule)
 	}
-	k := keep(d, a.o.RecentValueBytes)
+	k := keep(d, a.o.RecentValueBytes, a.o.HideValues)
 	p.mu.Lock()
 	p.push(k, a.o.RecentBytes)
 	p.mu.Unlock()

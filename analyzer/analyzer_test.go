@@ -97,11 +97,26 @@ func (e *env) launch(o analyzer.Options) (a *analyzer.Analyzer, stop func()) {
 func (e *env) serve(o analyzer.Options, token string) (base string, stop func()) {
 	e.t.Helper()
 	a, stopRun := e.launch(o)
-	srv := httptest.NewServer(a.Handler(token))
+	srv := httptest.NewServer(readsWith(token, a.Handler(token)))
 	var once sync.Once
 	stop = func() { once.Do(func() { srv.Close(); stopRun() }) }
 	e.t.Cleanup(stop)
 	return srv.URL, stop
+}
+
+// readsWith adds "Authorization: Bearer <token>" to every GET that has
+// none, as the dashboard does once given the token: the tests of other
+// things read as before; access_test.go tests the tokens themselves.
+func readsWith(token string, h http.Handler) http.Handler {
+	if token == "" {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.Header.Get("Authorization") == "" {
+			r.Header.Set("Authorization", "Bearer "+token)
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // pipelines is e's one pipeline with rules.
@@ -142,11 +157,21 @@ func getJSON(t *testing.T, url string, v any) int {
 // waitStats polls /api/stats until ready with total dead letters.
 func waitStats(t *testing.T, base string, total int64) analyzer.PipelineStats {
 	t.Helper()
+	return waitStatsAs(t, base, "", total)
+}
+
+// waitStatsAs is waitStats with the Authorization header auth ("": none).
+func waitStatsAs(t *testing.T, base, auth string, total int64) analyzer.PipelineStats {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	var s analyzer.StatsResponse
 	for time.Now().Before(deadline) {
 		s = analyzer.StatsResponse{}
-		getJSON(t, base+"/api/stats", &s)
+		if resp, body := do(t, "GET", base+"/api/stats", "", auth, ""); resp.StatusCode == 200 {
+			if err := json.Unmarshal([]byte(body), &s); err != nil {
+				t.Fatalf("/api/stats: %v: %s", err, body)
+			}
+		}
 		if len(s.Pipelines) == 1 && s.Pipelines[0].Ready && s.Pipelines[0].Stats.Total >= total {
 			return s.Pipelines[0]
 		}

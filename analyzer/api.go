@@ -63,6 +63,10 @@ type DeadLetterView struct {
 	// ValueCut says Value holds only the first bytes of it; GET
 	// /api/deadletters/{partition}/{offset} reads it whole.
 	ValueCut bool `json:"value_cut"`
+	// ValueSHA256 is set when values are hidden (Options.HideValues): the
+	// value's ValueHash ("sha256:<hex>"); Value is null and ValueEncoding
+	// "hidden" then. Absent otherwise, and for a null value.
+	ValueSHA256 string `json:"value_sha256,omitempty"`
 }
 
 // ReplayRequest is the body of POST /api/replay. Its filter fields go
@@ -113,30 +117,92 @@ type ReplayResponse struct {
 // maxReplaySample is how many dead letters a replay answer shows.
 const maxReplaySample = 100
 
-// Handler serves the JSON API and the dashboard. token guards POST
-// /api/replay (empty turns it off) and POST /api/dev/outage for clients
-// that are not the dashboard's page (devoutage.go).
+// Access is who may call the API (analyzer.token, analyzer.read_token).
+// With neither set, the API is open to whoever reaches it (`redrive
+// analyze` then listens only on loopback unless told otherwise) and
+// POST /api/replay is off.
+type Access struct {
+	// Token allows every call: the reads and POST /api/replay.
+	Token string
+	// ReadToken allows the reads only (GET /api/*: the dashboard's data).
+	ReadToken string
+}
+
+// open reports whether no token is set: every read is allowed.
+func (ac Access) open() bool { return ac.Token == "" && ac.ReadToken == "" }
+
+// reads reports whether r's bearer token is Token or ReadToken (each
+// compared in constant time, both always compared).
+func (ac Access) reads(r *http.Request) bool {
+	full := validBearer(r, ac.Token)
+	read := validBearer(r, ac.ReadToken)
+	return full || read
+}
+
+// Handler is HandlerAccess with only the full-access token (empty: none).
 func (a *Analyzer) Handler(token string) http.Handler {
+	return a.HandlerAccess(Access{Token: token})
+}
+
+// HandlerAccess serves the JSON API and the dashboard. With a token set
+// (ac), every /api/ call needs "Authorization: Bearer <token>" with
+// ac.Token or ac.ReadToken, else 401; POST /api/replay needs ac.Token
+// (403 without one configured, or with the read-only token). POST
+// /api/dev/outage, only under `redrive dev`, keeps its own rule
+// (devoutage.go): the dashboard's same-origin request or ac.Token. The dashboard's files (no data) load without a token:
+// the page asks for it.
+func (a *Analyzer) HandlerAccess(ac Access) http.Handler {
+	// read guards a route: with a token set, only a caller with one of
+	// them reaches it.
+	read := func(h http.HandlerFunc) http.HandlerFunc {
+		if ac.open() {
+			return h
+		}
+		return func(w http.ResponseWriter, r *http.Request) {
+			if !ac.reads(r) {
+				unauthorized(w, "this analyzer needs a token: send Authorization: Bearer <analyzer.token or analyzer.read_token>")
+				return
+			}
+			h(w, r)
+		}
+	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /api/stats", a.serveStats)
-	mux.HandleFunc("GET /api/deadletters", a.serveDeadLetters)
-	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", a.serveDeadLetter)
-	mux.HandleFunc("GET /api/pipelines", a.serveFlow)               // flow.go
-	mux.HandleFunc("POST /api/dev/outage", a.serveDevOutage(token)) // devoutage.go
+	mux.HandleFunc("GET /api/stats", read(a.serveStats))
+	mux.HandleFunc("GET /api/deadletters", read(a.serveDeadLetters))
+	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", read(a.serveDeadLetter))
+	mux.HandleFunc("GET /api/pipelines", read(a.serveFlow))                  // flow.go
+	// Only under `redrive dev` (loopback): its own rule, the dashboard's
+	// same-origin request or the full token; it shows no data.
+	mux.HandleFunc("POST /api/dev/outage", a.serveDevOutage(ac.Token)) // devoutage.go
 	mux.HandleFunc("POST /api/replay", func(w http.ResponseWriter, r *http.Request) {
-		if token == "" {
+		switch {
+		case ac.Token == "":
+			if ac.ReadToken != "" && !ac.reads(r) {
+				unauthorized(w, "missing or wrong bearer token")
+				return
+			}
 			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
 			return
-		}
-		if !validBearer(r, token) { // httpsafe.go
-			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive analyzer"`)
-			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+		case validBearer(r, ac.Token): // httpsafe.go
+		case validBearer(r, ac.ReadToken):
+			httpError(w, http.StatusForbidden, "the read-only token (analyzer.read_token) cannot replay: use analyzer.token")
+			return
+		default:
+			unauthorized(w, "missing or wrong bearer token")
 			return
 		}
 		a.serveReplay(w, r)
 	})
+	// Every other path is a file of the dashboard (no data) or a 404.
 	mux.Handle("GET /", webHandler())
 	return a.guard(mux) // httpsafe.go
+}
+
+// unauthorized answers 401 with msg and the WWW-Authenticate challenge.
+func unauthorized(w http.ResponseWriter, msg string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="redrive analyzer"`)
+	w.Header().Set("Cache-Control", "no-store")
+	httpError(w, http.StatusUnauthorized, msg)
 }
 
 // pipelineFilter is the optional ?pipeline= of a listing: "" for all; a
@@ -391,7 +457,7 @@ func (a *Analyzer) replay(ctx context.Context, p *pipe, f dlq.Filter, limit int,
 			if r.Err != nil || len(resp.DeadLetters) >= maxReplaySample || resp.SampleCut {
 				return nil
 			}
-			k := keep(r.DeadLetter, a.o.RecentValueBytes)
+			k := keep(r.DeadLetter, a.o.RecentValueBytes, a.o.HideValues)
 			if used+k.cost > a.o.ResponseBytes {
 				resp.SampleCut = true
 				return nil

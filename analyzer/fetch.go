@@ -86,7 +86,11 @@ func (a *Analyzer) serveDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, _ := dlq.Decode(rec) // an undecodable one is shown as far as it decodes, as in the listing
-	writeJSON(w, DeadLetterResponse{Pipeline: p.cfg.Name, DeadLetter: DeadLetterView{View: dlq.NewView(d), ValueSize: len(rec.Value)}})
+	v := DeadLetterView{View: dlq.NewView(d), ValueSize: len(rec.Value)}
+	if a.o.HideValues && rec.Value != nil {
+		v.hide(ValueHash(rec.Value))
+	}
+	writeJSON(w, DeadLetterResponse{Pipeline: p.cfg.Name, DeadLetter: v})
 }
 
 // readRecord reads the record at topic/part/off with a client of its own,

@@ -197,7 +197,7 @@ func TestHTTPGuards(t *testing.T) {
 	e := newEnv(t)
 	e.deadLetter("d0", "exhausted", "http_503", 0, time.Now())
 	base := serveLikeAnalyze(t, e.newAnalyzer("dash.example.com").Handler("secret"), obs.Limits{})
-	waitStats(t, base, 1)
+	waitStatsAs(t, base, "Bearer secret", 1)
 
 	for _, p := range []string{"/", "/api/stats", "/api/deadletters", "/app.js"} {
 		for _, host := range []string{"evil.example", "evil.example:9091", "127.0.0.1.evil.example", "dash.example.com.evil"} {
@@ -206,7 +206,7 @@ func TestHTTPGuards(t *testing.T) {
 			}
 		}
 		for _, host := range []string{"", "localhost:9091", "LOCALHOST", "[::1]:9091", "dash.example.com", "Dash.Example.Com:443"} {
-			if resp, _ := do(t, "GET", base+p, host, "", ""); resp.StatusCode != 200 {
+			if resp, _ := do(t, "GET", base+p, host, "Bearer secret", ""); resp.StatusCode != 200 {
 				t.Errorf("GET %s with Host %q: %d, want 200", p, host, resp.StatusCode)
 			}
 		}

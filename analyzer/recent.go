@@ -1,6 +1,8 @@
 package analyzer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -15,9 +17,10 @@ import (
 // (fetch.go). A kept entry is never changed once made.
 type kept struct {
 	d         *dlq.DeadLetter
-	valueSize int   // the value's length in the DLQ record
-	cut       bool  // d.Value holds only its first bytes
-	cost      int64 // what it counts against Limits.RecentBytes
+	valueSize int    // the value's length in the DLQ record
+	valueHash string // ValueHash of the whole value when values are hidden (d.Value is nil then)
+	cut       bool   // d.Value holds only its first bytes
+	cost      int64  // what it counts against Limits.RecentBytes
 }
 
 // keptOverhead is what a kept entry counts besides its bytes: the
@@ -25,13 +28,18 @@ type kept struct {
 const keptOverhead = 512
 
 // keep copies d for the recent list, its value cut to at most prefix
-// bytes (at a UTF-8 boundary, so that a text value stays text). The key
-// and the user headers are kept whole: filters match them exactly. They
-// count against the budget like the value.
-func keep(d *dlq.DeadLetter, prefix int64) *kept {
+// bytes (at a UTF-8 boundary, so that a text value stays text); with hide
+// (Options.HideValues) no byte of the value is kept, only its size and
+// ValueHash. The key and the user headers are kept whole: filters match
+// them exactly. They count against the budget like the value.
+func keep(d *dlq.DeadLetter, prefix int64, hide bool) *kept {
 	c := *d
 	k := &kept{d: &c, valueSize: len(d.Value)}
 	v := d.Value
+	if hide && v != nil {
+		k.valueHash = ValueHash(v)
+		v = nil
+	}
 	if int64(len(v)) > prefix {
 		v = v[:cutAt(v, int(prefix))]
 		k.cut = true
@@ -101,5 +109,28 @@ func (p *pipe) push(k *kept, budget int64) {
 
 // view is k as GET /api/deadletters shows it.
 func (k *kept) view() DeadLetterView {
-	return DeadLetterView{View: dlq.NewView(k.d), ValueSize: k.valueSize, ValueCut: k.cut}
+	v := DeadLetterView{View: dlq.NewView(k.d), ValueSize: k.valueSize, ValueCut: k.cut}
+	if k.valueHash != "" {
+		v.hide(k.valueHash)
+	}
+	return v
+}
+
+// EncodingHidden is the value_encoding of a value shown as its size and
+// hash only (analyzer.hide_values, `redrive dlq export --hide-values`).
+const EncodingHidden = "hidden"
+
+// ValueHash is how a hidden value is shown: "sha256:" and the SHA-256 of
+// its bytes in hex. Equal values have equal hashes; a short or guessable
+// value can be found again by hashing guesses: it hides, it does not
+// anonymise.
+func ValueHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// hide replaces v's value by hash (its ValueSize stays): value null,
+// value_encoding "hidden", value_sha256 the hash.
+func (v *DeadLetterView) hide(hash string) {
+	v.Value, v.ValueEncoding, v.ValueSHA256, v.ValueCut = nil, EncodingHidden, hash, false
 }

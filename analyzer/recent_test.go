@@ -302,7 +302,7 @@ func FuzzKeep(f *testing.F) {
 	f.Fuzz(func(t *testing.T, key, value, header []byte, prefix uint16) {
 		r := deadLetterRecord(7, key, value, []kgo.RecordHeader{{Key: "h", Value: header}}, time.UnixMilli(1))
 		d, _ := dlq.Decode(r)
-		k := keep(d, int64(prefix))
+		k := keep(d, int64(prefix), false)
 		got := k.d.Value
 		if !bytes.HasPrefix(value, got) || len(got) > int(prefix) || k.cut != (len(value) > int(prefix)) || k.valueSize != len(value) {
 			t.Fatalf("value %q, prefix %d: kept %q, cut %v, size %d", value, prefix, got, k.cut, k.valueSize)

@@ -330,3 +330,43 @@ func RedactedURL(u string) string {
 	}
 	return p.Scheme + "://" + p.Host + "/" + RedactedValue
 }
+
+// CheckAnalyzerListen is the analyzer's listen rule, which `redrive
+// analyze` (and dev's analyzer) apply before serving: without
+// analyzer.token and analyzer.read_token, analyzer.http_addr must be a
+// loopback address (127.0.0.0/8, ::1, localhost), unless
+// analyzer.insecure_public is true. Its error is an *Error at
+// analyzer.http_addr wrapping ErrInvalid. It is not part of Validate: the
+// processors read the same file without the analyzer's Secret, and their
+// own endpoints show no dead letter.
+func (c *Config) CheckAnalyzerListen() error {
+	a := c.Analyzer
+	if a.Token != "" || a.ReadToken != "" || a.InsecurePublic || LoopbackAddr(a.HTTPAddr) {
+		return nil
+	}
+	v := &validator{src: c.src}
+	v.add("analyzer.http_addr", "%q is not a loopback address and no token is set: the dashboard and API would show every dead letter to anyone who reaches it; "+
+		"set analyzer.token (%s) or analyzer.read_token (%s), listen on 127.0.0.1, or set analyzer.insecure_public: true to serve them open anyway",
+		a.HTTPAddr, EnvAnalyzerToken, EnvAnalyzerReadToken)
+	return join(v.errs)
+}
+
+// LoopbackAddr reports whether the host of addr (host:port) is a loopback
+// address or "localhost". An empty host (":9091"), 0.0.0.0, :: and any
+// other name or address are not: they may be reached from elsewhere.
+func LoopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Access is the analyzer's tokens (analyzer.Access).
+func (a Analyzer) Access() analyzer.Access {
+	return analyzer.Access{Token: a.Token, ReadToken: a.ReadToken}
+}

@@ -281,9 +281,20 @@ type Codes struct {
 // Analyzer is the DLQ analyzer's settings.
 type Analyzer struct {
 	HTTPAddr string `yaml:"http_addr"` // default 127.0.0.1:9091
-	// Token is the bearer token of the analyzer's mutating HTTP endpoints;
-	// without one they are off.
+	// Token is the analyzer's full-access bearer token: every /api/ call
+	// (reads and POST /api/replay) with it. Without Token and ReadToken
+	// the API is open to whoever reaches it and replay is off.
 	Token string `yaml:"token"`
+	// ReadToken is a read-only bearer token: the GET /api/ calls (the
+	// dashboard's data) but not replay.
+	ReadToken string `yaml:"read_token"`
+	// InsecurePublic lets `redrive analyze` listen on an address that is
+	// not loopback without Token or ReadToken (CheckAnalyzerListen).
+	InsecurePublic bool `yaml:"insecure_public"`
+	// HideValues shows a dead letter's value as its size and SHA-256 in
+	// the API and the dashboard, never its bytes (and makes `redrive dlq
+	// export` hide them by default).
+	HideValues bool `yaml:"hide_values"`
 	// Rules decide, in order, what happens to each dead letter; see
 	// AnalyzerRule.
 	Rules []AnalyzerRule `yaml:"rules"`

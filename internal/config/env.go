@@ -5,16 +5,17 @@ import "strings"
 // The environment variables ApplyEnv reads. Each overrides its key in the
 // file when set to a non-empty value.
 const (
-	EnvBrokers        = "REDRIVE_BROKERS"         // brokers, comma-separated
-	EnvHTTPAddr       = "REDRIVE_HTTP_ADDR"       // http_addr
-	EnvCallbackAddr   = "REDRIVE_CALLBACK_ADDR"   // callback_addr
-	EnvInstance       = "REDRIVE_INSTANCE"        // instance
-	EnvClientID       = "REDRIVE_CLIENT_ID"       // client_id
-	EnvSASLMechanism  = "REDRIVE_SASL_MECHANISM"  // sasl.mechanism
-	EnvSASLUser       = "REDRIVE_SASL_USER"       // sasl.user
-	EnvSASLPassword   = "REDRIVE_SASL_PASSWORD"   // sasl.password
-	EnvAnalyzerToken  = "REDRIVE_ANALYZER_TOKEN"  // analyzer.token
-	EnvProcessorToken = "REDRIVE_PROCESSOR_TOKEN" // processor.token
+	EnvBrokers           = "REDRIVE_BROKERS"             // brokers, comma-separated
+	EnvHTTPAddr          = "REDRIVE_HTTP_ADDR"           // http_addr
+	EnvCallbackAddr      = "REDRIVE_CALLBACK_ADDR"       // callback_addr
+	EnvInstance          = "REDRIVE_INSTANCE"            // instance
+	EnvClientID          = "REDRIVE_CLIENT_ID"           // client_id
+	EnvSASLMechanism     = "REDRIVE_SASL_MECHANISM"      // sasl.mechanism
+	EnvSASLUser          = "REDRIVE_SASL_USER"           // sasl.user
+	EnvSASLPassword      = "REDRIVE_SASL_PASSWORD"       // sasl.password
+	EnvAnalyzerToken     = "REDRIVE_ANALYZER_TOKEN"      // analyzer.token
+	EnvAnalyzerReadToken = "REDRIVE_ANALYZER_READ_TOKEN" // analyzer.read_token
+	EnvProcessorToken    = "REDRIVE_PROCESSOR_TOKEN"     // processor.token
 )
 
 // ApplyEnv overrides the file with the REDRIVE_* variables (the Env*
@@ -46,6 +47,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	set(EnvSASLUser, "sasl.user", func(v string) { sasl().User = v })
 	set(EnvSASLPassword, "sasl.password", func(v string) { sasl().Password = v })
 	set(EnvAnalyzerToken, "analyzer.token", func(v string) { c.Analyzer.Token = v })
+	set(EnvAnalyzerReadToken, "analyzer.read_token", func(v string) { c.Analyzer.ReadToken = v })
 	set(EnvProcessorToken, "processor.token", func(v string) { c.Processor.Token = v })
 }
 

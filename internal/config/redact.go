@@ -11,7 +11,7 @@ import (
 const RedactedValue = "[redacted]"
 
 // Redacted is a copy of c fit for printing: the SASL password, the
-// analyzer, processor and handler.callback tokens and every handler.http
+// analyzer (full and read-only), processor and handler.callback tokens and every handler.http
 // header value are replaced by
 // "[redacted]" (empty values stay empty, so that a missing secret still
 // shows), a password in a handler URL and the values of its
@@ -29,6 +29,7 @@ func (c Config) Redacted() Config {
 		r.SASL = &s
 	}
 	r.Analyzer.Token = secretValue(c.Analyzer.Token)
+	r.Analyzer.ReadToken = secretValue(c.Analyzer.ReadToken)
 	r.Processor.Token = secretValue(c.Processor.Token)
 	if c.Analyzer.Alerts != nil {
 		r.Analyzer.Alerts = make([]AlertRule, len(c.Analyzer.Alerts))
