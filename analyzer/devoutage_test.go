@@ -73,6 +73,14 @@ func devPost(h http.Handler, target string, headers map[string]string) *httptest
 
 const devOrigin = "http://127.0.0.1:9091"
 
+// devGet is GET target at 127.0.0.1:9091 with the Authorization auth: the
+// analyzer has a token, so its reads need it.
+func devGet(target, auth string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9091"+target, nil)
+	r.Header.Set("Authorization", auth)
+	return r
+}
+
 // POST /api/dev/outage calls Options.DemoOutage for the dashboard's page
 // (same origin) and for a client with the token; it refuses other
 // origins, clients without the token, bad durations; and it is a 404
@@ -149,7 +157,7 @@ func TestDevOutageEndpoint(t *testing.T) {
 	// GET /api/pipelines says the endpoint exists.
 	var fr map[string]any
 	g := httptest.NewRecorder()
-	h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9091/api/pipelines", nil))
+	h.ServeHTTP(g, devGet("/api/pipelines", "Bearer tok"))
 	if json.Unmarshal(g.Body.Bytes(), &fr) != nil || fr["dev_outage"] != true {
 		t.Errorf("GET /api/pipelines in dev: %s, want dev_outage true", g.Body.String())
 	}
@@ -163,7 +171,7 @@ func TestDevOutageNotInDev(t *testing.T) {
 		}
 	}
 	g := httptest.NewRecorder()
-	h.ServeHTTP(g, httptest.NewRequest(http.MethodGet, "http://127.0.0.1:9091/api/pipelines", nil))
+	h.ServeHTTP(g, devGet("/api/pipelines", "Bearer tok"))
 	if g.Code != http.StatusOK || strings.Contains(g.Body.String(), "dev_outage") {
 		t.Errorf("GET /api/pipelines outside dev: %d %s, want no dev_outage", g.Code, g.Body.String())
 	}
