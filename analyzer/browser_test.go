@@ -79,7 +79,8 @@ func TestBrowserDashboard(t *testing.T) {
 	})
 
 	reqs := &browserRequests{}
-	srv := httptest.NewServer(reqs.wrap(a.Handler("tok")))
+	// No token: the API is open (TestBrowserToken: the token prompt).
+	srv := httptest.NewServer(reqs.wrap(a.Handler("")))
 	t.Cleanup(srv.Close)
 	if !strings.HasPrefix(srv.URL, "http://127.0.0.1:") {
 		t.Fatalf("the test server listens on %s, want 127.0.0.1", srv.URL)
@@ -809,4 +810,242 @@ func browserFloat(s string) float64 {
 		return math.NaN()
 	}
 	return f
+}
+
+// browserFillJS plays the user at the token prompt: each time the page
+// shows it (body data-auth-asked grows), it types the next of the tokens
+// its URL lists (?tokens=a,b) and submits the form, as a person would.
+// With reload=1 it reloads the page once after it loaded its data
+// (body data-reloaded=1 on the new page): the token must survive in the
+// tab's sessionStorage.
+const browserFillJS = `(function () {
+  const q = new URL(document.currentScript.src).searchParams;
+  const tokens = (q.get("tokens") || "").split(",").filter(Boolean);
+  const reload = q.get("reload") === "1";
+  if (sessionStorage.getItem("test.reloaded") === "1") document.body.dataset.reloaded = "1";
+  let handled = 0, typed = 0;
+  setInterval(function () {
+    const b = document.body;
+    if (reload && b.dataset.loaded === "1" && sessionStorage.getItem("test.reloaded") !== "1") {
+      sessionStorage.setItem("test.reloaded", "1");
+      location.reload();
+      return;
+    }
+    const asked = +(b.dataset.authAsked || 0);
+    const form = document.getElementById("auth");
+    if (asked <= handled || form.hidden || typed >= tokens.length) return;
+    handled = asked;
+    document.getElementById("auth-token").value = tokens[typed++];
+    b.dataset.typed = String(typed);
+    form.requestSubmit();
+  }, 50);
+})();`
+
+// browserFill serves h with browserFillJS at /test-fill.js and a script
+// tag for it (with query) added to the dashboard's page: the page's own
+// policy allows it (same origin); nothing else of the page changes.
+func browserFill(h http.Handler, query string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/test-fill.js":
+			w.Header().Set("Content-Type", "text/javascript")
+			_, _ = io.WriteString(w, browserFillJS)
+		case "/":
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			for k, v := range rec.Header() {
+				if k != "Content-Length" && k != "Last-Modified" && k != "Etag" {
+					w.Header()[k] = v
+				}
+			}
+			w.WriteHeader(rec.Code)
+			page := strings.Replace(rec.Body.String(), "</body>", `<script src="test-fill.js?`+query+`"></script></body>`, 1)
+			_, _ = io.WriteString(w, page)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+// TestBrowserToken: with analyzer.token and analyzer.read_token set, the
+// dashboard asks for a token once, sends it with every call (its data
+// appears; the refreshes and a reload ask no more: sessionStorage), asks
+// again when a token is refused, and shows no dead letter until one is
+// accepted. With hide_values the page shows each value's size and hash,
+// never the value.
+func TestBrowserToken(t *testing.T) {
+	chrome := browserChromium(t)
+	c := kafkatest.New(t)
+	mainTopic, dlqTopic := kafkatest.Topic(t, "browsertok"), kafkatest.Topic(t, "browsertok.dlq")
+	c.CreateTopic(t, mainTopic, 1, nil)
+	c.CreateTopic(t, dlqTopic, 1, nil)
+	const n = 6
+	pctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err := c.Client(t).ProduceSync(pctx, browserDeadLetters(mainTopic, dlqTopic, n, time.Now())...).FirstErr()
+	cancel()
+	if err != nil {
+		t.Fatalf("producing the dead letters: %v", err)
+	}
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+		Pipelines:  []analyzer.Pipeline{{Name: "tok", Topic: mainTopic, DLQ: dlqTopic}},
+		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
+		HideValues: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of its context's end")
+		}
+	})
+	api := a.HandlerAccess(analyzer.Access{Token: "full-tok", ReadToken: "read-tok"})
+
+	// Ready, as the API says to a reader with the token.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "http://127.0.0.1/api/stats", nil)
+		req.Header.Set("Authorization", "Bearer read-tok")
+		api.ServeHTTP(rec, req)
+		var st analyzer.StatsResponse
+		if rec.Code == 200 && json.Unmarshal(rec.Body.Bytes(), &st) == nil && len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the analyzer did not report %d dead letters within 60s: %d %s", n, rec.Code, rec.Body.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	run := func(t *testing.T, query string) (dom string, reqs *browserRequests) {
+		t.Helper()
+		reqs = &browserRequests{}
+		srv := httptest.NewServer(reqs.wrap(browserFill(api, query)))
+		t.Cleanup(srv.Close)
+		dom = browserRun(t, chrome, srv.URL+"/", "--dump-dom")
+		if t.Failed() {
+			return dom, reqs
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("requests: %v\nDOM:\n%s", reqs.all(), browserHead(dom))
+			}
+		})
+		return dom, reqs
+	}
+	body := func(t *testing.T, dom string) browserElem {
+		t.Helper()
+		b, ok := browserFirst(dom, "body", nil)
+		if !ok {
+			t.Fatalf("no <body> in the DOM:\n%s", browserHead(dom))
+		}
+		return b
+	}
+	count := func(reqs *browserRequests, want string) int {
+		k := 0
+		for _, r := range reqs.all() {
+			if r == want {
+				k++
+			}
+		}
+		return k
+	}
+	rows := func(dom string) int {
+		k := 0
+		for _, e := range browserAll(browserOuter(dom, "deadletters"), "tr") {
+			if _, ok := e.attrs["data-id"]; ok {
+				k++
+			}
+		}
+		return k
+	}
+	noValues := func(t *testing.T, dom string) {
+		t.Helper()
+		for _, v := range []string{`"order":`, `&quot;order&quot;`, `"site"`} {
+			if strings.Contains(dom, v) {
+				t.Errorf("the page shows a hidden value (%s)", v)
+			}
+		}
+	}
+
+	t.Run("prompt, then data, kept for the session", func(t *testing.T) {
+		dom, reqs := run(t, "tokens=read-tok&reload=1")
+		b := body(t, dom)
+		if b.attrs["data-loaded"] != "1" || b.attrs["data-reloaded"] != "1" {
+			t.Fatalf("body data-loaded=%q data-reloaded=%q (data-auth=%q, data-error=%q): want the data shown after the reload",
+				b.attrs["data-loaded"], b.attrs["data-reloaded"], b.attrs["data-auth"], b.attrs["data-error"])
+		}
+		if _, asked := b.attrs["data-auth-asked"]; asked {
+			t.Errorf("the reloaded page asked for the token again (data-auth-asked=%q): it was not kept for the session", b.attrs["data-auth-asked"])
+		}
+		if f, ok := browserByID(dom, "auth"); !ok || !hasAttr(f, "hidden") {
+			t.Errorf("the token prompt is shown over the data")
+		}
+		if got := rows(dom); got != n {
+			t.Errorf("#deadletters has %d rows, want %d", got, n)
+		}
+		// Asked first (no token: 401), then every call with it.
+		if count(reqs, "GET /api/stats 401") != 1 || count(reqs, "GET /api/stats 200") < 2 || count(reqs, "GET /api/deadletters 200") < 2 {
+			t.Errorf("want one refused GET /api/stats, then the calls with the token; requests: %v", reqs.all())
+		}
+		if count(reqs, "GET /api/deadletters 401") > 0 || count(reqs, "GET /api/pipelines 200") < 2 {
+			t.Errorf("requests: %v", reqs.all())
+		}
+		// hide_values: sizes and hashes in the details, no value.
+		if !strings.Contains(dom, `data-sha256="sha256:`) || !strings.Contains(dom, "analyzer.hide_values") {
+			t.Errorf("the details show no hidden value's hash")
+		}
+		noValues(t, dom)
+	})
+
+	t.Run("a wrong token asks again", func(t *testing.T) {
+		dom, reqs := run(t, "tokens=wrong")
+		b := body(t, dom)
+		if b.attrs["data-auth"] != "required" || b.attrs["data-auth-asked"] != "2" || b.attrs["data-typed"] != "1" {
+			t.Errorf("body data-auth=%q data-auth-asked=%q data-typed=%q, want the prompt shown again after the wrong token",
+				b.attrs["data-auth"], b.attrs["data-auth-asked"], b.attrs["data-typed"])
+		}
+		if _, loaded := b.attrs["data-loaded"]; loaded {
+			t.Errorf("the page loaded data with a wrong token")
+		}
+		if f, ok := browserByID(dom, "auth"); !ok || hasAttr(f, "hidden") {
+			t.Errorf("the token prompt is not shown")
+		}
+		if e, ok := browserByID(dom, "auth-error"); !ok || hasAttr(e, "hidden") || !strings.Contains(e.text, "did not accept") {
+			t.Errorf("#auth-error %+v, want shown saying the token was not accepted", e)
+		}
+		if got := rows(dom); got != 0 {
+			t.Errorf("#deadletters shows %d dead letters without a good token", got)
+		}
+		if strings.Contains(dom, "order-") || count(reqs, "GET /api/stats 200") > 0 || count(reqs, "GET /api/stats 401") != 2 {
+			t.Errorf("want two refused GET /api/stats and no data; requests: %v", reqs.all())
+		}
+		noValues(t, dom)
+	})
+
+	t.Run("a wrong token, then the right one", func(t *testing.T) {
+		dom, reqs := run(t, "tokens=wrong,full-tok")
+		b := body(t, dom)
+		if b.attrs["data-loaded"] != "1" || b.attrs["data-auth"] != "given" || b.attrs["data-auth-asked"] != "2" || b.attrs["data-typed"] != "2" {
+			t.Errorf("body data-loaded=%q data-auth=%q data-auth-asked=%q data-typed=%q, want loaded after the second token",
+				b.attrs["data-loaded"], b.attrs["data-auth"], b.attrs["data-auth-asked"], b.attrs["data-typed"])
+		}
+		if got := rows(dom); got != n {
+			t.Errorf("#deadletters has %d rows, want %d", got, n)
+		}
+		if count(reqs, "GET /api/stats 401") != 2 || count(reqs, "GET /api/stats 200") < 1 {
+			t.Errorf("requests: %v", reqs.all())
+		}
+	})
 }

@@ -3,13 +3,17 @@
 // and GET api/deadletters every 5 seconds and posts api/replay (and, under
 // redrive dev, api/dev/outage). Everything from the API is put into the page as text
 // (textContent, never innerHTML): dead letters carry whatever producers
-// wrote.
+// wrote. When the analyzer has a token (analyzer.token or
+// analyzer.read_token), the API answers 401: the page asks for the token
+// once, keeps it in sessionStorage (this tab, until it is closed), sends it
+// as "Authorization: Bearer" with every call, and asks again on a 401.
 "use strict";
 
 (function () {
   const REFRESH_MS = 5000;
   const DEADLETTERS_LIMIT = 50;
-  const TOKEN_KEY = "redrive.analyzer.token";
+  const TOKEN_KEY = "redrive.analyzer.token"; // the token the page was given: every call
+  const REPLAY_TOKEN_KEY = "redrive.analyzer.replay-token"; // the replay form's, when another
   const CHART_HEIGHT = 220;
   const VALUE_PREVIEW = 4096; // characters of a value shown in the details
 
@@ -24,6 +28,9 @@
     timer: 0,
     busy: false,
     dlSeq: 0,
+    token: "", // the session's token (also in sessionStorage)
+    asking: false, // the token prompt is shown: no refresh until it is answered
+    asked: 0, // how many times the prompt was shown
   };
 
   const $ = (id) => document.getElementById(id);
@@ -95,8 +102,14 @@
 
   // ---- the API ----
 
+  // api calls the API with the session's token, if any (an Authorization
+  // in opts.headers wins: the replay form's token).
   async function api(path, opts) {
-    const resp = await fetch(path, Object.assign({ cache: "no-store", credentials: "same-origin" }, opts));
+    opts = Object.assign({ cache: "no-store", credentials: "same-origin" }, opts);
+    const headers = Object.assign({}, opts.headers);
+    if (state.token && !headers.Authorization) headers.Authorization = "Bearer " + state.token;
+    opts.headers = headers;
+    const resp = await fetch(path, opts);
     const text = await resp.text();
     let body = null;
     try {
@@ -116,6 +129,7 @@
       const err = new Error(msg && msg !== resp.statusText ? `${status}: ${msg}` : status);
       err.status = resp.status;
       err.detail = msg || status;
+      err.sentToken = !!headers.Authorization;
       throw err;
     }
     if (body === null) throw new Error(`${path}: the answer is not JSON`);
@@ -787,7 +801,14 @@
       : el("p", { class: "muted", text: "no user headers" });
 
     let value;
-    if (v.value === null || v.value === undefined) value = el("p", { class: "muted", text: "null value" });
+    if (v.value_encoding === "hidden")
+      value = el(
+        "p",
+        { class: "value-hidden", "data-sha256": v.value_sha256 || "" },
+        el("span", { class: "enc", text: "hidden" }),
+        ` ${fmtInt(v.value_size)} bytes, ${v.value_sha256 || ""} (analyzer.hide_values)`
+      );
+    else if (v.value === null || v.value === undefined) value = el("p", { class: "muted", text: "null value" });
     else {
       const cut = v.value.length > VALUE_PREVIEW;
       value = el(
@@ -800,14 +821,27 @@
     }
     // The recent list keeps only the first bytes of a value (value_cut);
     // the whole dead letter is read from the DLQ by its offset.
-    const whole = v.value_cut
-      ? el(
-          "p",
-          { class: "muted value-cut" },
-          `the first bytes of ${fmtInt(v.value_size)}: `,
-          el("a", { href: `api/deadletters/${v.partition}/${v.offset}?pipeline=${encodeURIComponent(state.selected)}`, target: "_blank", rel: "noopener", text: "the whole dead letter (JSON)" })
-        )
-      : null;
+    // (Fetched with the token and shown here: a link could not send it.)
+    let whole = null;
+    if (v.value_cut) {
+      const out = el("pre", { class: "value whole", hidden: "" });
+      const load = el("button", { type: "button", class: "secondary", text: "the whole dead letter (JSON)" });
+      load.addEventListener("click", async (e) => {
+        e.stopPropagation();
+        load.disabled = true;
+        try {
+          const r = await api(`api/deadletters/${v.partition}/${v.offset}?pipeline=${encodeURIComponent(state.selected)}`);
+          out.textContent = JSON.stringify(r.dead_letter, null, 2);
+        } catch (err) {
+          out.textContent = "could not read it: " + err.message;
+          if (err.status === 401) showError(err);
+        } finally {
+          out.hidden = false;
+          load.disabled = false;
+        }
+      });
+      whole = el("div", { class: "muted value-cut" }, `the first bytes of ${fmtInt(v.value_size)}: `, load, out);
+    }
     return el(
       "div",
       { class: "details" },
@@ -832,24 +866,71 @@
     $("deadletters").scrollIntoView({ behavior: "smooth", block: "start" });
   }
 
-  // ---- replay ----
+  // ---- the token ----
 
-  function loadToken() {
+  function storageGet(k) {
     try {
-      $("replay-token").value = sessionStorage.getItem(TOKEN_KEY) || "";
+      return sessionStorage.getItem(k) || "";
     } catch (e) {
-      /* storage off: the field still works for this page */
+      return ""; // storage off: the page keeps the token in memory only
     }
   }
 
-  function saveToken() {
+  function storageSet(k, v) {
     try {
-      const v = $("replay-token").value;
-      if (v) sessionStorage.setItem(TOKEN_KEY, v);
-      else sessionStorage.removeItem(TOKEN_KEY);
+      if (v) sessionStorage.setItem(k, v);
+      else sessionStorage.removeItem(k);
     } catch (e) {
       /* storage off */
     }
+  }
+
+  // askToken shows the token prompt and stops the refreshes until it is
+  // answered; wrong says the token sent was refused (it is forgotten).
+  function askToken(wrong) {
+    if (wrong) {
+      state.token = "";
+      storageSet(TOKEN_KEY, "");
+    }
+    const form = $("auth");
+    const msg = $("auth-error");
+    msg.textContent = wrong ? "The analyzer did not accept that token: enter it again." : "";
+    msg.hidden = !wrong;
+    form.hidden = false;
+    state.asking = true;
+    state.asked++;
+    document.body.dataset.auth = "required";
+    document.body.dataset.authAsked = String(state.asked);
+    setStatus(wrong ? "the token was refused" : "this analyzer needs a token", true);
+    clearTimeout(state.timer);
+    state.timer = 0;
+    $("auth-token").focus();
+  }
+
+  function submitToken(ev) {
+    ev.preventDefault();
+    const input = $("auth-token");
+    const v = input.value.trim();
+    if (!v) return;
+    input.value = "";
+    state.token = v;
+    storageSet(TOKEN_KEY, v);
+    state.asking = false;
+    $("auth").hidden = true;
+    document.body.dataset.auth = "given";
+    setStatus("loading…", false);
+    refresh();
+  }
+
+  // ---- replay ----
+
+  function loadToken() {
+    state.token = storageGet(TOKEN_KEY);
+    $("replay-token").value = storageGet(REPLAY_TOKEN_KEY);
+  }
+
+  function saveToken() {
+    storageSet(REPLAY_TOKEN_KEY, $("replay-token").value);
   }
 
   function replayRequest() {
@@ -893,6 +974,8 @@
       if (!ok) return;
       if (noFilter) req.all = true; // the API asks for it explicitly
     }
+    // The replay form's token when given (the page's may be the read-only
+    // one), else the page's (api adds it).
     const token = $("replay-token").value;
     const headers = { "Content-Type": "application/json" };
     if (token) headers.Authorization = "Bearer " + token;
@@ -978,6 +1061,10 @@
   // ---- the refresh loop ----
 
   function showError(e) {
+    if (e && e.status === 401) {
+      askToken(e.sentToken);
+      return;
+    }
     const msg = e && e.message ? e.message : String(e);
     document.body.dataset.error = msg;
     setStatus("refresh failed: " + msg + (state.stats ? " (showing the last data)" : ""), true);
@@ -986,11 +1073,11 @@
   function schedule() {
     clearTimeout(state.timer);
     state.timer = 0;
-    if ($("autorefresh").checked) state.timer = setTimeout(refresh, REFRESH_MS);
+    if ($("autorefresh").checked && !state.asking) state.timer = setTimeout(refresh, REFRESH_MS);
   }
 
   async function refresh() {
-    if (state.busy) return;
+    if (state.busy || state.asking) return;
     state.busy = true;
     clearTimeout(state.timer);
     try {
@@ -1028,6 +1115,7 @@
 
   function init() {
     loadToken();
+    $("auth").addEventListener("submit", submitToken);
     $("replay-token").addEventListener("input", saveToken);
     $("replay").addEventListener("submit", submitReplay);
     $("dev-outage").addEventListener("click", devOutage);
