@@ -170,7 +170,7 @@ func (a *Analyzer) HandlerAccess(ac Access) http.Handler {
 	mux.HandleFunc("GET /api/stats", read(a.serveStats))
 	mux.HandleFunc("GET /api/deadletters", read(a.serveDeadLetters))
 	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", read(a.serveDeadLetter))
-	mux.HandleFunc("GET /api/pipelines", read(a.serveFlow))                  // flow.go
+	mux.HandleFunc("GET /api/pipelines", read(a.serveFlow)) // flow.go
 	// Only under `redrive dev` (loopback): its own rule, the dashboard's
 	// same-origin request or the full token; it shows no data.
 	mux.HandleFunc("POST /api/dev/outage", a.serveDevOutage(ac.Token)) // devoutage.go

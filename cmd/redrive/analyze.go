@@ -55,7 +55,7 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 		return nil, err
 	}
 	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat,
-		Limits: c.Analyzer.Limits(), Instance: c.Instance, SessionTimeout: c.SessionTimeout.D()}
+		Limits: c.Analyzer.Limits(), Instance: c.Instance, SessionTimeout: c.SessionTimeout.D(), HideValues: c.Analyzer.HideValues}
 	// The dashboard answers to the name it listens on and to the
 	// configured ones (besides the loopback names).
 	if host, _, err := net.SplitHostPort(c.Analyzer.HTTPAddr); err == nil && host != "" {
@@ -93,12 +93,22 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 
 // serveAnalyzer serves a's dashboard and API next to o's endpoints on
 // analyzer.http_addr and runs it until ctx is done. addrOut, if set,
-// receives the bound address.
+// receives the bound address. Without a token it refuses an address that
+// is not loopback (config.CheckAnalyzerListen; exit 2) unless
+// analyzer.insecure_public.
 func serveAnalyzer(ctx context.Context, c *config.Config, o *obs.Server, a *analyzer.Analyzer, addrOut chan<- string) error {
-	if c.Analyzer.Token == "" {
-		slog.Warn("analyzer.token is not set: POST /api/replay is off")
+	if err := c.CheckAnalyzerListen(); err != nil {
+		return &exitError{2, err}
 	}
-	o.Mux.Handle("/", a.Handler(c.Analyzer.Token))
+	switch {
+	case c.Analyzer.Token == "" && c.Analyzer.ReadToken == "" && !config.LoopbackAddr(c.Analyzer.HTTPAddr):
+		slog.Warn("analyzer.insecure_public: the dashboard and API show every dead letter to anyone who reaches " + c.Analyzer.HTTPAddr + "; set analyzer.token")
+	case c.Analyzer.Token == "" && c.Analyzer.ReadToken == "":
+		slog.Info("analyzer: no token set, the API is open on loopback; POST /api/replay is off")
+	case c.Analyzer.Token == "":
+		slog.Info("analyzer.token is not set: POST /api/replay is off (analyzer.read_token reads only)")
+	}
+	o.Mux.Handle("/", a.HandlerAccess(c.Analyzer.Access()))
 	addr, err := o.Serve(ctx, c.Analyzer.HTTPAddr, slog.Default())
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -18,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/dlq/dlqread"
 	"github.com/redrive/redrive/internal/config"
@@ -86,6 +88,8 @@ type dlqSetup struct {
 	pipe   config.Pipeline
 	filter dlq.Filter
 	cl     *kgo.Client
+	// hideValues is analyzer.hide_values (export's --hide-values default).
+	hideValues bool
 }
 
 // setup loads the config, picks the pipeline, builds the filter (usage
@@ -111,7 +115,7 @@ func (f *filterFlags) setup(g *globals, extra ...kgo.Opt) (*dlqSetup, error) {
 	if err != nil {
 		return nil, &exitError{2, err}
 	}
-	return &dlqSetup{pipe: p, filter: flt, cl: cl}, nil
+	return &dlqSetup{pipe: p, filter: flt, cl: cl, hideValues: c.Analyzer.HideValues}, nil
 }
 
 // readErr explains an error reading the DLQ.
@@ -223,6 +227,7 @@ func newDLQExportCmd(g *globals) *cobra.Command {
 	f := &filterFlags{}
 	var format, outPath string
 	var limit int
+	var hide bool
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "write the matching dead letters as JSON lines or CSV (headers decoded, keys and values as text or base64)",
@@ -234,7 +239,14 @@ when they are UTF-8 without control characters, else base64 (the
 *_encoding field says which). A CSV cell starting with =, +, -, @, a tab
 or a carriage return gets a leading ' so that a spreadsheet takes it as
 text, not a formula. With -o the file appears only when the export is
-complete.`,
+complete.
+
+--hide-values (the default when the config sets analyzer.hide_values:
+true; --hide-values=false shows them) writes each value as its size and
+SHA-256 only, never its bytes: value null (an empty CSV cell),
+value_encoding "hidden", and the fields value_size and value_sha256
+("sha256:<hex>"; in CSV two more columns at the end). Keys, headers and
+error texts are written as they are.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "jsonl" && format != "csv" {
@@ -248,12 +260,15 @@ complete.`,
 				return err
 			}
 			defer s.cl.Close()
+			if !cmd.Flags().Changed("hide-values") {
+				hide = s.hideValues
+			}
 			out, commit, err := openOutput(outPath, cmd.OutOrStdout())
 			if err != nil {
 				return &exitError{1, err}
 			}
 			defer commit(false) // removes an unfinished file
-			w := newRowWriter(format, out)
+			w := newRowWriter(format, out, hide)
 			topic := s.pipe.DLQTopic()
 			var scanned, written int
 			sk := skips{w: cmd.ErrOrStderr()}
@@ -268,7 +283,7 @@ complete.`,
 				if !s.filter.Match(d) {
 					return nil
 				}
-				if err := w.write(dlq.NewView(d)); err != nil {
+				if err := w.write(dlq.NewView(d), r.Value); err != nil {
 					return fmt.Errorf("write: %w", err)
 				}
 				written++
@@ -294,7 +309,11 @@ complete.`,
 			if errors.Is(err, errLimit) {
 				more = fmt.Sprintf("; stopped at --limit %d", limit)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "exported %s of %s to %s (%d records scanned%s%s)\n", deadLetters(written), topic, dest, scanned, more, sk.String())
+			hidden := ""
+			if hide {
+				hidden = ", values hidden"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "exported %s of %s to %s (%d records scanned%s%s%s)\n", deadLetters(written), topic, dest, scanned, more, hidden, sk.String())
 			return nil
 		},
 	}
@@ -302,6 +321,7 @@ complete.`,
 	cmd.Flags().StringVar(&format, "format", "jsonl", "jsonl or csv")
 	cmd.Flags().StringVarP(&outPath, "output", "o", "", "file to write (default: standard output)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "stop after this many dead letters (0: all)")
+	cmd.Flags().BoolVar(&hide, "hide-values", false, "write each value's size and SHA-256 instead of its bytes (default: analyzer.hide_values)")
 	return cmd
 }
 
@@ -338,18 +358,32 @@ func openOutput(path string, stdout io.Writer) (io.Writer, func(ok bool) error, 
 	}, nil
 }
 
-// rowWriter writes Views as JSON lines or CSV rows.
+// rowWriter writes Views as JSON lines or CSV rows; with hide, each
+// value as its size and hash (hiddenView).
 type rowWriter struct {
-	bw  *bufio.Writer
-	enc *json.Encoder
-	csv *csv.Writer
+	bw   *bufio.Writer
+	enc  *json.Encoder
+	csv  *csv.Writer
+	hide bool
 }
 
-func newRowWriter(format string, w io.Writer) *rowWriter {
-	rw := &rowWriter{bw: bufio.NewWriterSize(w, 64<<10)}
+// hiddenView is a View whose value is shown as its size and
+// analyzer.ValueHash, as the analyzer's API shows it with hide_values.
+type hiddenView struct {
+	dlq.View
+	ValueSize   int    `json:"value_size"`
+	ValueSHA256 string `json:"value_sha256,omitempty"` // absent for a null value
+}
+
+func newRowWriter(format string, w io.Writer, hide bool) *rowWriter {
+	rw := &rowWriter{bw: bufio.NewWriterSize(w, 64<<10), hide: hide}
 	if format == "csv" {
 		rw.csv = csv.NewWriter(rw.bw)
-		_ = rw.csv.Write(dlq.CSVHeader()) // errors resurface in flush
+		head := dlq.CSVHeader()
+		if hide {
+			head = append(head, "value_size", "value_sha256")
+		}
+		_ = rw.csv.Write(head) // errors resurface in flush
 	} else {
 		rw.enc = json.NewEncoder(rw.bw)
 		rw.enc.SetEscapeHTML(false)
@@ -357,11 +391,22 @@ func newRowWriter(format string, w io.Writer) *rowWriter {
 	return rw
 }
 
-func (rw *rowWriter) write(v dlq.View) error {
-	if rw.csv != nil {
-		return rw.csv.Write(v.CSVRecord())
+// write writes v; value is the record's value (v's, as bytes).
+func (rw *rowWriter) write(v dlq.View, value []byte) error {
+	if !rw.hide {
+		if rw.csv != nil {
+			return rw.csv.Write(v.CSVRecord())
+		}
+		return rw.enc.Encode(v)
 	}
-	return rw.enc.Encode(v)
+	h := hiddenView{View: v, ValueSize: len(value)}
+	if value != nil {
+		h.Value, h.ValueEncoding, h.ValueSHA256 = nil, analyzer.EncodingHidden, analyzer.ValueHash(value)
+	}
+	if rw.csv != nil {
+		return rw.csv.Write(append(h.CSVRecord(), strconv.Itoa(h.ValueSize), h.ValueSHA256))
+	}
+	return rw.enc.Encode(h)
 }
 
 func (rw *rowWriter) flush() error {

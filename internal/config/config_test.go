@@ -700,7 +700,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"codes", pipe("handler: {codes: {fatal: [X]}}"), "pipelines[0].handler.codes.fatal: unknown key (known: transient, not_ready, permanent, min_delay, pause)"},
 		{"sasl", pipe() + "sasl: {mechanism: PLAIN, user: u, pass: p}\n", "line 4: sasl.pass: unknown key (known: mechanism, user, password)"},
 		{"tls", pipe() + "tls: {enable: true}\n", "tls.enable: unknown key (known: enabled, ca_file, cert_file, key_file, insecure_skip_verify, server_name)"},
-		{"analyzer", pipe() + "analyzer: {addr: x}\n", "analyzer.addr: unknown key (known: http_addr, token, rules, alerts, recent_value_bytes, recent_bytes, response_bytes, max_requests, allowed_hosts)"},
+		{"analyzer", pipe() + "analyzer: {addr: x}\n", "analyzer.addr: unknown key (known: http_addr, token, read_token, insecure_public, hide_values, rules, alerts, recent_value_bytes, recent_bytes, response_bytes, max_requests, allowed_hosts)"},
 		{"in a merge", "base: &b {topic: x}\n" + pipe(), "line 1: base: unknown key"},
 		{"merged in", "brokers: [h:1]\npipelines:\n  - &p {topic: a, colour: red}\n  - {<<: *p, topic: b}\n", "line 3: pipelines[0].colour: unknown key"},
 	}
@@ -1089,7 +1089,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As shipped, with the process environment (cleared of overrides).
-	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvCallbackAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken, EnvProcessorToken} {
+	for _, k := range []string{EnvBrokers, EnvHTTPAddr, EnvCallbackAddr, EnvInstance, EnvClientID, EnvSASLMechanism, EnvSASLUser, EnvSASLPassword, EnvAnalyzerToken, EnvAnalyzerReadToken, EnvProcessorToken} {
 		t.Setenv(k, "")
 	}
 	if _, err := Load(exampleFile); err != nil {
