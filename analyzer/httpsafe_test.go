@@ -87,3 +87,32 @@ func TestSameOrigin(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAccess: an Authorization header passes a guarded read only when it
+// is "<bearer in any case> <spaces><token>" for Token or ReadToken, and
+// replay's check (validBearer) only for Token; an empty token never
+// matches.
+func FuzzAccess(f *testing.F) {
+	for _, s := range [][3]string{{"Bearer full", "full", "ro"}, {"bearer  ro", "full", "ro"}, {"Bearer ", "", "ro"}, {"Bearer", "", ""},
+		{"Basic full", "full", ""}, {"Bearer full ", "full", "ro"}, {"BEARER \x00", "\x00", ""}, {"Bearer ro", "", "ro"}} {
+		f.Add(s[0], s[1], s[2])
+	}
+	f.Fuzz(func(t *testing.T, auth, token, readToken string) {
+		r, _ := http.NewRequest("GET", "http://127.0.0.1/api/stats", nil)
+		r.Header["Authorization"] = []string{auth}
+		scheme, rest, found := strings.Cut(auth, " ")
+		sent := strings.TrimLeft(rest, " ")
+		bearer := found && strings.EqualFold(scheme, "bearer")
+		ac := Access{Token: token, ReadToken: readToken}
+		wantRead := bearer && ((token != "" && sent == token) || (readToken != "" && sent == readToken))
+		if got := ac.reads(r); got != wantRead {
+			t.Errorf("reads(%q) with %+v = %t, want %t", auth, ac, got, wantRead)
+		}
+		if got, want := validBearer(r, token), bearer && token != "" && sent == token; got != want {
+			t.Errorf("validBearer(%q, %q) = %t, want %t", auth, token, got, want)
+		}
+		if ac.open() != (token == "" && readToken == "") {
+			t.Errorf("open() = %t with %+v", ac.open(), ac)
+		}
+	})
+}

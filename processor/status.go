@@ -184,21 +184,29 @@ func (pr *Processor) Resume(name, detail string) error {
 
 // PipelinesHandler serves GET /api/pipelines (Status) and POST
 // /api/pipelines/{name}/pause and /resume, which need the header
-// "Authorization: Bearer <token>": without a token configured they are
-// refused (403). A pause or resume answers with the pipeline's status.
+// "Authorization: Bearer <token>" (the scheme in any case, the token
+// compared in constant time; 401 otherwise): without a token configured
+// they are refused (403). A pause or resume answers with the pipeline's
+// status; errors are JSON ({"error": "..."}), as the analyzer's.
+//
+// GET /api/pipelines needs no token: the live state holds no record's
+// key, value or headers (names, topics, counts, p99s, breaker and pause
+// states), and `redrive dev`'s analyzer reads it. That is also why the
+// processor, unlike the analyzer, listens on any address without a token:
+// its http_addr serves /metrics, /healthz and /readyz to Prometheus and
+// the kubelet, and its writes are off without processor.token.
 func (pr *Processor) PipelinesHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /api/pipelines", pr.StatusHandler())
 	act := func(w http.ResponseWriter, r *http.Request, pause bool) {
 		w.Header().Set("Cache-Control", "no-store")
 		if token == "" {
-			http.Error(w, "pause and resume are off: set processor.token (REDRIVE_PROCESSOR_TOKEN)", http.StatusForbidden)
+			jsonError(w, http.StatusForbidden, "pause and resume are off: set processor.token (REDRIVE_PROCESSOR_TOKEN)")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(token)) != 1 {
+		if !ValidBearer(r.Header.Get("Authorization"), token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
-			http.Error(w, "a valid bearer token is required", http.StatusUnauthorized)
+			jsonError(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer <processor.token>")
 			return
 		}
 		name := r.PathValue("name")
@@ -213,7 +221,7 @@ func (pr *Processor) PipelinesHandler(token string) http.Handler {
 			err = pr.Resume(name, detail)
 		}
 		if err != nil {
-			http.Error(w, err.Error(), http.StatusNotFound)
+			jsonError(w, http.StatusNotFound, err.Error())
 			return
 		}
 		p, _ := pr.pipelineNamed(name)
@@ -223,6 +231,24 @@ func (pr *Processor) PipelinesHandler(token string) http.Handler {
 	mux.HandleFunc("POST /api/pipelines/{name}/pause", func(w http.ResponseWriter, r *http.Request) { act(w, r, true) })
 	mux.HandleFunc("POST /api/pipelines/{name}/resume", func(w http.ResponseWriter, r *http.Request) { act(w, r, false) })
 	return mux
+}
+
+// ValidBearer reports whether the Authorization header value auth is
+// "Bearer <token>" with token: the scheme in any case (RFC 9110), spaces
+// after it skipped, the token compared in constant time; never with
+// token empty.
+func ValidBearer(auth, token string) bool {
+	scheme, got, found := strings.Cut(auth, " ")
+	if token == "" || !found || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), []byte(token)) == 1
+}
+
+func jsonError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }
 
 func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus {
