@@ -18,7 +18,9 @@ import (
 func TestPipelinesHandlerTokenRule(t *testing.T) {
 	e := newEnv(t, []time.Duration{time.Second}, 1)
 	pr, err := processor.New(processor.Config{Brokers: e.Cluster.Brokers, Pipelines: []processor.Pipeline{e.P}, Instance: "auth-test"},
-		processor.HandlerFunc(func(_ context.Context, _ *processor.Request) processor.Outcome { return processor.Outcome{Kind: processor.Success} }))
+		processor.HandlerFunc(func(_ context.Context, _ *processor.Request) processor.Outcome {
+			return processor.Outcome{Kind: processor.Success}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
