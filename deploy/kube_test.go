@@ -14,7 +14,10 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -34,6 +37,7 @@ type objects struct {
 	rules           map[string]*monitoringv1.PrometheusRule
 	scaledObjects   map[string]*scaledObject
 	triggerAuths    map[string]*triggerAuthentication
+	netPolicies     map[string]*networkingv1.NetworkPolicy
 }
 
 // build runs kustomize (in process) on dir and decodes every object
@@ -50,7 +54,7 @@ func build(t *testing.T, dir string) *objects {
 		configMaps: map[string]*corev1.ConfigMap{}, namespaces: map[string]*corev1.Namespace{},
 		pdbs: map[string]*policyv1.PodDisruptionBudget{}, serviceMonitors: map[string]*monitoringv1.ServiceMonitor{},
 		rules: map[string]*monitoringv1.PrometheusRule{}, scaledObjects: map[string]*scaledObject{},
-		triggerAuths: map[string]*triggerAuthentication{},
+		triggerAuths: map[string]*triggerAuthentication{}, netPolicies: map[string]*networkingv1.NetworkPolicy{},
 	}
 	if len(rm.Resources()) == 0 {
 		t.Fatalf("kustomize build %s: no objects", dir)
@@ -87,6 +91,9 @@ func build(t *testing.T, dir string) *objects {
 		case "keda.sh/v1alpha1 ScaledObject":
 			v := &scaledObject{}
 			o.scaledObjects[name], target = v, v
+		case "networking.k8s.io/v1 NetworkPolicy":
+			v := &networkingv1.NetworkPolicy{}
+			o.netPolicies[name], target = v, v
 		case "keda.sh/v1alpha1 TriggerAuthentication":
 			v := &triggerAuthentication{}
 			o.triggerAuths[name], target = v, v
@@ -257,6 +264,21 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 	if err != nil {
 		t.Fatalf("%s: the ConfigMap's redrive.yaml does not load: %v", what, err)
 	}
+	// The analyzer listens on all interfaces: it starts only with a token
+	// from the Secret (either one), and refuses to without.
+	if err := c.CheckAnalyzerListen(); err != nil {
+		t.Errorf("%s: the analyzer would refuse to start with the Secret's token: %v", what, err)
+	}
+	for _, e := range []map[string]string{{"REDRIVE_ANALYZER_READ_TOKEN": "ro"}, {}} {
+		ca, err := config.Parse([]byte(raw), func(k string) string { return e[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := ca.CheckAnalyzerListen(); (err == nil) != (len(e) > 0) {
+			t.Errorf("%s: with the Secret's %v only, the listen rule says %v", what, e, err)
+		}
+	}
+	checkNetworkPolicies(t, what, o)
 	if c.HTTPAddr != "0.0.0.0:9090" {
 		t.Errorf("%s: http_addr %q, want 0.0.0.0:9090 (the kubelet and Prometheus reach the pod's IP)", what, c.HTTPAddr)
 	}
@@ -437,7 +459,7 @@ func checkDeployment(t *testing.T, what string, d *appsv1.Deployment, cmName, cm
 	// Broker credentials from the Secret, never literal.
 	secretEnv := map[string]bool{}
 	for _, e := range ct.Env {
-		if strings.HasPrefix(e.Name, "REDRIVE_SASL_") || e.Name == "REDRIVE_ANALYZER_TOKEN" {
+		if strings.HasPrefix(e.Name, "REDRIVE_SASL_") || e.Name == "REDRIVE_ANALYZER_TOKEN" || e.Name == "REDRIVE_ANALYZER_READ_TOKEN" {
 			if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "redrive-kafka" {
 				t.Errorf("%s: env %s must come from the Secret redrive-kafka", at, e.Name)
 			}
@@ -449,8 +471,12 @@ func checkDeployment(t *testing.T, what string, d *appsv1.Deployment, cmName, cm
 			t.Errorf("%s: env %s from the Secret is missing", at, n)
 		}
 	}
-	if cmd == "analyze" && !secretEnv[config.EnvAnalyzerToken] {
-		t.Errorf("%s: env %s from the Secret is missing", at, config.EnvAnalyzerToken)
+	if cmd == "analyze" {
+		for _, n := range []string{config.EnvAnalyzerToken, config.EnvAnalyzerReadToken} {
+			if !secretEnv[n] {
+				t.Errorf("%s: env %s from the Secret is missing", at, n)
+			}
+		}
 	}
 }
 
@@ -708,6 +734,105 @@ func TestStrictDecodingRejectsUnknownFields(t *testing.T) {
 	for k, v := range bad {
 		if err := sigsyaml.UnmarshalStrict([]byte(docs[k]), v); err == nil || !strings.Contains(err.Error(), "unknown field") {
 			t.Errorf("%s: strict decoding accepted an unknown field (err %v)", k, err)
+		}
+	}
+}
+
+// The peers the NetworkPolicies let in (deploy/README.md: patch them to
+// your cluster's labels).
+var (
+	prometheusPeer = networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "monitoring"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "prometheus"}},
+	}
+	ingressPeer = networkingv1.NetworkPolicyPeer{
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "ingress-nginx"}},
+		PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/name": "ingress-nginx"}},
+	}
+)
+
+// checkNetworkPolicies: every Deployment's pods are selected by an
+// Ingress policy; each rule names its peers (no open rule, no ipBlock) and
+// named ports of those pods; the analyzer's port takes only the ingress
+// controller and Prometheus, the metrics ports (the ServiceMonitor's)
+// only Prometheus, and the callback intake only the ingress controller.
+func checkNetworkPolicies(t *testing.T, what string, o *objects) {
+	t.Helper()
+	// want: for each Deployment, its named port -> the peers allowed.
+	want := map[string]map[string][]networkingv1.NetworkPolicyPeer{
+		"redrive-analyzer":  {"http": {ingressPeer, prometheusPeer}},
+		"redrive-processor": {"http": {prometheusPeer}, "callbacks": {ingressPeer}},
+		"redrive-callbacks": {"http": {prometheusPeer}, "callbacks": {ingressPeer}},
+	}
+	for name, d := range o.deployments {
+		w, ok := want[name]
+		if !ok {
+			t.Errorf("%s: Deployment %s: no NetworkPolicy expectation; add one", what, name)
+			continue
+		}
+		got := map[string][]networkingv1.NetworkPolicyPeer{}
+		selected := 0
+		for _, np := range o.netPolicies {
+			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+			if err != nil {
+				t.Errorf("%s: NetworkPolicy %s: %v", what, np.Name, err)
+				continue
+			}
+			if len(np.Spec.PodSelector.MatchLabels)+len(np.Spec.PodSelector.MatchExpressions) == 0 || !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+				continue
+			}
+			selected++
+			if len(np.Spec.PolicyTypes) != 1 || np.Spec.PolicyTypes[0] != networkingv1.PolicyTypeIngress {
+				t.Errorf("%s: NetworkPolicy %s: policyTypes %v, want [Ingress]", what, np.Name, np.Spec.PolicyTypes)
+			}
+			for i, r := range np.Spec.Ingress {
+				if len(r.From) == 0 || len(r.Ports) == 0 {
+					t.Errorf("%s: NetworkPolicy %s ingress[%d] allows any peer or any port", what, np.Name, i)
+				}
+				for _, p := range r.Ports {
+					if p.Port == nil || p.Port.Type != intstr.String || !hasPort(d, p.Port.StrVal) || p.Protocol == nil || *p.Protocol != corev1.ProtocolTCP {
+						t.Errorf("%s: NetworkPolicy %s ingress[%d] port %v: want a named TCP port of %s", what, np.Name, i, p.Port, name)
+						continue
+					}
+					for _, f := range r.From {
+						if f.IPBlock != nil || f.PodSelector == nil || f.NamespaceSelector == nil {
+							t.Errorf("%s: NetworkPolicy %s ingress[%d]: a peer %+v, want a namespace and pod selector", what, np.Name, i, f)
+						}
+						got[p.Port.StrVal] = append(got[p.Port.StrVal], f)
+					}
+				}
+			}
+		}
+		if selected != 1 {
+			t.Errorf("%s: %d NetworkPolicies select the pods of %s, want 1", what, selected, name)
+			continue
+		}
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("%s: %s: the NetworkPolicy lets in\n%v\nwant\n%v", what, name, got, w)
+		}
+	}
+	// Prometheus may scrape every port the ServiceMonitor names.
+	for _, sm := range o.serviceMonitors {
+		for _, ep := range sm.Spec.Endpoints {
+			for _, s := range o.services {
+				for _, sp := range s.Spec.Ports {
+					if sp.Name != ep.Port {
+						continue
+					}
+					for name, d := range o.deployments {
+						if !labelsMatch(s.Spec.Selector, d.Spec.Template.Labels) {
+							continue
+						}
+						ok := false
+						for _, p := range want[name][sp.TargetPort.StrVal] {
+							ok = ok || reflect.DeepEqual(p, prometheusPeer)
+						}
+						if !ok {
+							t.Errorf("%s: the ServiceMonitor scrapes %s port %s (%s), which no NetworkPolicy opens to Prometheus", what, name, ep.Port, sp.TargetPort.StrVal)
+						}
+					}
+				}
+			}
 		}
 	}
 }
