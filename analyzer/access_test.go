@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -228,6 +229,44 @@ func TestHideValues(t *testing.T) {
 	for _, r := range got {
 		if w, ok := want[string(r.Key)]; !ok || !bytes.Equal(r.Value, w) {
 			t.Errorf("republished %q with a value of %d bytes, want the original %d", r.Key, len(r.Value), len(w))
+		}
+	}
+}
+
+// Options.OpenReads (`redrive dev` with the token it picked): the reads
+// need no token, replay still does.
+func TestOpenReads(t *testing.T) {
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")}, // never run: nothing connects
+		Pipelines:  []analyzer.Pipeline{{Name: "solve", Topic: "solve.requests", DLQ: "solve.requests.dlq"}},
+		Logger:     slog.New(slog.DiscardHandler),
+		OpenReads:  true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		open bool
+		want int
+	}{{true, 200}, {false, 401}} {
+		h := a.Handler("dev")
+		if !tt.open {
+			b, err := analyzer.New(analyzer.Options{ClientOpts: []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1")},
+				Pipelines: []analyzer.Pipeline{{Name: "solve", Topic: "solve.requests", DLQ: "solve.requests.dlq"}}, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h = b.Handler("dev")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "http://127.0.0.1:9091/api/pipelines", nil))
+		if w.Code != tt.want {
+			t.Errorf("OpenReads %t: GET /api/pipelines without a token: %d, want %d", tt.open, w.Code, tt.want)
+		}
+		w = httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", "http://127.0.0.1:9091/api/replay", strings.NewReader(`{"dry_run":true}`)))
+		if w.Code != 401 {
+			t.Errorf("OpenReads %t: POST /api/replay without a token: %d, want 401", tt.open, w.Code)
 		}
 	}
 }

@@ -84,6 +84,10 @@ type Options struct {
 	// sample); the recent list keeps no byte of a value then.
 	// Replay still republishes the values: it reads them from Kafka.
 	HideValues bool
+	// OpenReads lets the reads (GET /api/*) through without a token even
+	// when Access has one: only `redrive dev` sets it, on loopback, when
+	// the token is the one dev picked itself to turn replay on.
+	OpenReads bool
 	// Now is the clock (tests).
 	Now func() time.Time
 	// Instance names this process in the transactional id of the rule

@@ -155,7 +155,7 @@ func (a *Analyzer) HandlerAccess(ac Access) http.Handler {
 	// read guards a route: with a token set, only a caller with one of
 	// them reaches it.
 	read := func(h http.HandlerFunc) http.HandlerFunc {
-		if ac.open() {
+		if ac.open() || a.o.OpenReads {
 			return h
 		}
 		return func(w http.ResponseWriter, r *http.Request) {

@@ -243,6 +243,13 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) (err er
 	// The replay token is printed only when dev chose it: one from the
 	// environment or the file is a secret, said to be set, not shown.
 	tokenNote := fmt.Sprintf("replay token %q", devToken)
+	// The analyzer's listen rule (its --analyzer address, no token of
+	// yours: loopback only) before dev picks its own token, which turns
+	// replay on but leaves the dashboard open (pickedToken).
+	if err := c.CheckAnalyzerListen(); err != nil {
+		return &exitError{2, err}
+	}
+	pickedToken := c.Analyzer.Token == "" && c.Analyzer.ReadToken == ""
 	if c.Analyzer.Token == "" {
 		c.Analyzer.Token = devToken
 	} else if g.configPath != "" {
@@ -288,6 +295,7 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) (err er
 	ao := obs.New()
 	an, err := newAnalyzer(c, ao, func(o *analyzer.Options) {
 		o.Processors = []string{"http://" + addr} // its flow view shows this processor's in flight, p99s and line
+		o.OpenReads = pickedToken                 // on loopback (checked above): dev's own token is for replay only
 		if usesSolver(c, solverURL) {
 			o.DemoOutage = solverOutage(solver) // the dashboard's outage button
 		}

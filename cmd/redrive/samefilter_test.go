@@ -63,7 +63,9 @@ func TestSameFilterCLIAPIRule(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var st analyzer.StatsResponse
-		if r, err := http.Get("http://" + addr + "/api/stats"); err == nil {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/api/stats", nil)
+		req.Header.Set("Authorization", "Bearer secret") // a token is set: reads need it too
+		if r, err := http.DefaultClient.Do(req); err == nil {
 			_ = json.NewDecoder(r.Body).Decode(&st)
 			r.Body.Close()
 		}
