@@ -220,3 +220,14 @@ func TestDLQExportHideValues(t *testing.T) {
 		}
 	})
 }
+
+// `redrive dev` with the token it picks (replay only; its dashboard is
+// open) refuses an --analyzer address that is not loopback.
+func TestDevRefusesPublicAnalyzerWithoutToken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code, out, errs := runSplit(ctx, "dev", "--kafka-port", "0", "--http", "127.0.0.1:0", "--analyzer", "0.0.0.0:0", "--duration", "5s")
+	if code != 2 || !strings.Contains(errs, "--analyzer 0.0.0.0:0 is not a loopback address") || !strings.Contains(errs, "analyzer.token") {
+		t.Errorf("dev --analyzer 0.0.0.0:0: exit %d, want 2 naming the flag and the token\n%s%s", code, out, errs)
+	}
+}

@@ -243,13 +243,15 @@ func runDev(ctx context.Context, g *globals, f *devFlags, out io.Writer) (err er
 	// The replay token is printed only when dev chose it: one from the
 	// environment or the file is a secret, said to be set, not shown.
 	tokenNote := fmt.Sprintf("replay token %q", devToken)
-	// The analyzer's listen rule (its --analyzer address, no token of
-	// yours: loopback only) before dev picks its own token, which turns
-	// replay on but leaves the dashboard open (pickedToken).
-	if err := c.CheckAnalyzerListen(); err != nil {
-		return &exitError{2, err}
+	// dev's own token (its config's, or picked below when a file sets
+	// none) turns replay on but leaves the dashboard open (OpenReads):
+	// only on loopback, as the analyzer's listen rule has it.
+	pickedToken := c.Analyzer.ReadToken == "" && (c.Analyzer.Token == "" || (g.configPath == "" && c.Analyzer.Token == devToken))
+	if pickedToken && !c.Analyzer.InsecurePublic && !config.LoopbackAddr(c.Analyzer.HTTPAddr) {
+		return &exitError{2, fmt.Errorf("--analyzer %s is not a loopback address and no token is set: the dashboard would show every dead letter to anyone who reaches it; "+
+			"listen on 127.0.0.1, or give a config (-c) with analyzer.token (%s) or analyzer.read_token (%s), or analyzer.insecure_public: true",
+			c.Analyzer.HTTPAddr, config.EnvAnalyzerToken, config.EnvAnalyzerReadToken)}
 	}
-	pickedToken := c.Analyzer.Token == "" && c.Analyzer.ReadToken == ""
 	if c.Analyzer.Token == "" {
 		c.Analyzer.Token = devToken
 	} else if g.configPath != "" {
