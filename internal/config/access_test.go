@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"net"
 	"strings"
 	"testing"
 )
@@ -100,4 +101,25 @@ func TestAnalyzerAccessKeys(t *testing.T) {
 	if err := parseErr(t, "brokers: [\"127.0.0.1:9092\"]\npipelines:\n  - topic: t\nanalyzer: {hide_values: yes please}\n", env()); !errors.Is(err, ErrType) {
 		t.Errorf("hide_values: yes please: %v, want a type error", err)
 	}
+}
+
+// FuzzLoopbackAddr: an address passes only when its host is "localhost"
+// or a loopback IP; 0.0.0.0, :: and an empty host never do.
+func FuzzLoopbackAddr(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:9091", "[::1]:1", "localhost:1", "0.0.0.0:1", ":1", "[::]:1", "10.0.0.1:1", "localhost.evil:1", "127.0.0.1", "[::ffff:127.0.0.1]:1", "LOCALHOST.:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		if !LoopbackAddr(addr) {
+			return
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatalf("LoopbackAddr(%q) with no host:port: %v", addr, err)
+		}
+		ip := net.ParseIP(host)
+		if !strings.EqualFold(strings.TrimSuffix(host, "."), "localhost") && (ip == nil || !ip.IsLoopback() || ip.IsUnspecified()) {
+			t.Errorf("LoopbackAddr(%q) = true for host %q", addr, host)
+		}
+	})
 }
