@@ -147,10 +147,11 @@ func (a *Analyzer) Handler(token string) http.Handler {
 // HandlerAccess serves the JSON API and the dashboard. With a token set
 // (ac), every /api/ call needs "Authorization: Bearer <token>" with
 // ac.Token or ac.ReadToken, else 401; POST /api/replay needs ac.Token
-// (403 without one configured, or with the read-only token). POST
+// (403 without one configured, or with the read-only token).
+// Options.OpenReads lets the reads through without one. POST
 // /api/dev/outage, only under `redrive dev`, keeps its own rule
-// (devoutage.go): the dashboard's same-origin request or ac.Token. The dashboard's files (no data) load without a token:
-// the page asks for it.
+// (devoutage.go): the dashboard's same-origin request or ac.Token. The
+// dashboard's files (no data) load without a token: the page asks for it.
 func (a *Analyzer) HandlerAccess(ac Access) http.Handler {
 	// read guards a route: with a token set, only a caller with one of
 	// them reaches it.
