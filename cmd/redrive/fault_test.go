@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/retry"
+)
+
+// The fault suite (issue 16): `redrive process` against a real broker
+// while something breaks. Each test asserts that nothing is lost (every
+// request reaches the terminal topic the solver's answers dictate), the
+// log line an operator sees, and, where the fault blocks writes, /readyz
+// and the committed offsets. docs/operations.md ("Faults and what redrive
+// does") lists what each test shows.
+
+// faultSolver answers by the request's value: "perm…" 400 with a wrong-key
+// code (permanent: the DLQ), anything else 200 "ok" (a short result, also
+// for a large request). While hung, it accepts a request and never
+// answers it (until the request is cancelled, or the test releases it).
+type faultSolver struct {
+	url string
+
+	mu       sync.Mutex
+	calls    map[string]int // by Idempotency-Key
+	inflight int
+	peak     int // most requests in flight at once while hung
+	hung     bool
+	release  chan struct{}
+}
+
+func newFaultSolver(t *testing.T) *faultSolver {
+	s := &faultSolver{calls: map[string]int{}, release: make(chan struct{})}
+	srv := httptest.NewServer(s)
+	t.Cleanup(func() { s.hang(false); srv.Close() })
+	s.url = srv.URL + "/solve"
+	return s
+}
+
+// hang makes the solver accept and never answer (on), or answer again.
+func (s *faultSolver) hang(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.hung && !on {
+		close(s.release)
+		s.release = make(chan struct{})
+	}
+	s.hung = on
+}
+
+func (s *faultSolver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var head [4]byte
+	n, _ := r.Body.Read(head[:])
+	id := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	s.calls[id]++
+	hung, release := s.hung, s.release
+	if hung {
+		s.inflight++
+		s.peak = max(s.peak, s.inflight)
+	}
+	s.mu.Unlock()
+	if hung {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+		s.mu.Lock()
+		s.inflight--
+		s.mu.Unlock()
+		if r.Context().Err() != nil {
+			return
+		}
+	}
+	if string(head[:n]) == "perm" {
+		w.Header().Set("Redrive-Error-Code", "ERROR_WRONG_USER_KEY")
+		w.WriteHeader(400)
+		return
+	}
+	fmt.Fprint(w, "ok")
+}
+
+func (s *faultSolver) peakHung() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// faultConfig is writeConfig with the solver's URL and handler timeout,
+// /readyz on a port of its own (base is its URL) and extra pipeline keys.
+// retryLine, when set, replaces the retry schedule.
+func faultConfig(t *testing.T, brokers []string, topic, url string, timeout time.Duration, retryLine, extra string) (cfg, base string) {
+	t.Helper()
+	handler := fmt.Sprintf("    handler:\n      http: {url: %q, timeout: %s}\n", url, timeout)
+	cfg = writeConfig(t, brokers, topic, "", handler+extra)
+	addr := freeAddr(t)
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y := strings.Replace(string(b), `http_addr: "127.0.0.1:0"`, fmt.Sprintf("http_addr: %q", addr), 1)
+	if retryLine != "" {
+		y = strings.Replace(y, "    retry: {tiers: [1s, 2s], max_attempts: 3, jitter: 0}\n", "    retry: "+retryLine+"\n", 1)
+	}
+	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+		t.Fatalf("ensure: %s", out)
+	}
+	return cfg, "http://" + addr
+}
+
+// faultRequests builds requests from..to-1 for topic, every permEvery-th
+// one "perm" (the DLQ; 0: none), and notes each one's terminal topic in want.
+func faultRequests(topic string, from, to, permEvery int, want map[string]string) []*kgo.Record {
+	var recs []*kgo.Record
+	for i := from; i < to; i++ {
+		id := fmt.Sprintf("req-%d", i)
+		v, dest := "ok", topic+".results"
+		if permEvery > 0 && i%permEvery == 0 {
+			v, dest = "perm", topic+".dlq"
+		}
+		want[id] = dest
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(id), Value: []byte(v), Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
+	}
+	return recs
+}
+
+func produceRecs(t *testing.T, cl *kgo.Client, recs []*kgo.Record) {
+	t.Helper()
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// arrived reads the results and DLQ topics from their start until every
+// request of want is in its terminal topic (or timeout) and returns those
+// missing from it, those found in the other terminal topic as well, and
+// the records read per id (duplicates: at least once).
+func arrived(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]string, timeout time.Duration) (missing, wrong []string, seen map[string]map[string]int) {
+	t.Helper()
+	results, dead := topic+".results", topic+".dlq"
+	seen = map[string]map[string]int{results: {}, dead: {}}
+	read := map[string]int{}
+	count := func(got kafkatest.Got) {
+		for _, tp := range []string{results, dead} {
+			for _, r := range got[tp][read[tp]:] {
+				seen[tp][hdr(r, retry.HeaderID)]++
+			}
+			read[tp] = len(got[tp])
+		}
+	}
+	all := func() bool {
+		for id, to := range want {
+			if seen[to][id] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	got := c.CollectUntil(t, []string{results, dead}, func(got kafkatest.Got) bool { count(got); return all() }, timeout, time.Second)
+	count(got)
+	for id, to := range want {
+		other := results
+		if to == results {
+			other = dead
+		}
+		if seen[to][id] == 0 {
+			missing = append(missing, id)
+		}
+		if seen[other][id] > 0 {
+			wrong = append(wrong, id)
+		}
+	}
+	return missing, wrong, seen
+}
+
+// mustArrive fails t unless every request of want reached its terminal
+// topic, and none the other one.
+func mustArrive(t *testing.T, c *kafkatest.Cluster, p *proc, topic string, want map[string]string, timeout time.Duration) {
+	t.Helper()
+	missing, wrong, _ := arrived(t, c, topic, want, timeout)
+	if len(missing) > 0 || len(wrong) > 0 {
+		t.Fatalf("%d of %d requests reached no terminal topic (lost: %.10v), %d the wrong one (%.10v):\n%s",
+			len(missing), len(want), missing, len(wrong), wrong, p.log.String())
+	}
+}
+
+// waitLog waits until the process log contains every one of parts on one
+// line and returns that line.
+func waitLog(t *testing.T, p *proc, timeout time.Duration, parts ...string) string {
+	t.Helper()
+	var found string
+	kafkatest.Eventually(timeout, func() bool {
+		for l := range strings.SplitSeq(p.log.String(), "\n") {
+			ok := true
+			for _, s := range parts {
+				ok = ok && strings.Contains(l, s)
+			}
+			if ok {
+				found = l
+				return true
+			}
+		}
+		return false
+	})
+	if found == "" {
+		t.Fatalf("no log line with %q within %v:\n%s", parts, timeout, p.log.String())
+	}
+	return found
+}
+
+// partitionsOf waits until the metadata shows topic with n partitions.
+func partitionsOf(t *testing.T, adm *kadm.Client, topic string, n int) {
+	t.Helper()
+	ok := kafkatest.Eventually(30*time.Second, func() bool {
+		td, err := adm.ListTopics(context.Background(), topic)
+		if err != nil {
+			return false
+		}
+		d, ok := td[topic]
+		return ok && d.Err == nil && len(d.Partitions) == n
+	})
+	if !ok {
+		t.Fatalf("%s does not show %d partitions within 30s", topic, n)
+	}
+}
+
+// TestFaultPartitionsAdded: partitions are added to the main topic while
+// `redrive process` runs; records produced to the new partitions are
+// handled, `topics check` then reports the tiers and DLQ as narrower than
+// the main topic with the fix, and `topics ensure --grow` applies it.
+func TestFaultPartitionsAdded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	c := kafkatest.New(t)
+	bin := buildBinary(t)
+	topic := kafkatest.Topic(t, "grow")
+	s := newFaultSolver(t)
+	cfg, _ := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "", "    concurrency: 8\n")
+	p := startProc(t, bin, cfg)
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	want := map[string]string{}
+	produceRecs(t, cl, faultRequests(topic, 0, 150, 10, want))
+	mustArrive(t, c, p, topic, want, 60*time.Second)
+
+	adm := c.Admin(t)
+	resp, err := adm.CreatePartitions(context.Background(), 3, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("add partitions: %v", err)
+	}
+	added := time.Now()
+	partitionsOf(t, adm, topic, 6)
+	// Records on the new partitions only (3, 4, 5).
+	manual := c.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(time.Millisecond))
+	late := map[string]string{}
+	recs := faultRequests(topic, 150, 300, 10, late)
+	for i, r := range recs {
+		r.Partition = int32(3 + i%3)
+	}
+	produceRecs(t, manual, recs)
+	line := waitLog(t, p, 60*time.Second, "partitions assigned", topic+":[3 4 5]")
+	mustArrive(t, c, p, topic, late, 90*time.Second)
+	t.Logf("partitions 3-5 added to %s; %d records produced to them all handled %v after the addition; log: %s",
+		topic, len(late), time.Since(added).Round(100*time.Millisecond), line)
+
+	code, out := runOut(context.Background(), "topics", "check", "-c", cfg)
+	if code != 1 {
+		t.Fatalf("topics check with a main topic wider than its tiers and DLQ: exit %d, want 1:\n%s", code, out)
+	}
+	for _, n := range []string{topic + ".retry.1s", topic + ".retry.2s", topic + ".dlq"} {
+		problem := fmt.Sprintf("PROBLEM %s has 3 partitions, fewer than its main topic %s (6); fix: redrive topics ensure --grow, or kafka-topics.sh", n, topic)
+		if !strings.Contains(out, problem) || !strings.Contains(out, "--alter --topic "+n+" --partitions 6") {
+			t.Errorf("topics check does not report %s as narrower than the main topic with the fix:\n%s", n, out)
+		}
+	}
+	t.Logf("topics check exit %d:\n%s", code, out)
+	if code, out = runOut(context.Background(), "topics", "ensure", "--grow", "-c", cfg); code != 0 || strings.Count(out, "grown from 3") != 3 {
+		t.Fatalf("topics ensure --grow: exit %d, want 0 and three topics grown from 3:\n%s", code, out)
+	}
+	if code, out = runOut(context.Background(), "topics", "check", "-c", cfg); code != 0 {
+		t.Fatalf("topics check after ensure --grow: exit %d:\n%s", code, out)
+	}
+
+	p.sigterm(t, 20*time.Second)
+	if problem := c.LagProblem(t, "redrive."+topic, []string{topic}, 6); problem != "" {
+		t.Errorf("after SIGTERM: %s", problem)
+	}
+}
