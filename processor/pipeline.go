@@ -145,6 +145,7 @@ type pipeline struct {
 	writeFails  atomic.Int64 // outcome writes failing right now
 	lastWriteMu sync.Mutex
 	lastWrite   error
+	recreated   recreatedTopics // output topics deleted and recreated (recreated.go)
 
 	// Exactly-once (txn.go): eos is Delivery == ExactlyOnce; sess wraps
 	// cl. held counts outcomes held for a transaction; txnKick and

@@ -91,6 +91,26 @@ func (s *faultSolver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "ok")
 }
 
+func (s *faultSolver) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[id]
+}
+
+// distinctFrom is how many requests req-N with N >= from were called.
+func (s *faultSolver) distinctFrom(from int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for id := range s.calls {
+		var i int
+		if _, err := fmt.Sscanf(id, "req-%d", &i); err == nil && i >= from {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *faultSolver) peakHung() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -300,6 +320,126 @@ func TestFaultPartitionsAdded(t *testing.T) {
 
 	p.sigterm(t, 20*time.Second)
 	if problem := c.LagProblem(t, "redrive."+topic, []string{topic}, 6); problem != "" {
+		t.Errorf("after SIGTERM: %s", problem)
+	}
+}
+
+// committedOffsets is the group's committed offset per partition of topic
+// (-1 where none).
+func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string, parts int32) map[int32]int64 {
+	t.Helper()
+	os, err := adm.FetchOffsets(context.Background(), group)
+	if err != nil {
+		t.Fatalf("fetch offsets of %s: %v", group, err)
+	}
+	out := map[int32]int64{}
+	for p := range parts {
+		out[p] = -1
+		if o, ok := os.Lookup(topic, p); ok && o.Err == nil {
+			out[p] = o.At
+		}
+	}
+	return out
+}
+
+// TestFaultDLQDeleted: the DLQ is deleted while `redrive process` runs and
+// requests that must be dead-lettered keep arriving. Their writes block
+// (retried with backoff, logged), /readyz turns 503 naming the DLQ, no
+// offset is committed past the first unwritten dead letter of a
+// partition, and the other requests are still handled. Once `topics
+// ensure` recreates the DLQ the writes go through: every dead letter is
+// in the new DLQ, none lost.
+func TestFaultDLQDeleted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	c := kafkatest.New(t)
+	bin := buildBinary(t)
+	topic := kafkatest.Topic(t, "dlqgone")
+	dlqTopic, group := topic+".dlq", "redrive."+topic
+	s := newFaultSolver(t)
+	cfg, base := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "", "    concurrency: 4\n")
+	p := startProc(t, bin, cfg)
+	if code, body := waitProbe(base+"/readyz", 200, 30*time.Second); code != 200 {
+		t.Fatalf("/readyz after start: %d %s", code, body)
+	}
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	before := map[string]string{}
+	produceRecs(t, cl, faultRequests(topic, 0, 40, 4, before))
+	mustArrive(t, c, p, topic, before, 60*time.Second)
+
+	adm := c.Admin(t)
+	if _, err := adm.DeleteTopics(context.Background(), dlqTopic); err != nil {
+		t.Fatalf("delete %s: %v", dlqTopic, err)
+	}
+	if !kafkatest.Eventually(30*time.Second, func() bool {
+		td, err := adm.ListTopics(context.Background(), dlqTopic)
+		return err == nil && !td.Has(dlqTopic)
+	}) {
+		t.Fatalf("%s still listed 30s after its deletion", dlqTopic)
+	}
+	deleted := time.Now()
+
+	// Every 4th request is permanent: a dead letter with nowhere to go.
+	want := map[string]string{}
+	recs := faultRequests(topic, 40, 120, 4, want)
+	firstDead := map[int32]int64{} // per partition: the offset of the first request to be dead-lettered
+	results := cl.ProduceSync(context.Background(), recs...)
+	if err := results.FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range results {
+		if string(r.Record.Value) != "perm" {
+			continue
+		}
+		if o, ok := firstDead[r.Record.Partition]; !ok || r.Record.Offset < o {
+			firstDead[r.Record.Partition] = r.Record.Offset
+		}
+	}
+
+	code, body := waitProbe(base+"/readyz", 503, 60*time.Second)
+	if code != 503 || !strings.Contains(body, "outcome writes failing") || !strings.Contains(body, dlqTopic) {
+		t.Fatalf("/readyz with the DLQ deleted: %d %s, want 503 naming %s", code, body, dlqTopic)
+	}
+	notReady := time.Since(deleted)
+	line := waitLog(t, p, 30*time.Second, "outcome write failed; retrying, offset not committed", "topic="+dlqTopic)
+	// Requests behind the first dead letter of each partition are handled
+	// meanwhile (until max_inflight records are in flight: 16 here, so
+	// fetching stops once that many wait for the DLQ).
+	if !kafkatest.Eventually(30*time.Second, func() bool { return s.distinctFrom(40) >= 16 }) {
+		t.Fatalf("with the DLQ deleted, the solver saw %d of the later requests, want at least 16:\n%s", s.distinctFrom(40), p.log.String())
+	}
+	handled := s.distinctFrom(40)
+	time.Sleep(2 * time.Second) // several commit intervals
+	committed := committedOffsets(t, adm, group, topic, 3)
+	for part, first := range firstDead {
+		if committed[part] > first {
+			t.Errorf("partition %d committed at %d, past its first unwritten dead letter at offset %d", part, committed[part], first)
+		}
+	}
+	if code, _ := probe(base + "/readyz"); code != 503 {
+		t.Errorf("/readyz is %d while the DLQ is still missing, want 503", code)
+	}
+	blocked := time.Since(deleted)
+
+	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+		t.Fatalf("ensure to recreate %s: exit %d\n%s", dlqTopic, code, out)
+	}
+	recreated := time.Now()
+	if code, body := waitProbe(base+"/readyz", 200, 60*time.Second); code != 200 {
+		t.Fatalf("/readyz after %s was recreated: %d %s, want 200:\n%s", dlqTopic, code, body, p.log.String())
+	}
+	resumed := time.Since(recreated)
+	// franz-go keeps the deleted topic's id; redrive purges it on UNKNOWN_TOPIC_ID.
+	purged := waitLog(t, p, 10*time.Second, "output topic was deleted and created again: writing to the new one", "topic="+dlqTopic)
+	mustArrive(t, c, p, topic, want, 60*time.Second)
+	t.Logf("%s deleted: /readyz 503 after %v (%q); blocked %v, %d of %d later requests handled meanwhile, commits held at %v (first dead letters at %v); "+
+		"recreated: ready again in %v, all %d requests (%d dead letters) in their terminal topic; %d failed-write log lines, e.g. %s; then %s",
+		dlqTopic, notReady.Round(100*time.Millisecond), body, blocked.Round(100*time.Millisecond), handled, len(want), committed, firstDead,
+		resumed.Round(100*time.Millisecond), len(want), countTo(want, dlqTopic), strings.Count(p.log.String(), "outcome write failed"), line, purged)
+
+	p.sigterm(t, 20*time.Second)
+	if problem := c.LagProblem(t, group, []string{topic}, 3); problem != "" {
 		t.Errorf("after SIGTERM: %s", problem)
 	}
 }
