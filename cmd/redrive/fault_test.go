@@ -443,3 +443,136 @@ func TestFaultDLQDeleted(t *testing.T) {
 		t.Errorf("after SIGTERM: %s", problem)
 	}
 }
+
+// TestFaultSolverNeverAnswers: the service accepts every connection and
+// never answers, with all `concurrency` calls stuck at once. Each call
+// times out (handler timeout 1s) as a transient failure: the records go
+// to the tiers, the breaker opens (logged) and stops calls without
+// spending attempts, and probes the service as it half-opens. Once the
+// service answers again every request reaches the results topic, none
+// is dead-lettered for the outage, and a SIGTERM exits within the grace
+// with everything committed.
+func TestFaultSolverNeverAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	c := kafkatest.New(t)
+	bin := buildBinary(t)
+	topic := kafkatest.Topic(t, "hung")
+	s := newFaultSolver(t)
+	s.hang(true)
+	const conc = 8
+	cfg, base := faultConfig(t, c.Brokers, topic, s.url, time.Second,
+		"{tiers: [1s, 2s], max_attempts: 20, jitter: 0}",
+		fmt.Sprintf("    concurrency: %d\n    breaker: {consecutive: 10, open_for: 1s, max_open: 2s, probes: 2}\n", conc))
+	p := startProc(t, bin, cfg)
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	want := map[string]string{}
+	produceRecs(t, cl, faultRequests(topic, 0, 60, 0, want))
+
+	if !kafkatest.Eventually(30*time.Second, func() bool { return s.peakHung() >= conc }) {
+		t.Fatalf("the hung service saw at most %d calls at once, want %d (all workers stuck):\n%s", s.peakHung(), conc, p.log.String())
+	}
+	opened := waitLog(t, p, 30*time.Second, "breaker open: handler calls stopped")
+	// The calls that timed out went to the first tier, as timeouts.
+	tier := topic + ".retry.1s"
+	timeouts := 0
+	c.CollectUntil(t, []string{tier}, func(got kafkatest.Got) bool {
+		timeouts = 0
+		for _, r := range got[tier] {
+			if hdr(r, retry.HeaderErrorCode) == "timeout" {
+				timeouts++
+			}
+		}
+		return timeouts >= conc
+	}, 30*time.Second, 0)
+	if timeouts < conc {
+		t.Fatalf("%d records in %s with error code timeout, want at least %d:\n%s", timeouts, tier, conc, p.log.String())
+	}
+	if code, body := probe(base + "/healthz"); code != 200 {
+		t.Errorf("/healthz while every call hangs: %d %s, want 200 (the loops still beat)", code, body)
+	}
+	time.Sleep(3 * time.Second) // a half-open probe or two times out too
+	s.hang(false)
+	recovered := time.Now()
+	missing, wrong, seen := arrived(t, c, topic, want, 90*time.Second)
+	if len(missing) > 0 || len(wrong) > 0 {
+		t.Fatalf("after the service answered again: %d of %d requests not in the results topic (%.10v), %d dead-lettered (%.10v):\n%s",
+			len(missing), len(want), missing, len(wrong), wrong, p.log.String())
+	}
+	if n := len(seen[topic+".dlq"]); n > 0 {
+		t.Errorf("%d requests dead-lettered because of the outage, want 0", n)
+	}
+	t.Logf("%d calls hung at once (concurrency %d); %d timeouts in %s; log: %s; all %d requests in the results topic %v after the service answered, none dead-lettered",
+		s.peakHung(), conc, timeouts, tier, opened, len(want), time.Since(recovered).Round(100*time.Millisecond))
+
+	// A SIGTERM while every call hangs: the calls time out, their records
+	// go to a tier, the process exits within shutdown_grace (10s); a new
+	// process finishes them once the service answers.
+	s.hang(true)
+	more := map[string]string{}
+	s.mu.Lock()
+	s.peak = 0
+	s.mu.Unlock()
+	produceRecs(t, cl, faultRequests(topic, 60, 60+conc, 0, more))
+	if !kafkatest.Eventually(30*time.Second, func() bool { return s.peakHung() >= conc }) {
+		t.Fatalf("the hung service saw at most %d calls at once, want %d:\n%s", s.peakHung(), conc, p.log.String())
+	}
+	stop := time.Now()
+	p.sigterm(t, 15*time.Second)
+	exited := time.Since(stop)
+	s.hang(false)
+	p = startProc(t, bin, cfg)
+	mustArrive(t, c, p, topic, more, 60*time.Second)
+	t.Logf("SIGTERM with %d calls hanging: exit 0 in %v; the next process brought all %d to the results topic", conc, exited.Round(100*time.Millisecond), len(more))
+	p.sigterm(t, 15*time.Second)
+	if problem := c.LagProblem(t, "redrive."+topic, groupTopics(topic)[:2], 3); problem != "" {
+		t.Errorf("after SIGTERM: %s", problem)
+	}
+}
+
+// TestFaultSolverNeverAnswersNoBreaker: the same hung service with the
+// breaker off. Every call times out, each record goes through the tier
+// and, its attempts spent, to the DLQ as exhausted with error code
+// timeout: nothing is stuck, nothing lost.
+func TestFaultSolverNeverAnswersNoBreaker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	c := kafkatest.New(t)
+	bin := buildBinary(t)
+	topic := kafkatest.Topic(t, "hungnb")
+	s := newFaultSolver(t)
+	s.hang(true)
+	const conc, n = 8, 16
+	cfg, _ := faultConfig(t, c.Brokers, topic, s.url, time.Second,
+		"{tiers: [1s], max_attempts: 2, jitter: 0}",
+		fmt.Sprintf("    concurrency: %d\n    breaker: {enabled: false}\n", conc))
+	p := startProc(t, bin, cfg)
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	want := map[string]string{}
+	recs := faultRequests(topic, 0, n, 0, want)
+	for id := range want {
+		want[id] = topic + ".dlq"
+	}
+	start := time.Now()
+	produceRecs(t, cl, recs)
+	mustArrive(t, c, p, topic, want, 60*time.Second)
+	took := time.Since(start)
+	if s.peakHung() < conc {
+		t.Errorf("the hung service saw at most %d calls at once, want %d", s.peakHung(), conc)
+	}
+	dead := c.Collect(t, topic+".dlq", n, 10*time.Second)
+	for _, r := range dead {
+		if hdr(r, retry.HeaderReason) != "exhausted" || hdr(r, retry.HeaderErrorCode) != "timeout" || hdr(r, retry.HeaderAttempt) != "2" {
+			t.Errorf("dead letter %s: reason %q, code %q, attempts %q; want exhausted, timeout, 2",
+				hdr(r, retry.HeaderID), hdr(r, retry.HeaderReason), hdr(r, retry.HeaderErrorCode), hdr(r, retry.HeaderAttempt))
+		}
+	}
+	t.Logf("breaker off: %d requests, %d calls hung at once; all dead-lettered (exhausted, timeout, 2 attempts) in %v; error %q",
+		n, s.peakHung(), took.Round(100*time.Millisecond), hdr(dead[0], retry.HeaderError))
+	p.sigterm(t, 15*time.Second)
+	if problem := c.LagProblem(t, "redrive."+topic, []string{topic, topic + ".retry.1s"}, 3); problem != "" {
+		t.Errorf("after SIGTERM: %s", problem)
+	}
+}
