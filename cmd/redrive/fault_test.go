@@ -576,3 +576,41 @@ func TestFaultSolverNeverAnswersNoBreaker(t *testing.T) {
 		t.Errorf("after SIGTERM: %s", problem)
 	}
 }
+
+// TestFaultRecordOverMaxInflightBytes: a main-topic record larger than
+// max_inflight_bytes among small ones is admitted (the bound is checked
+// before a poll, never against a record already fetched), so nothing
+// deadlocks; fetching stops until it is finished, and the processor says
+// so in its log. Every request reaches its terminal topic.
+func TestFaultRecordOverMaxInflightBytes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	c := kafkatest.New(t)
+	bin := buildBinary(t)
+	topic := kafkatest.Topic(t, "big")
+	s := newFaultSolver(t)
+	const limit, bigSize = 64 << 10, 300 << 10
+	cfg, _ := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "",
+		fmt.Sprintf("    concurrency: 4\n    max_inflight_bytes: %d\n", limit))
+	p := startProc(t, bin, cfg)
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
+	want := map[string]string{}
+	recs := faultRequests(topic, 0, 200, 10, want)
+	big := recs[101] // "ok": a result
+	big.Value = append([]byte("ok"), make([]byte, bigSize)...)
+	for i := range big.Value[2:] {
+		big.Value[2+i] = 'x'
+	}
+	produceRecs(t, cl, recs)
+	mustArrive(t, c, p, topic, want, 60*time.Second)
+	line := waitLog(t, p, 10*time.Second, "record larger than max_inflight_bytes", fmt.Sprintf("max_inflight_bytes=%d", limit))
+	if s.count(string(big.Key)) == 0 {
+		t.Errorf("the large request %s was never handled", big.Key)
+	}
+	t.Logf("a %d-byte request among %d with max_inflight_bytes %d: all reached their terminal topic; log: %s", len(big.Value), len(recs), limit, line)
+	p.sigterm(t, 15*time.Second)
+	if problem := c.LagProblem(t, "redrive."+topic, []string{topic}, 3); problem != "" {
+		t.Errorf("after SIGTERM: %s", problem)
+	}
+}
