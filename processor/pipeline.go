@@ -220,6 +220,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		// metadata refresh; franz-go's default of 5 minutes would leave
 		// them unconsumed that long.
 		kgo.MetadataMaxAge(metadataMaxAge),
+		kgo.WithHooks(&brokerLog{log: p.log}),
 	}
 	// A batch never holds more than a topic takes, so that several dead
 	// letters batched together are not refused as one. franz-go asks once

@@ -224,17 +224,8 @@ func waitLog(t *testing.T, p *proc, timeout time.Duration, parts ...string) stri
 	t.Helper()
 	var found string
 	kafkatest.Eventually(timeout, func() bool {
-		for l := range strings.SplitSeq(p.log.String(), "\n") {
-			ok := true
-			for _, s := range parts {
-				ok = ok && strings.Contains(l, s)
-			}
-			if ok {
-				found = l
-				return true
-			}
-		}
-		return false
+		found = lineWith(p.log.String(), parts...)
+		return found != ""
 	})
 	if found == "" {
 		t.Fatalf("no log line with %q within %v:\n%s", parts, timeout, p.log.String())
