@@ -171,6 +171,13 @@ func produceRecs(t *testing.T, cl *kgo.Client, recs []*kgo.Record) {
 // the records read per id (duplicates: at least once).
 func arrived(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]string, timeout time.Duration) (missing, wrong []string, seen map[string]map[string]int) {
 	t.Helper()
+	return arrivedAs(t, c, false, topic, want, timeout)
+}
+
+// arrivedAs is arrived, read_committed when committed (an exactly-once
+// pipeline's aborted writes are not outcomes).
+func arrivedAs(t *testing.T, c *kafkatest.Cluster, committed bool, topic string, want map[string]string, timeout time.Duration) (missing, wrong []string, seen map[string]map[string]int) {
+	t.Helper()
 	results, dead := topic+".results", topic+".dlq"
 	seen = map[string]map[string]int{results: {}, dead: {}}
 	read := map[string]int{}
@@ -190,7 +197,11 @@ func arrived(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]s
 		}
 		return true
 	}
-	got := c.CollectUntil(t, []string{results, dead}, func(got kafkatest.Got) bool { count(got); return all() }, timeout, time.Second)
+	collect := c.CollectUntil
+	if committed {
+		collect = c.CollectCommittedUntil
+	}
+	got := collect(t, []string{results, dead}, func(got kafkatest.Got) bool { count(got); return all() }, timeout, time.Second)
 	count(got)
 	for id, to := range want {
 		other := results
@@ -211,7 +222,12 @@ func arrived(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]s
 // topic, and none the other one.
 func mustArrive(t *testing.T, c *kafkatest.Cluster, p *proc, topic string, want map[string]string, timeout time.Duration) {
 	t.Helper()
-	missing, wrong, _ := arrived(t, c, topic, want, timeout)
+	mustArriveAs(t, c, false, p, topic, want, timeout)
+}
+
+func mustArriveAs(t *testing.T, c *kafkatest.Cluster, committed bool, p *proc, topic string, want map[string]string, timeout time.Duration) {
+	t.Helper()
+	missing, wrong, _ := arrivedAs(t, c, committed, topic, want, timeout)
 	if len(missing) > 0 || len(wrong) > 0 {
 		t.Fatalf("%d of %d requests reached no terminal topic (lost: %.10v), %d the wrong one (%.10v):\n%s",
 			len(missing), len(want), missing, len(wrong), wrong, p.log.String())
@@ -346,10 +362,24 @@ func TestFaultDLQDeleted(t *testing.T) {
 	}
 	c := kafkatest.New(t)
 	bin := buildBinary(t)
+	t.Run("at-least-once", func(t *testing.T) { dlqDeleted(t, c, bin, false) })
+	t.Run("exactly-once", func(t *testing.T) { dlqDeleted(t, c, bin, true) })
+}
+
+// dlqDeleted is TestFaultDLQDeleted for one delivery. Exactly-once: each
+// transaction holding a dead letter aborts (its records are handled
+// again), so nothing at all is committed until the DLQ is back; the
+// outcomes are read read_committed.
+func dlqDeleted(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 	topic := kafkatest.Topic(t, "dlqgone")
 	dlqTopic, group := topic+".dlq", "redrive."+topic
 	s := newFaultSolver(t)
-	cfg, base := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "", "    concurrency: 4\n")
+	extra, failing, logged := "    concurrency: 4\n", "outcome writes failing", "outcome write failed; retrying, offset not committed"
+	if eos {
+		extra += "    delivery: exactly-once\n"
+		failing, logged = "transaction ", "transaction aborted; handling its records again from the committed offsets"
+	}
+	cfg, base := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "", extra)
 	p := startProc(t, bin, cfg)
 	if code, body := waitProbe(base+"/readyz", 200, 30*time.Second); code != 200 {
 		t.Fatalf("/readyz after start: %d %s", code, body)
@@ -357,7 +387,7 @@ func TestFaultDLQDeleted(t *testing.T) {
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
 	before := map[string]string{}
 	produceRecs(t, cl, faultRequests(topic, 0, 40, 4, before))
-	mustArrive(t, c, p, topic, before, 60*time.Second)
+	mustArriveAs(t, c, eos, p, topic, before, 60*time.Second)
 
 	adm := c.Admin(t)
 	if _, err := adm.DeleteTopics(context.Background(), dlqTopic); err != nil {
@@ -389,11 +419,11 @@ func TestFaultDLQDeleted(t *testing.T) {
 	}
 
 	code, body := waitProbe(base+"/readyz", 503, 60*time.Second)
-	if code != 503 || !strings.Contains(body, "outcome writes failing") || !strings.Contains(body, dlqTopic) {
+	if code != 503 || !strings.Contains(body, failing) || !strings.Contains(body, dlqTopic) {
 		t.Fatalf("/readyz with the DLQ deleted: %d %s, want 503 naming %s", code, body, dlqTopic)
 	}
 	notReady := time.Since(deleted)
-	line := waitLog(t, p, 30*time.Second, "outcome write failed; retrying, offset not committed", "topic="+dlqTopic)
+	line := waitLog(t, p, 30*time.Second, logged, dlqTopic)
 	// Requests behind the first dead letter of each partition are handled
 	// meanwhile (until max_inflight records are in flight: 16 here, so
 	// fetching stops once that many wait for the DLQ).
@@ -423,11 +453,11 @@ func TestFaultDLQDeleted(t *testing.T) {
 	resumed := time.Since(recreated)
 	// franz-go keeps the deleted topic's id; redrive purges it on UNKNOWN_TOPIC_ID.
 	purged := waitLog(t, p, 10*time.Second, "output topic was deleted and created again: writing to the new one", "topic="+dlqTopic)
-	mustArrive(t, c, p, topic, want, 60*time.Second)
+	mustArriveAs(t, c, eos, p, topic, want, 60*time.Second)
 	t.Logf("%s deleted: /readyz 503 after %v (%q); blocked %v, %d of %d later requests handled meanwhile, commits held at %v (first dead letters at %v); "+
 		"recreated: ready again in %v, all %d requests (%d dead letters) in their terminal topic; %d failed-write log lines, e.g. %s; then %s",
 		dlqTopic, notReady.Round(100*time.Millisecond), body, blocked.Round(100*time.Millisecond), handled, len(want), committed, firstDead,
-		resumed.Round(100*time.Millisecond), len(want), countTo(want, dlqTopic), strings.Count(p.log.String(), "outcome write failed"), line, purged)
+		resumed.Round(100*time.Millisecond), len(want), countTo(want, dlqTopic), strings.Count(p.log.String(), logged), line, purged)
 
 	p.sigterm(t, 20*time.Second)
 	if problem := c.LagProblem(t, group, []string{topic}, 3); problem != "" {
