@@ -207,7 +207,7 @@ func (p *pipeline) txnCycle() error {
 	}
 	var mu sync.Mutex
 	var perr error
-	var big []*work // outcomes refused as too large
+	var big []*work   // outcomes refused as too large
 	var gone []string // topics deleted and recreated (forgetRecreated, after End)
 	for _, w := range b.works {
 		if w.out == nil {
