@@ -23,7 +23,9 @@ import (
 // request reaches the terminal topic the solver's answers dictate), the
 // log line an operator sees, and, where the fault blocks writes, /readyz
 // and the committed offsets. docs/operations.md ("Faults and what redrive
-// does") lists what each test shows.
+// does") lists what each test shows. The broker SIGKILL is in
+// restart_test.go (TestBrokerRestartLosesNothing), on the broker of its
+// own that its clean restart already needs.
 
 // faultSolver answers by the request's value: "perm…" 400 with a wrong-key
 // code (permanent: the DLQ), anything else 200 "ok" (a short result, also
