@@ -145,6 +145,7 @@ type pipeline struct {
 	writeFails  atomic.Int64 // outcome writes failing right now
 	lastWriteMu sync.Mutex
 	lastWrite   error
+	recreated   recreatedTopics // output topics deleted and recreated (recreated.go)
 
 	// Exactly-once (txn.go): eos is Delivery == ExactlyOnce; sess wraps
 	// cl. held counts outcomes held for a transaction; txnKick and
@@ -215,6 +216,11 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		kgo.RecordDeliveryTimeout(20 * time.Second),
 		kgo.UnknownTopicRetries(3),
 		kgo.ProducerLinger(2 * time.Millisecond),
+		// Partitions added to the main topic (or a tier) are found on a
+		// metadata refresh; franz-go's default of 5 minutes would leave
+		// them unconsumed that long.
+		kgo.MetadataMaxAge(metadataMaxAge),
+		kgo.WithHooks(&brokerLog{log: p.log}),
 	}
 	// A batch never holds more than a topic takes, so that several dead
 	// letters batched together are not refused as one. franz-go asks once
@@ -393,6 +399,23 @@ func (p *pipeline) room() int {
 	return max(0, p.cfg.MaxInflight-p.inflight)
 }
 
+// metadataMaxAge is how often the pipeline's client refreshes metadata at
+// the latest: new partitions of the main topic and tiers are consumed
+// (and the group rebalanced to spread them) within about this long.
+const metadataMaxAge = 15 * time.Second
+
+// noteOversize logs a record larger than MaxInflightBytes: it is admitted
+// (the bound is checked before a poll, so it never deadlocks) but nothing
+// more is polled until it is finished, so throughput drops to that one
+// record meanwhile. p.mu held.
+func (p *pipeline) noteOversize(w *work) {
+	if w.size <= p.cfg.MaxInflightBytes {
+		return
+	}
+	p.log.Warn("record larger than max_inflight_bytes: handled with no more records fetched until it is finished",
+		"src", srcOf(w), "bytes", w.size, "max_inflight_bytes", p.cfg.MaxInflightBytes)
+}
+
 // pollWait bounds one poll, so the loop beats at least this often when idle.
 const pollWait = 2 * time.Second
 
@@ -494,6 +517,7 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 			continue
 		}
 		w := &work{rec: r, ps: ps, e: ps.offsets.add(r), size: int64(len(r.Key) + len(r.Value))}
+		p.noteOversize(w)
 		if ps.tier < 0 {
 			p.dispatchLocked(w)
 			continue

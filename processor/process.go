@@ -309,6 +309,7 @@ func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Reco
 			continue
 		}
 		p.m.produceFails.WithLabelValues(p.cfg.Name, string(to)).Inc()
+		p.forgetRecreated(rec.Topic, err)
 		if !failing {
 			failing = true
 			p.setWriteErr(fmt.Errorf("writing to %s: %w", rec.Topic, err))

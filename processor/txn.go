@@ -207,7 +207,8 @@ func (p *pipeline) txnCycle() error {
 	}
 	var mu sync.Mutex
 	var perr error
-	var big []*work // outcomes refused as too large
+	var big []*work   // outcomes refused as too large
+	var gone []string // topics deleted and recreated (forgetRecreated, after End)
 	for _, w := range b.works {
 		if w.out == nil {
 			continue
@@ -220,6 +221,9 @@ func (p *pipeline) txnCycle() error {
 				}
 				if isTooLarge(err) {
 					big = append(big, w)
+				}
+				if errors.Is(err, kerr.UnknownTopicID) {
+					gone = append(gone, r.Topic)
 				}
 				mu.Unlock()
 			}
@@ -257,6 +261,9 @@ func (p *pipeline) txnCycle() error {
 		"outcomes", len(b.works), "records", len(b.recs), "err", why)
 	mu.Lock()
 	p.noteRefused(big)
+	for _, topic := range gone {
+		p.forgetRecreated(topic, kerr.UnknownTopicID)
+	}
 	mu.Unlock()
 	p.resetAll()
 	p.settle(b.works, false)

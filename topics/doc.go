@@ -31,8 +31,12 @@
 //     and poll instead).
 //
 // This package creates topics and reads them; it must never delete a topic
-// or alter an existing one — no partitions added, no config changed, not
-// even on a topic it created itself: an existing topic may hold records
-// nobody has processed yet, and it may be another team's. It reports what
-// to fix, with the command, and leaves the fixing to an operator.
+// or alter an existing one — no config changed, not even on a topic it
+// created itself: an existing topic may hold records nobody has processed
+// yet, and it may be another team's. It reports what to fix, with the
+// command, and leaves the fixing to an operator. The one exception is
+// [Grow], only when asked (`redrive topics ensure --grow`): it adds
+// partitions to a tier or DLQ narrower than its main topic (the main topic
+// grew), which loses nothing; it never removes partitions, and never
+// touches a main, results or callbacks topic.
 package topics

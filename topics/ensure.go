@@ -370,8 +370,12 @@ func judge(s Spec, o *observed, mainParts map[string]int32, bootstrap string) []
 		want, of = p, "its main topic "+s.Main
 	}
 	if s.Role != RoleCallbacks && want > 0 && o.partitions < want {
-		ps = append(ps, fmt.Sprintf("%s has %s, fewer than %s (%d); fix: kafka-topics.sh --bootstrap-server %s --alter --topic %s --partitions %d",
-			s.Name, partitions(o.partitions), of, want, bootstrap, s.Name, want))
+		grow := ""
+		if of != "configured" {
+			grow = "redrive topics ensure --grow, or "
+		}
+		ps = append(ps, fmt.Sprintf("%s has %s, fewer than %s (%d); fix: %skafka-topics.sh --bootstrap-server %s --alter --topic %s --partitions %d",
+			s.Name, partitions(o.partitions), of, want, grow, bootstrap, s.Name, want))
 	}
 
 	switch {

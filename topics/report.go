@@ -20,6 +20,9 @@ type TopicState struct {
 	Spec    Spec
 	Exists  bool
 	Created bool // by this Ensure call
+	// GrownFrom is the partition count Grow widened the topic from; 0
+	// when it did not.
+	GrownFrom int32
 	// Partitions and Replication are the topic's actual partition count
 	// and the smallest replica count of its partitions.
 	Partitions  int32
@@ -56,7 +59,7 @@ func (r Report) Problems() []string {
 }
 
 // WriteTable writes the report as an aligned table, one row per topic
-// with its state (ok, created or PROBLEM), followed by every problem and
+// with its state (ok, created, grown from N or PROBLEM), followed by every problem and
 // its fix. An empty report writes nothing.
 func (r Report) WriteTable(w io.Writer) {
 	if len(r.Topics) == 0 {
@@ -71,6 +74,8 @@ func (r Report) WriteTable(w io.Writer) {
 			state = "PROBLEM"
 		case t.Created:
 			state = "created"
+		case t.GrownFrom > 0:
+			state = fmt.Sprintf("grown from %d", t.GrownFrom)
 		}
 		if !t.Exists {
 			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t%s\n", t.Spec.Name, t.Spec.Role, state)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +16,11 @@ import (
 )
 
 // ownBroker starts a broker of the test's own with scripts/kafka.sh (so it
-// can be restarted without disturbing other tests) and returns its address
-// and a restart function.
-func ownBroker(t *testing.T) (addr string, restart func()) {
+// can be restarted or killed without disturbing other tests) and returns
+// its address, a restart function (a clean stop and start; after kill, a
+// start on the same port and data) and a kill function (SIGKILL, state
+// kept).
+func ownBroker(t *testing.T) (addr string, restart, kill func()) {
 	t.Helper()
 	for _, tool := range []string{"java", "mvn"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -42,21 +45,26 @@ func ownBroker(t *testing.T) (addr string, restart func()) {
 	}
 	addr = run("up")
 	t.Cleanup(func() { run("down") })
-	return addr, func() {
+	restart = func() {
 		if got := run("restart"); got != addr {
 			t.Fatalf("restarted broker at %s, want %s", got, addr)
 		}
 	}
+	return addr, restart, func() { run("kill") }
 }
 
-// TestBrokerRestartLosesNothing: the broker restarts while `redrive process`
-// is mid-stream; every request still reaches its terminal topic and a
-// SIGTERM afterwards exits 0 with everything committed.
+// TestBrokerRestartLosesNothing: the broker restarts cleanly while
+// `redrive process` is mid-stream, and later is SIGKILLed (a crash, not a
+// clean stop), stays down a few seconds and is started again on the same
+// data; every request still reaches its terminal topic, the processor
+// logs the broker's absence, and a SIGTERM afterwards exits 0 with
+// everything committed. (The broker-SIGKILL fault of the fault suite,
+// fault_test.go, sharing this test's own broker.)
 func TestBrokerRestartLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	addr, restart := ownBroker(t)
+	addr, restart, kill := ownBroker(t)
 	c := &kafkatest.Cluster{Brokers: []string{addr}, Kind: kafkatest.KindReal}
 	bin := buildBinary(t)
 	topic := "restart"
@@ -73,22 +81,66 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	const n = 1500
 	want := produceMix(t, c, topic, n)
 	p := startProc(t, bin, cfg)
-	deadline := time.Now().Add(60 * time.Second)
-	for distinct(s) < n/4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("handled %d of %d in 60s:\n%s", distinct(s), n, p.log.String())
+	waitHandled := func(k int) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for distinct(s) < k {
+			if time.Now().After(deadline) {
+				t.Fatalf("handled %d of %d in 60s:\n%s", distinct(s), n, p.log.String())
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	at := distinct(s)
+	waitHandled(n / 4)
+	restartedAt := distinct(s)
 	restart()
+	waitHandled(restartedAt + n/4)
+	killedAt := distinct(s)
+	logBefore := len(p.log.String())
+	kill()
+	killed := time.Now()
+	time.Sleep(3 * time.Second) // down: fetches, writes and commits fail meanwhile
+	handledDown := distinct(s) - killedAt
+	restart()
+	down := time.Since(killed)
 	missing, _, dups := terminal(t, c, topic, want)
 	if missing > 0 {
-		t.Fatalf("%d of %d requests reached no terminal topic after a broker restart at %d handled:\n%s", missing, n, at, p.log.String())
+		t.Fatalf("%d of %d requests reached no terminal topic after a broker restart at %d and a SIGKILL at %d handled:\n%s", missing, n, restartedAt, killedAt, p.log.String())
 	}
-	t.Logf("broker restarted after %d of %d handled; all reached their terminal topic; %d duplicates", at, n, dups)
+	// What an operator sees while the broker is gone.
+	msgs := map[string]int{}
+	for l := range strings.SplitSeq(p.log.String()[logBefore:], "\n") {
+		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
+			if _, m, ok := strings.Cut(l, "msg="); ok {
+				if q, err := strconv.QuotedPrefix(m); err == nil {
+					msgs[q]++
+				}
+			}
+		}
+	}
+	after := p.log.String()[logBefore:]
+	unreachable, back := lineWith(after, `msg="cannot reach the broker`, "broker="+addr), lineWith(after, `msg="broker reachable again"`, "broker="+addr)
+	if unreachable == "" || back == "" {
+		t.Fatalf("the SIGKILLed broker, down for %v, is not logged as unreachable and then reachable again:\n%s", down, after)
+	}
+	t.Logf("broker restarted after %d and SIGKILLed after %d of %d handled (down %v, %d handled meanwhile); all reached their terminal topic; %d duplicates; WARN/ERROR lines meanwhile %v; log: %s ... %s",
+		restartedAt, killedAt, n, down.Round(100*time.Millisecond), handledDown, dups, msgs, unreachable, back)
 	p.sigterm(t, 30*time.Second)
 	if lag := c.Lag(t, "redrive."+topic, topic); lag != 0 {
 		t.Errorf("lag on %s after SIGTERM is %d, want 0", topic, lag)
 	}
+}
+
+// lineWith is the first line of log containing every one of parts, "" if none.
+func lineWith(log string, parts ...string) string {
+	for l := range strings.SplitSeq(log, "\n") {
+		ok := true
+		for _, s := range parts {
+			ok = ok && strings.Contains(l, s)
+		}
+		if ok {
+			return l
+		}
+	}
+	return ""
 }

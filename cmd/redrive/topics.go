@@ -21,6 +21,7 @@ func newTopicsCmd(g *globals) *cobra.Command {
 		Short: "create (ensure) or verify (check) every topic of the config's pipelines",
 	}
 	var timeout time.Duration
+	var grow bool
 	mk := func(use, short string, ensure bool) *cobra.Command {
 		return &cobra.Command{
 			Use:   use,
@@ -33,7 +34,7 @@ func newTopicsCmd(g *globals) *cobra.Command {
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()
-				rep, err := topicsRun(ctx, c, ensure)
+				rep, err := topicsGrowRun(ctx, c, ensure, ensure && grow)
 				rep.WriteTable(cmd.OutOrStdout())
 				if err != nil {
 					return &exitError{1, err}
@@ -43,8 +44,10 @@ func newTopicsCmd(g *globals) *cobra.Command {
 		}
 	}
 	cmd.PersistentFlags().DurationVar(&timeout, "timeout", 60*time.Second, "give up after this long")
+	ensureCmd := mk("ensure", "create missing topics with the configured partitions, replication and configs; then check all (exit 1 on a problem)", true)
+	ensureCmd.Flags().BoolVar(&grow, "grow", false, "also add partitions to a tier or DLQ that has fewer than its main topic (the only change made to an existing topic)")
 	cmd.AddCommand(
-		mk("ensure", "create missing topics with the configured partitions, replication and configs; then check all (exit 1 on a problem)", true),
+		ensureCmd,
 		mk("check", "report missing or misconfigured topics without changing anything (exit 1 on a problem)", false),
 	)
 	return cmd
@@ -52,6 +55,12 @@ func newTopicsCmd(g *globals) *cobra.Command {
 
 // topicsRun ensures or checks every pipeline's topics.
 func topicsRun(ctx context.Context, c *config.Config, ensure bool) (topics.Report, error) {
+	return topicsGrowRun(ctx, c, ensure, false)
+}
+
+// topicsGrowRun is topicsRun; grow (with ensure) first widens tiers and
+// DLQs narrower than their main topic (topics.Grow).
+func topicsGrowRun(ctx context.Context, c *config.Config, ensure, grow bool) (topics.Report, error) {
 	opts, err := kafkaconn.Opts(c)
 	if err != nil {
 		return topics.Report{}, err
@@ -67,8 +76,15 @@ func topicsRun(ctx context.Context, c *config.Config, ensure bool) (topics.Repor
 	for _, p := range c.Pipelines {
 		specs := topics.ForPipeline(p.TopicSpec())
 		var rep topics.Report
+		var grown []topics.Growth
+		if grow {
+			if grown, err = topics.Grow(ctx, adm, specs); err != nil {
+				errs = append(errs, fmt.Errorf("pipeline %s: %w", p.Name, err))
+			}
+		}
 		if ensure {
 			rep, err = topics.Ensure(ctx, adm, specs)
+			rep.MarkGrown(grown)
 		} else {
 			rep, err = topics.Check(ctx, adm, specs)
 		}
