@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GO ?= go
 PKGS := ./...
 
-.PHONY: build image deploy-check test test-fast dev kafka-up kafka-down lint fuzz bench clean
+.PHONY: build image deploy-check test test-fast dev kafka-up kafka-down lint fuzz bench soak clean
 
 # The same command the Dockerfile runs.
 build:
@@ -80,6 +80,24 @@ bench:
 	  -slow-records $(BENCH_SLOW_RECORDS) -deadletters $(BENCH_DEADLETTERS); \
 	rc=$$?; \
 	if [ $$started = 1 ]; then bash scripts/kafka.sh down; fi; \
+	exit $$rc
+
+# Soak: the real `redrive process` binary (`make build`'s) for SOAK_DURATION
+# at SOAK_RATE requests/s (1 % permanent, 10 % transient, 5 % not-ready
+# answers) against a broker of its own (REDRIVE_KAFKA_DIR=$(SOAK_KAFKA_DIR),
+# not the one `make test` uses), which it stops afterwards; prints RSS,
+# goroutines, open files, lateness p99, lost and duplicates (BENCHMARKS.md,
+# "Soak"). Not part of `make test`.
+SOAK_DURATION ?= 30m
+SOAK_RATE ?= 500
+SOAK_KAFKA_DIR ?= /tmp/redrive-kafka-soak
+soak: build
+	@set -o pipefail; export REDRIVE_KAFKA_DIR=$(SOAK_KAFKA_DIR); \
+	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
+	eval "$$line"; \
+	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) run ./bench/soak -bin bin/redrive -duration $(SOAK_DURATION) -rate $(SOAK_RATE) $(SOAK_FLAGS); \
+	rc=$$?; \
+	bash scripts/kafka.sh down; \
 	exit $$rc
 
 clean:
