@@ -133,7 +133,18 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	bin := *binPath
-	if bin == "" {
+	if bin != "" {
+		// A copy: a `make build` during the soak must not replace the
+		// running binary.
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			fatal(err.Error())
+		}
+		bin = filepath.Join(dir, "redrive")
+		if err := os.WriteFile(bin, b, 0o755); err != nil {
+			fatal(err.Error())
+		}
+	} else {
 		bin = filepath.Join(dir, "redrive")
 		step("building ./cmd/redrive")
 		cmd := exec.Command("go", "build", "-o", bin, "./cmd/redrive")
@@ -331,6 +342,9 @@ pipelines:
 		s.fds = m.value("process_open_fds")
 		s.buckets = m.buckets("redrive_delay_lateness_seconds")
 		s.opens = m.value(`redrive_breaker_transitions_total{pipeline="soak",state="open"}`)
+		if math.IsNaN(s.opens) {
+			s.opens = 0 // the series appears with the first transition
+		}
 		return s
 	}
 
@@ -456,7 +470,7 @@ pipelines:
 	fmt.Printf("\nlateness p99 over the whole run: %s\n\n", p99(samples[0].buckets, total))
 
 	fmt.Printf("Slopes: least squares per minute over the %d samples from minute %s on.\n\n", len(use), mins(from))
-	fmt.Println("| measure | min | max | slope per minute | over 30 min at that slope |")
+	fmt.Printf("| measure | min | max | slope per minute | over %s at that slope |\n", mins(*duration))
 	fmt.Println("|---|---:|---:|---:|---:|")
 	for _, m := range []struct {
 		name, unit string
@@ -471,7 +485,7 @@ pipelines:
 		if m.unit != "" {
 			u = " " + m.unit
 		}
-		fmt.Printf("| %s | %s%s | %s%s | %+.3f%s | %+.1f%s |\n", m.name, g(lo), u, g(hi), u, k, u, k*30, u)
+		fmt.Printf("| %s | %.1f%s | %.1f%s | %+.3f%s | %+.1f%s |\n", m.name, lo, u, hi, u, k, u, k*duration.Minutes(), u)
 	}
 	fmt.Println()
 	fmt.Println("| minute | RSS MB | goroutines | open files | requests acknowledged | results | dead letters | service calls |")
