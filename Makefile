@@ -15,8 +15,8 @@ build:
 # The container image (deploy/Dockerfile, context: the repository root).
 IMAGE ?= redrive:$(VERSION)
 image:
-	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed (build deploy/Dockerfile with any OCI builder: docker build -f deploy/Dockerfile .)" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine is reachable (docker info failed): start dockerd or point DOCKER_HOST at one" >&2; exit 1; }
+	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed (without Docker: make image-oci, with buildah or podman)" >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine is reachable (docker info failed): start dockerd or point DOCKER_HOST at one, or make image-oci (buildah or podman)" >&2; exit 1; }
 	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 # The same image without Docker and without a base image: deploy/Containerfile
