@@ -6,7 +6,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GO ?= go
 PKGS := ./...
 
-.PHONY: build image deploy-check test test-fast dev kafka-up kafka-down lint fuzz bench clean
+.PHONY: build image deploy-check test test-fast dev kafka-up kafka-down lint fuzz bench soak image-oci image-check clean
 
 # The same command the Dockerfile runs.
 build:
@@ -15,9 +15,28 @@ build:
 # The container image (deploy/Dockerfile, context: the repository root).
 IMAGE ?= redrive:$(VERSION)
 image:
-	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed (build deploy/Dockerfile with any OCI builder: docker build -f deploy/Dockerfile .)" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine is reachable (docker info failed): start dockerd or point DOCKER_HOST at one" >&2; exit 1; }
+	@command -v docker >/dev/null 2>&1 || { echo "make image: docker is not installed (without Docker: make image-oci, with buildah or podman)" >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make image: no Docker engine is reachable (docker info failed): start dockerd or point DOCKER_HOST at one, or make image-oci (buildah or podman)" >&2; exit 1; }
 	docker build -f deploy/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) .
+
+# The same image without Docker and without a base image: deploy/Containerfile
+# (FROM scratch) built by buildah or podman from `make build`'s binary and
+# the host's CA bundle, staged in bin/image. OCI_FLAGS are the builder's
+# global options (e.g. --storage-driver vfs --root DIR).
+OCI_BUILDER ?= $(shell command -v buildah 2>/dev/null || command -v podman 2>/dev/null)
+OCI_FLAGS ?=
+CA_BUNDLE ?= /etc/ssl/certs/ca-certificates.crt
+image-oci: build
+	@[ -n "$(OCI_BUILDER)" ] || { echo "make image-oci: neither buildah nor podman is installed (apt-get install buildah)" >&2; exit 1; }
+	@[ -s "$(CA_BUNDLE)" ] || { echo "make image-oci: no CA bundle at $(CA_BUNDLE) (apt-get install ca-certificates, or set CA_BUNDLE)" >&2; exit 1; }
+	rm -rf bin/image && mkdir -p bin/image && cp bin/redrive bin/image/redrive && cp $(CA_BUNDLE) bin/image/ca-certificates.crt
+	$(OCI_BUILDER) $(OCI_FLAGS) build -f deploy/Containerfile --build-arg VERSION=$(VERSION) -t $(IMAGE) bin/image
+
+# Builds the image with `make image-oci` into a throw-away store and checks
+# it: non-root user, entrypoint, version and source labels, only the binary
+# and the CA bundle inside, and `redrive version` run inside it.
+image-check:
+	bash scripts/image-check.sh
 
 # The deploy/ checks alone: Dockerfile vs `make build`, kustomize builds
 # decoded strictly, promtool, dashboard and alert metric names.
@@ -80,6 +99,24 @@ bench:
 	  -slow-records $(BENCH_SLOW_RECORDS) -deadletters $(BENCH_DEADLETTERS); \
 	rc=$$?; \
 	if [ $$started = 1 ]; then bash scripts/kafka.sh down; fi; \
+	exit $$rc
+
+# Soak: the real `redrive process` binary (`make build`'s) for SOAK_DURATION
+# at SOAK_RATE requests/s (1 % permanent, 10 % transient, 5 % not-ready
+# answers) against a broker of its own (REDRIVE_KAFKA_DIR=$(SOAK_KAFKA_DIR),
+# not the one `make test` uses), which it stops afterwards; prints RSS,
+# goroutines, open files, lateness p99, lost and duplicates (BENCHMARKS.md,
+# "Soak"). Not part of `make test`.
+SOAK_DURATION ?= 30m
+SOAK_RATE ?= 500
+SOAK_KAFKA_DIR ?= /tmp/redrive-kafka-soak
+soak: build
+	@set -o pipefail; export REDRIVE_KAFKA_DIR=$(SOAK_KAFKA_DIR); \
+	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
+	eval "$$line"; \
+	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) run ./bench/soak -bin bin/redrive -duration $(SOAK_DURATION) -rate $(SOAK_RATE) $(SOAK_FLAGS); \
+	rc=$$?; \
+	bash scripts/kafka.sh down; \
 	exit $$rc
 
 clean:
