@@ -60,8 +60,8 @@ func finalStage(ins []string) []string {
 
 var labelRE = regexp.MustCompile(`([a-z.]+)="([^"]*)"`)
 
-// labels are the LABEL key="value" pairs of a stage.
-func labels(stage []string) map[string]string {
+// stageLabels are the LABEL key="value" pairs of a stage.
+func stageLabels(stage []string) map[string]string {
 	m := map[string]string{}
 	for _, in := range stage {
 		if strings.HasPrefix(in, "LABEL ") {
@@ -105,7 +105,7 @@ func TestContainerfileIsScratch(t *testing.T) {
 			t.Errorf("Containerfile has no %q", w)
 		}
 	}
-	l := labels(ins)
+	l := stageLabels(ins)
 	if l["org.opencontainers.image.version"] != "${VERSION}" {
 		t.Errorf("label org.opencontainers.image.version = %q, want ${VERSION}", l["org.opencontainers.image.version"])
 	}
@@ -126,7 +126,7 @@ func TestContainerfileLikeDockerfile(t *testing.T) {
 			t.Errorf("%s: Containerfile %q, Dockerfile %q; want the same one", strings.TrimSpace(kw), a, b)
 		}
 	}
-	lc, ld := labels(cf), labels(df)
+	lc, ld := stageLabels(cf), stageLabels(df)
 	for k, v := range ld {
 		if lc[k] != v {
 			t.Errorf("label %s: Containerfile %q, Dockerfile %q", k, lc[k], v)
