@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -106,6 +107,9 @@ func (f *filterFlags) setup(g *globals, extra ...kgo.Opt) (*dlqSetup, error) {
 	opts, err := kafkaconn.Opts(c)
 	if err != nil {
 		return nil, &exitError{2, err}
+	}
+	if err := preflight(context.Background(), c); err != nil {
+		return nil, err
 	}
 	cl, err := kgo.NewClient(append(opts, extra...)...)
 	if err != nil {

@@ -33,6 +33,9 @@ func newTopicsCmd(g *globals) *cobra.Command {
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()
+				if err := preflight(ctx, c); err != nil {
+					return err
+				}
 				rep, err := topicsRun(ctx, c, ensure)
 				rep.WriteTable(cmd.OutOrStdout())
 				if err != nil {
