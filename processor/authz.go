@@ -14,7 +14,7 @@ import (
 func writeErr(topic string, err error) error {
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
 		return fmt.Errorf("writing to %s: topic %s: WRITE denied (TOPIC_AUTHORIZATION_FAILED): grant ACL WRITE on topic %s to redrive's principal "+
-			"(kafka-acls.sh --add --allow-principal User:<user> --operation Write --topic %s); retrying, nothing committed past this record: %w",
+			"(kafka-acls.sh --add --allow-principal User:SASL_USER --operation Write --topic %s); retrying, nothing committed past this record: %w",
 			topic, topic, topic, topic, err)
 	}
 	return fmt.Errorf("writing to %s: %w", topic, err)
@@ -27,7 +27,7 @@ func writeErr(topic string, err error) error {
 func fatalPollErr(group string, err error) error {
 	if errors.Is(err, kerr.GroupAuthorizationFailed) {
 		return fmt.Errorf("consumer group %s: GROUP_AUTHORIZATION_FAILED: grant ACL READ on group %s to redrive's principal "+
-			"(kafka-acls.sh --add --allow-principal User:<user> --operation Read --group %s): %w", group, group, group, err)
+			"(kafka-acls.sh --add --allow-principal User:SASL_USER --operation Read --group %s): %w", group, group, group, err)
 	}
 	return nil
 }

@@ -522,6 +522,40 @@ func TestSecureClearErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("group ACL removed while running", func(t *testing.T) {
+		httpAddr := freeAddr(t)
+		proc := startProc(t, bin, cfg, "REDRIVE_HTTP_ADDR="+httpAddr)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if code, _ := probe("http://" + httpAddr + "/readyz"); code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("process not ready within 30s:\n%s", proc.log.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		b.revoke(t, acl{op: kadm.OpRead, group: p.GroupID()})
+		defer b.grant(t, acl{op: kadm.OpRead, group: p.GroupID()})
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- proc.cmd.Wait() }()
+		select {
+		case err := <-done:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Fatalf("process: %v, want exit 1:\n%s", err, proc.log.String())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("process still running 30s after its group ACL was removed:\n%s", proc.log.String())
+		}
+		out := proc.log.String()
+		if !strings.Contains(out, "consumer group "+p.GroupID()+": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group "+p.GroupID()) {
+			t.Errorf("output lacks the group's name and the ACL to grant:\n%s", out)
+		}
+		t.Logf("exit 1 %v after the ACL was removed: %s", time.Since(start).Round(time.Millisecond), lastLine(out))
+	})
+
 	t.Run("missing group ACL", func(t *testing.T) {
 		b.revoke(t, acl{op: kadm.OpRead, group: p.GroupID()}, acl{op: kadm.OpRead, group: p.AnalyzerGroupID()}, acl{op: kadm.OpDescribe, group: p.GroupID()})
 		exitsWithin(t, bin, []string{httpEnv}, commands[0],
