@@ -14,9 +14,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -79,23 +79,33 @@ func secureOpts(ca, creds string) ([]kgo.Opt, error) {
 	return opts, nil
 }
 
-// readCredentials reads KEY=value lines; # starts a comment line.
+// readCredentials reads the credentials file (parseCredentials).
 func readCredentials(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	kv, err := parseCredentials(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return kv, nil
+}
+
+// parseCredentials reads KEY=value lines; # starts a comment line, blank
+// lines are skipped.
+func parseCredentials(r io.Reader) (map[string]string, error) {
 	kv := map[string]string{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
 		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			return nil, errors.New(path + ": a line without =")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("line %d: want KEY=value", n)
 		}
 		kv[k] = v
 	}
