@@ -32,7 +32,7 @@ and /metrics, /healthz, /readyz on analyzer.http_addr.`,
 			if err != nil {
 				return err
 			}
-			if err := preflight(cmd.Context(), c, analyzerGroups(c)...); err != nil {
+			if err := preflight(cmd.Context(), c, analyzeNeeds(c)); err != nil {
 				return err
 			}
 			o := obs.New()

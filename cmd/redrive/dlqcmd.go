@@ -108,7 +108,7 @@ func (f *filterFlags) setup(g *globals, extra ...kgo.Opt) (*dlqSetup, error) {
 	if err != nil {
 		return nil, &exitError{2, err}
 	}
-	if err := preflight(context.Background(), c); err != nil {
+	if err := preflight(context.Background(), c, kafkaconn.Need{Read: []string{p.DLQTopic()}}); err != nil {
 		return nil, err
 	}
 	cl, err := kgo.NewClient(append(opts, extra...)...)

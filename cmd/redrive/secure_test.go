@@ -589,6 +589,18 @@ func TestSecureClearErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("missing READ ACL on a topic read", func(t *testing.T) {
+		revoked := []acl{{op: kadm.OpRead, topic: p.Topic}, {op: kadm.OpRead, topic: p.DLQTopic()}}
+		b.revoke(t, revoked...) // DESCRIBE stays (ensureACLs)
+		defer b.grant(t, revoked...)
+		exitsWithin(t, bin, []string{httpEnv}, commands[0],
+			"topic "+p.Topic+": READ denied (TOPIC_AUTHORIZATION_FAILED): user redrive may not read it; grant ACL READ on topic "+p.Topic+" to User:redrive")
+		for _, args := range [][]string{commands[1], commands[3], commands[4]} {
+			exitsWithin(t, bin, nil, args,
+				"topic "+p.DLQTopic()+": READ denied (TOPIC_AUTHORIZATION_FAILED)", "grant ACL READ on topic "+p.DLQTopic()+" to User:redrive")
+		}
+	})
+
 	t.Run("group ACL removed while running", func(t *testing.T) {
 		httpAddr := freeAddr(t)
 		proc := startProc(t, bin, cfg, "REDRIVE_HTTP_ADDR="+httpAddr)
@@ -705,6 +717,9 @@ func TestSecureDLQWriteDenied(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("/readyz while the DLQ write is denied: %s", strings.TrimSpace(last))
+	if w := "start-up check: topic " + p.DLQTopic() + ": WRITE denied (TOPIC_AUTHORIZATION_FAILED)"; !strings.Contains(proc.log.String(), w) {
+		t.Errorf("the log lacks the start-up warning %q:\n%s", w, proc.log.String())
+	}
 	// The record after it got its result...
 	b.collect(t, []string{p.Results}, func(g map[string][]*kgo.Record) bool { return len(g[p.Results]) >= 1 }, 30*time.Second)
 	// ...and still nothing is committed past the refused one.

@@ -33,7 +33,7 @@ func newTopicsCmd(g *globals) *cobra.Command {
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()
-				if err := preflight(ctx, c); err != nil {
+				if err := preflight(ctx, c, kafkaconn.Need{}); err != nil {
 					return err
 				}
 				rep, err := topicsRun(ctx, c, ensure)

@@ -31,36 +31,65 @@ type FatalError struct {
 func (e *FatalError) Error() string { return e.msg }
 func (e *FatalError) Unwrap() error { return e.err }
 
+// Need is what a command will use: the consumer groups it joins, the
+// topics it reads, the topics it writes.
+type Need struct {
+	Groups []string
+	Read   []string
+	Write  []string
+}
+
 // Check connects with c's settings and, within CheckTimeout, asks for the
-// cluster's metadata and for the coordinator of each of groups (which needs
-// the group's DESCRIBE ACL, implied by READ). It returns a *FatalError for
-// what retrying cannot fix (Fatal classifies). Any other failure (a broker
-// not up yet, a timeout) is returned as it is: a caller may go on, its
-// clients retry those.
-func Check(ctx context.Context, c *config.Config, groups ...string) error {
+// metadata of need's topics (with the operations the user may perform on
+// them) and for the coordinator of each of need's groups (which needs the
+// group's DESCRIBE ACL, implied by READ). It returns a *FatalError for
+// what retrying cannot fix (Fatal classifies; a topic it must read and may
+// not is one). A topic it writes and may not is a warning, not an error:
+// the processor blocks on such a write and reports it until the ACL is
+// granted. Any other failure (a broker not up yet, a timeout) is returned
+// as it is: a caller may go on, its clients retry those. A topic that does
+// not exist is not checked here.
+func Check(ctx context.Context, c *config.Config, need Need) (warnings []string, err error) {
 	opts, err := Opts(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cl, err := kgo.NewClient(append(opts, kgo.DialTimeout(5*time.Second), kgo.RequestRetries(2))...)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	if _, err := adm.BrokerMetadata(ctx); err != nil {
-		if f := Fatal(c, err); f != nil {
-			return f
-		}
-		return fmt.Errorf("brokers %s: %w", strings.Join(c.Brokers, ","), err)
+	topics := append(append([]string(nil), need.Read...), need.Write...)
+	var md kadm.Metadata
+	if len(topics) == 0 {
+		md, err = adm.BrokerMetadata(ctx)
+	} else {
+		md, err = adm.Metadata(kadm.WithAuthorizedOps(ctx), topics...)
 	}
-	if len(groups) == 0 {
-		return nil
+	if err != nil {
+		if f := Fatal(c, err); f != nil {
+			return nil, f
+		}
+		return nil, fmt.Errorf("brokers %s: %w", strings.Join(c.Brokers, ","), err)
+	}
+	for _, t := range need.Read {
+		if !allowed(md.Topics[t], kadm.OpRead) {
+			return nil, TopicDenied(c, t, "READ")
+		}
+	}
+	for _, t := range need.Write {
+		if !allowed(md.Topics[t], kadm.OpWrite) {
+			warnings = append(warnings, TopicDenied(c, t, "WRITE").Error()+"; until then every write to it blocks, and nothing is committed past it")
+		}
+	}
+	if len(need.Groups) == 0 {
+		return warnings, nil
 	}
 	var errs []error
-	for g, r := range adm.FindGroupCoordinators(ctx, groups...) {
+	for g, r := range adm.FindGroupCoordinators(ctx, need.Groups...) {
 		if r.Err == nil {
 			continue
 		}
@@ -68,11 +97,45 @@ func Check(ctx context.Context, c *config.Config, groups ...string) error {
 			if errors.Is(r.Err, kerr.GroupAuthorizationFailed) {
 				f = GroupDenied(c, g, r.Err)
 			}
-			return f
+			return warnings, f
 		}
 		errs = append(errs, fmt.Errorf("consumer group %s: %w", g, r.Err))
 	}
-	return errors.Join(errs...)
+	return warnings, errors.Join(errs...)
+}
+
+// allowed says whether the metadata of a topic shows op allowed: false only
+// for a topic the user may not describe (TOPIC_AUTHORIZATION_FAILED) or
+// whose authorized operations (a broker since Kafka 2.3) lack op. A topic
+// that does not exist or was not described counts as allowed: others
+// report it.
+func allowed(d kadm.TopicDetail, op kadm.ACLOperation) bool {
+	if errors.Is(d.Err, kerr.TopicAuthorizationFailed) {
+		return false
+	}
+	if d.Err != nil || d.Topic == "" || d.AuthorizedOperations == nil {
+		return true
+	}
+	for _, o := range d.AuthorizedOperations {
+		if o == op || o == kadm.OpAll {
+			return true
+		}
+	}
+	return false
+}
+
+// TopicDenied is the error for a topic the user may not read or write
+// (op: READ or WRITE).
+func TopicDenied(c *config.Config, topic, op string) *FatalError {
+	return &FatalError{err: kerr.TopicAuthorizationFailed, msg: fmt.Sprintf(
+		"topic %s: %s denied (TOPIC_AUTHORIZATION_FAILED): user %s may not %s it; grant ACL %s on topic %s to User:%s "+
+			"(kafka-acls.sh --add --allow-principal User:%s --operation %s --topic %s)",
+		topic, op, user(c), strings.ToLower(op), op, topic, user(c), user(c), opName(op), topic)}
+}
+
+// opName is op as kafka-acls.sh spells it (Read, Write).
+func opName(op string) string {
+	return op[:1] + strings.ToLower(op[1:])
 }
 
 // user names c's SASL user for messages ("<user>" without one).

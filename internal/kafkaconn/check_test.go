@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/redrive/redrive/internal/config"
@@ -60,6 +61,30 @@ func TestFatalClassifies(t *testing.T) {
 	if g := GroupDenied(c, "redrive.p", kerr.GroupAuthorizationFailed); !strings.Contains(g.Error(), "grant ACL READ on group redrive.p to User:app") {
 		t.Errorf("GroupDenied: %q", g)
 	}
+	if d := TopicDenied(c, "orders", "READ"); !strings.Contains(d.Error(), "topic orders: READ denied (TOPIC_AUTHORIZATION_FAILED): user app may not read it; grant ACL READ on topic orders to User:app (kafka-acls.sh --add --allow-principal User:app --operation Read --topic orders)") {
+		t.Errorf("TopicDenied: %q", d)
+	}
+}
+
+func TestAllowed(t *testing.T) {
+	cases := []struct {
+		name string
+		d    kadm.TopicDetail
+		want bool
+	}{
+		{"denied", kadm.TopicDetail{Topic: "t", Err: kerr.TopicAuthorizationFailed}, false},
+		{"missing", kadm.TopicDetail{Topic: "t", Err: kerr.UnknownTopicOrPartition}, true},
+		{"not described", kadm.TopicDetail{}, true},
+		{"no ops reported", kadm.TopicDetail{Topic: "t"}, true},
+		{"describe only", kadm.TopicDetail{Topic: "t", AuthorizedOperations: []kadm.ACLOperation{kadm.OpDescribe}}, false},
+		{"read", kadm.TopicDetail{Topic: "t", AuthorizedOperations: []kadm.ACLOperation{kadm.OpDescribe, kadm.OpRead}}, true},
+		{"all", kadm.TopicDetail{Topic: "t", AuthorizedOperations: []kadm.ACLOperation{kadm.OpAll}}, true},
+	}
+	for _, tc := range cases {
+		if got := allowed(tc.d, kadm.OpRead); got != tc.want {
+			t.Errorf("%s: allowed = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
 
 // TestCheckNotListening: nothing listens: an error, not fatal (the
@@ -71,7 +96,7 @@ func TestCheckNotListening(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	err = Check(context.Background(), &config.Config{Brokers: []string{addr}}, "g")
+	_, err = Check(context.Background(), &config.Config{Brokers: []string{addr}}, Need{Groups: []string{"g"}, Read: []string{"t"}})
 	var f *FatalError
 	if err == nil || errors.As(err, &f) {
 		t.Fatalf("Check = %v, want a plain error", err)
@@ -100,7 +125,7 @@ func TestCheckTLSAgainstPlain(t *testing.T) {
 			}()
 		}
 	}()
-	err = Check(context.Background(), &config.Config{Brokers: []string{ln.Addr().String()}, TLS: &config.TLS{Enabled: true}})
+	_, err = Check(context.Background(), &config.Config{Brokers: []string{ln.Addr().String()}, TLS: &config.TLS{Enabled: true}}, Need{})
 	var f *FatalError
 	if !errors.As(err, &f) || !strings.Contains(err.Error(), "does not speak TLS") {
 		t.Fatalf("Check = %v, want a fatal error saying the port does not speak TLS", err)
