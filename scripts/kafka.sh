@@ -323,6 +323,9 @@ start_jvm() {
 up() {
   lock
   if running; then
+    if (( SECURE )) && [[ ! -f "$STATE/secure" ]]; then
+      die "a plain broker runs with state $STATE; --secure needs a state dir of its own (unset REDRIVE_KAFKA_DIR or pick another)"
+    fi
     log "already running (pid $(cat "$STATE/pid"), state $STATE)"
     line
     return 0
