@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 // use; a machine without Java, Maven or openssl fails the test under CI.
 func secureBroker(t *testing.T) *secBroker {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: the secure broker takes a JVM start")
+	}
 	for _, tool := range []string{"java", "mvn", "openssl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			kafkatest.Missing(t, tool+" not found: the secure-broker tests need Java 17, Maven and openssl (apt-get install openjdk-17-jre-headless maven openssl)")
@@ -329,7 +332,7 @@ func dlqACLs(p config.Pipeline) []acl {
 	return []acl{{op: kadm.OpRead, topic: p.DLQTopic()}}
 }
 
-// countAll reads topics from the start with the admin user until want
+// collect reads topics from the start with the admin user until enough
 // says it has enough (or timeout) and returns the records per topic.
 func (b *secBroker) collect(t *testing.T, tps []string, enough func(map[string][]*kgo.Record) bool, timeout time.Duration) map[string][]*kgo.Record {
 	t.Helper()
