@@ -376,11 +376,12 @@ func TestSecureCommands(t *testing.T) {
 	anAddr := freeAddr(t)
 	// Each command as a user of its own with only its ACLs: the sets
 	// docs/operations.md lists are enough.
-	_, p := b.config(t, "secflow", srv.URL+"/solve", b.ca, "", "")
+	topic := kafkatest.Topic(t, "secflow")
+	_, p := b.config(t, topic, srv.URL+"/solve", b.ca, "", "")
 	cfgs := map[string]string{}
 	for cmd, acls := range map[string][]acl{"ensure": ensureACLs(p), "process": processACLs(p), "analyze": analyzeACLs(p), "replay": replayACLs(p), "dlq": dlqACLs(p)} {
 		user := "secflow-" + cmd
-		cfgs[cmd], _ = b.userConfig(t, user, b.newUser(t, user), "secflow", srv.URL+"/solve", b.ca, "", fmt.Sprintf("analyzer: {http_addr: %q}\n", anAddr))
+		cfgs[cmd], _ = b.userConfig(t, user, b.newUser(t, user), topic, srv.URL+"/solve", b.ca, "", fmt.Sprintf("analyzer: {http_addr: %q}\n", anAddr))
 		for i := range acls {
 			acls[i].user = user
 		}
@@ -554,7 +555,8 @@ func TestSecureClearErrors(t *testing.T) {
 	bin := buildBinary(t)
 	anAddr := freeAddr(t)
 	top := fmt.Sprintf("analyzer: {http_addr: %q}\n", anAddr)
-	cfg, p := b.config(t, "secerr", "http://127.0.0.1:1/solve", b.ca, "", top)
+	topic := kafkatest.Topic(t, "secerr")
+	cfg, p := b.config(t, topic, "http://127.0.0.1:1/solve", b.ca, "", top)
 	// Every topic ACL, so that only what a case removes is missing.
 	for _, as := range [][]acl{ensureACLs(p), processACLs(p), analyzeACLs(p)} {
 		b.grant(t, as...)
@@ -579,7 +581,7 @@ func TestSecureClearErrors(t *testing.T) {
 	})
 
 	t.Run("untrusted CA", func(t *testing.T) {
-		other, _ := b.config(t, "secerr", "http://127.0.0.1:1/solve", otherCA(t), "", top)
+		other, _ := b.config(t, topic, "http://127.0.0.1:1/solve", otherCA(t), "", top)
 		for _, args := range commands {
 			args = append([]string(nil), args...)
 			for i := range args {
@@ -679,7 +681,7 @@ func TestSecureDLQWriteDenied(t *testing.T) {
 	s := &solver{calls: map[string]int{}}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	cfg, p := b.config(t, "secnowrite", srv.URL+"/solve", b.ca, "", "")
+	cfg, p := b.config(t, kafkatest.Topic(t, "secnowrite"), srv.URL+"/solve", b.ca, "", "")
 	b.grant(t, ensureACLs(p)...)
 	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("topics ensure: exit %d:\n%s", code, out)
