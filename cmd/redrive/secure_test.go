@@ -606,6 +606,14 @@ func TestSecureClearErrors(t *testing.T) {
 		}
 	})
 
+	t.Run("no ACL at all on the topics", func(t *testing.T) {
+		bare, bp := b.config(t, kafkatest.Topic(t, "secnoacl"), "http://127.0.0.1:1/solve", b.ca, "", top)
+		exitsWithin(t, bin, []string{httpEnv}, []string{"process", "-c", bare},
+			"topic "+bp.Topic+": READ denied (TOPIC_AUTHORIZATION_FAILED)", "grant ACL READ on topic "+bp.Topic+" to User:redrive")
+		exitsWithin(t, bin, nil, []string{"dlq", "stats", "-c", bare},
+			"topic "+bp.DLQTopic()+": READ denied (TOPIC_AUTHORIZATION_FAILED)")
+	})
+
 	t.Run("group ACL removed while running", func(t *testing.T) {
 		httpAddr := freeAddr(t)
 		proc := startProc(t, bin, cfg, "REDRIVE_HTTP_ADDR="+httpAddr)

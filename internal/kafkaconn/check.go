@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/config"
 )
@@ -62,26 +63,36 @@ func Check(ctx context.Context, c *config.Config, need Need) (warnings []string,
 	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 	defer cancel()
 	adm := kadm.NewClient(cl)
-	topics := append(append([]string(nil), need.Read...), need.Write...)
-	var md kadm.Metadata
-	if len(topics) == 0 {
-		md, err = adm.BrokerMetadata(ctx)
-	} else {
-		md, err = adm.Metadata(kadm.WithAuthorizedOps(ctx), topics...)
+	// kmsg, not kadm.Metadata: that one fails as a whole on one topic the
+	// user may not describe, without naming it.
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{} // none: brokers only
+	for _, t := range append(append([]string(nil), need.Read...), need.Write...) {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
 	}
+	req.IncludeTopicAuthorizedOperations = true
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		if f := Fatal(c, err); f != nil {
 			return nil, f
 		}
 		return nil, fmt.Errorf("brokers %s: %w", strings.Join(c.Brokers, ","), err)
 	}
+	md := map[string]topicAccess{}
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			md[*t.Topic] = topicAccess{err: kerr.ErrorForCode(t.ErrorCode), ops: kadm.DecodeACLOperations(t.AuthorizedOperations)}
+		}
+	}
 	for _, t := range need.Read {
-		if !allowed(md.Topics[t], kadm.OpRead) {
+		if !md[t].allowed(kadm.OpRead) {
 			return nil, TopicDenied(c, t, "READ")
 		}
 	}
 	for _, t := range need.Write {
-		if !allowed(md.Topics[t], kadm.OpWrite) {
+		if !md[t].allowed(kadm.OpWrite) {
 			warnings = append(warnings, TopicDenied(c, t, "WRITE").Error()+"; until then every write to it blocks, and nothing is committed past it")
 		}
 	}
@@ -104,19 +115,26 @@ func Check(ctx context.Context, c *config.Config, need Need) (warnings []string,
 	return warnings, errors.Join(errs...)
 }
 
-// allowed says whether the metadata of a topic shows op allowed: false only
-// for a topic the user may not describe (TOPIC_AUTHORIZATION_FAILED) or
-// whose authorized operations (a broker since Kafka 2.3) lack op. A topic
-// that does not exist or was not described counts as allowed: others
-// report it.
-func allowed(d kadm.TopicDetail, op kadm.ACLOperation) bool {
-	if errors.Is(d.Err, kerr.TopicAuthorizationFailed) {
+// topicAccess is a topic's metadata error and the operations the user may
+// perform on it.
+type topicAccess struct {
+	err error
+	ops []kadm.ACLOperation
+}
+
+// allowed says whether a topic's metadata shows op allowed: false only for
+// a topic the user may not describe (TOPIC_AUTHORIZATION_FAILED) or whose
+// authorized operations (a broker since Kafka 2.3) lack op. A topic that
+// does not exist, was not in the answer or came without operations counts
+// as allowed: others report it.
+func (a topicAccess) allowed(op kadm.ACLOperation) bool {
+	if errors.Is(a.err, kerr.TopicAuthorizationFailed) {
 		return false
 	}
-	if d.Err != nil || d.Topic == "" || d.AuthorizedOperations == nil {
+	if a.err != nil || a.ops == nil {
 		return true
 	}
-	for _, o := range d.AuthorizedOperations {
+	for _, o := range a.ops {
 		if o == op || o == kadm.OpAll {
 			return true
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"testing"
@@ -69,19 +70,19 @@ func TestFatalClassifies(t *testing.T) {
 func TestAllowed(t *testing.T) {
 	cases := []struct {
 		name string
-		d    kadm.TopicDetail
+		a    topicAccess
 		want bool
 	}{
-		{"denied", kadm.TopicDetail{Topic: "t", Err: kerr.TopicAuthorizationFailed}, false},
-		{"missing", kadm.TopicDetail{Topic: "t", Err: kerr.UnknownTopicOrPartition}, true},
-		{"not described", kadm.TopicDetail{}, true},
-		{"no ops reported", kadm.TopicDetail{Topic: "t"}, true},
-		{"describe only", kadm.TopicDetail{Topic: "t", AuthorizedOperations: []kadm.ACLOperation{kadm.OpDescribe}}, false},
-		{"read", kadm.TopicDetail{Topic: "t", AuthorizedOperations: []kadm.ACLOperation{kadm.OpDescribe, kadm.OpRead}}, true},
-		{"all", kadm.TopicDetail{Topic: "t", AuthorizedOperations: []kadm.ACLOperation{kadm.OpAll}}, true},
+		{"denied", topicAccess{err: kerr.TopicAuthorizationFailed}, false},
+		{"missing", topicAccess{err: kerr.UnknownTopicOrPartition}, true},
+		{"not in the answer", topicAccess{}, true},
+		{"ops omitted", topicAccess{ops: kadm.DecodeACLOperations(math.MinInt32)}, true},
+		{"describe only", topicAccess{ops: []kadm.ACLOperation{kadm.OpDescribe}}, false},
+		{"read", topicAccess{ops: []kadm.ACLOperation{kadm.OpDescribe, kadm.OpRead}}, true},
+		{"all", topicAccess{ops: []kadm.ACLOperation{kadm.OpAll}}, true},
 	}
 	for _, tc := range cases {
-		if got := allowed(tc.d, kadm.OpRead); got != tc.want {
+		if got := tc.a.allowed(kadm.OpRead); got != tc.want {
 			t.Errorf("%s: allowed = %v, want %v", tc.name, got, tc.want)
 		}
 	}
