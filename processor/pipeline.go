@@ -474,12 +474,20 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 		if fs.IsClientClosed() {
 			return errors.New("kafka client closed")
 		}
+		var fatal error
 		fs.EachError(func(topic string, part int32, err error) {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
 			}
+			if f := fatalPollErr(p.cfg.GroupID(), err); f != nil {
+				fatal = f
+				return
+			}
 			p.log.Error("fetch failed", "topic", topic, "partition", part, "err", err)
 		})
+		if fatal != nil {
+			return fatal
+		}
 		now := time.Now()
 		fs.EachPartition(func(f kgo.FetchTopicPartition) {
 			if len(f.Records) > 0 {

@@ -13,10 +13,25 @@
 #   scripts/kafka.sh kill    SIGKILL the broker (a crash, not a clean stop),
 #                            keeping its state for `restart`
 #
+#   scripts/kafka.sh up --secure
+#                            the same broker with one SASL_SSL listener
+#                            (SCRAM-SHA-512; a throwaway CA and broker
+#                            certificate made with openssl at start) and the
+#                            StandardAuthorizer with ACLs. Users: `admin`
+#                            (super user) and `redrive` (only what ACLs
+#                            grant), random passwords. The last line is
+#                            KAFKA_BROKERS=127.0.0.1:<port> KAFKA_CA=<ca.pem>
+#                            KAFKA_CREDENTIALS=<file, mode 600>, eval-able.
+#                            Its state dir defaults to /tmp/redrive-kafka-secure,
+#                            so it runs beside the plain one; pass --secure to
+#                            down, status, restart and kill too (or the same
+#                            REDRIVE_KAFKA_DIR: the state dir knows it is secure).
+#
 # Environment:
 #   KAFKA_VERSION      broker version (default pinned below)
 #   REDRIVE_CACHE      jar cache, default ~/.cache/redrive (holds kafka-<version>/lib)
 #   REDRIVE_KAFKA_DIR  state: config, data, log, pid; default /tmp/redrive-kafka
+#                      (/tmp/redrive-kafka-secure with --secure)
 #   KAFKA_READY_TIMEOUT  seconds to wait for readiness, default 90
 #
 # Everything but the KAFKA_BROKERS line goes to stderr.
@@ -25,7 +40,19 @@ set -euo pipefail
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
 CACHE="${REDRIVE_CACHE:-$HOME/.cache/redrive}"
 LIB="$CACHE/kafka-$KAFKA_VERSION/lib"
-STATE="${REDRIVE_KAFKA_DIR:-/tmp/redrive-kafka}"
+SECURE=0
+case "${2:-}" in
+  "") ;;
+  --secure) SECURE=1 ;;
+  *) echo "usage: $0 up|down|status|restart|kill [--secure]" >&2; exit 2 ;;
+esac
+if (( SECURE )); then
+  STATE="${REDRIVE_KAFKA_DIR:-/tmp/redrive-kafka-secure}"
+else
+  STATE="${REDRIVE_KAFKA_DIR:-/tmp/redrive-kafka}"
+fi
+# A secure state dir says so, whichever way it was named.
+[[ -f "$STATE/secure" ]] && SECURE=1
 READY_TIMEOUT="${KAFKA_READY_TIMEOUT:-90}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -41,7 +68,23 @@ running() {
   kill -0 "$(cat "$STATE/pid")" 2>/dev/null
 }
 
-line() { echo "KAFKA_BROKERS=127.0.0.1:$(cat "$STATE/port")"; }
+line() {
+  if [[ -f "$STATE/secure" ]]; then
+    printf 'KAFKA_BROKERS=127.0.0.1:%s KAFKA_CA=%q KAFKA_CREDENTIALS=%q\n' "$(cat "$STATE/port")" "$STATE/tls/ca.pem" "$STATE/credentials"
+  else
+    echo "KAFKA_BROKERS=127.0.0.1:$(cat "$STATE/port")"
+  fi
+}
+
+# probe runs the readiness probe against the broker, over TLS with the
+# admin user's SCRAM credentials when the broker is secure.
+probe() {
+  if [[ -f "$STATE/secure" ]]; then
+    "$STATE/kafkaready" --ca "$STATE/tls/ca.pem" --credentials "$STATE/credentials" "127.0.0.1:$1"
+  else
+    "$STATE/kafkaready" "127.0.0.1:$1"
+  fi
+}
 
 # lock serialises up and down on one state dir, so a second `up` during a
 # start waits for it and then reports the same broker. The lock file sits
@@ -59,6 +102,9 @@ need_tools() {
   [[ -n "$v" && "$v" -ge 17 ]] || die "java is version '${v:-unknown}'; Kafka $KAFKA_VERSION needs Java 17 or newer: $INSTALL_HINT"
   command -v mvn >/dev/null || die "mvn not found; it fetches the broker from Maven Central: $INSTALL_HINT"
   command -v go >/dev/null || die "go not found; the readiness probe is a Go program (scripts/kafkaready)"
+  if (( SECURE )); then
+    command -v openssl >/dev/null || die "openssl not found; --secure makes its CA and broker certificate with it: apt-get install -y openssl"
+  fi
 }
 
 # mvn_fail explains a failed Maven run and exits.
@@ -149,6 +195,7 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
 PROPS
+  if [[ -f "$STATE/secure" ]]; then secure_config "$port"; chmod 600 "$STATE/server.properties"; fi
   cat > "$STATE/log4j2.properties" <<L4J
 status = error
 appender.file.type = File
@@ -165,11 +212,86 @@ logger.controller.level = WARN
 L4J
 }
 
+# make_secrets writes, for a secure broker, a throwaway CA and a broker
+# certificate it signed (SAN IP:127.0.0.1 and DNS:localhost) into
+# $STATE/tls, the broker's PKCS12 keystore, and random passwords for the
+# SCRAM users and the keystore into $STATE/credentials (mode 600).
+make_secrets() {
+  local tls="$STATE/tls"
+  mkdir -p "$tls"; chmod 700 "$tls"
+  local admin_pw user_pw store_pw
+  admin_pw=$(openssl rand -hex 16); user_pw=$(openssl rand -hex 16); store_pw=$(openssl rand -hex 16)
+  (
+    umask 077
+    cat > "$STATE/credentials" <<CREDS
+# SCRAM-SHA-512 users of the secure test broker; written by scripts/kafka.sh.
+KAFKA_SASL_MECHANISM=SCRAM-SHA-512
+KAFKA_ADMIN_USER=admin
+KAFKA_ADMIN_PASSWORD=$admin_pw
+KAFKA_USER=redrive
+KAFKA_PASSWORD=$user_pw
+KAFKA_KEYSTORE_PASSWORD=$store_pw
+CREDS
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=redrive test CA" \
+      -keyout "$tls/ca.key" -out "$tls/ca.pem" \
+      -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$tls/broker.key" -out "$tls/broker.csr"
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\n' > "$tls/broker.ext"
+    openssl x509 -req -in "$tls/broker.csr" -CA "$tls/ca.pem" -CAkey "$tls/ca.key" -CAcreateserial \
+      -days 30 -sha256 -extfile "$tls/broker.ext" -out "$tls/broker.pem"
+    openssl pkcs12 -export -name broker -in "$tls/broker.pem" -inkey "$tls/broker.key" -certfile "$tls/ca.pem" \
+      -out "$tls/broker.p12" -passout "pass:$store_pw"
+  ) >"$STATE/tls.log" 2>&1 || { cat "$STATE/tls.log" >&2; die "making the test CA and broker certificate with openssl failed"; }
+  chmod 644 "$tls/ca.pem"
+}
+
+# cred NAME prints one value of the credentials file.
+cred() { sed -n "s/^$1=//p" "$STATE/credentials"; }
+
+# secure_config appends the SASL_SSL listener, SCRAM, TLS and the
+# authorizer to server.properties.
+secure_config() {
+  local port=$1 props="$STATE/server.properties"
+  sed -i \
+    -e "s|^listeners=PLAINTEXT://|listeners=SASL_SSL://|" \
+    -e "s|^advertised.listeners=PLAINTEXT://|advertised.listeners=SASL_SSL://|" \
+    -e "s|^inter.broker.listener.name=PLAINTEXT|inter.broker.listener.name=SASL_SSL|" \
+    -e "s|^listener.security.protocol.map=.*|listener.security.protocol.map=CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL|" \
+    "$props"
+  cat >> "$props" <<PROPS
+# --secure: clients (and the broker to itself) only over SASL_SSL with
+# SCRAM-SHA-512; the certificate is signed by the throwaway CA in tls/.
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(cred KAFKA_ADMIN_PASSWORD)";
+ssl.keystore.type=PKCS12
+ssl.keystore.location=$STATE/tls/broker.p12
+ssl.keystore.password=$(cred KAFKA_KEYSTORE_PASSWORD)
+ssl.truststore.type=PEM
+ssl.truststore.location=$STATE/tls/ca.pem
+ssl.client.auth=none
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+# Nothing is allowed that no ACL allows.
+allow.everyone.if.no.acl.found=false
+# admin: the tests' and tools' super user (creates ACLs and topics).
+# ANONYMOUS: the principal of the PLAINTEXT CONTROLLER listener. In this
+# combined KRaft node the broker registers with and heartbeats to its own
+# controller over that listener, which needs CLUSTER_ACTION; SCRAM cannot
+# authenticate a controller listener (its credentials live in the metadata
+# log the controller serves), so the listener stays PLAINTEXT, bound to
+# 127.0.0.1 and not a client listener (no client is told about it), and
+# its ANONYMOUS principal is a super user. No client listener maps to
+# ANONYMOUS: SASL_SSL always names a SCRAM user.
+super.users=User:admin;User:ANONYMOUS
+PROPS
+}
+
 # start_jvm starts the broker on the state dir's config and waits until it
 # answers a metadata request; the caller holds the lock.
 start_jvm() {
   local port=$1 cport=$2 cp="$LIB/*"
-  log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$port (controller 127.0.0.1:$cport), log $STATE/kafka.log"
+  local what=""; [[ -f "$STATE/secure" ]] && what=" (SASL_SSL, SCRAM-SHA-512, ACLs)"
+  log "starting Kafka $KAFKA_VERSION$what on 127.0.0.1:$port (controller 127.0.0.1:$cport), log $STATE/kafka.log"
   # Its own session, so a Ctrl-C in the terminal that ran `up` does not reach
   # it; the inner shell records its pid and becomes the JVM.
   STATE="$STATE" setsid bash -c 'echo $$ > "$STATE/pid"; exec "$@"' kafka \
@@ -183,7 +305,7 @@ start_jvm() {
   for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -s "$STATE/pid" ]] && break; sleep 0.1; done
   local pid; pid=$(cat "$STATE/pid")
   local deadline=$((SECONDS + READY_TIMEOUT)) out
-  until out=$("$STATE/kafkaready" "127.0.0.1:$port" 2>/dev/null); do
+  until out=$(probe "$port" 2>/dev/null); do
     if ! kill -0 "$pid" 2>/dev/null; then
       tail -30 "$STATE/kafka.log" "$STATE/stdout.log" >&2 2>/dev/null || true
       die "the broker exited during start-up (state kept in $STATE)"
@@ -201,6 +323,9 @@ start_jvm() {
 up() {
   lock
   if running; then
+    if (( SECURE )) && [[ ! -f "$STATE/secure" ]]; then
+      die "a plain broker runs with state $STATE; --secure needs a state dir of its own (unset REDRIVE_KAFKA_DIR or pick another)"
+    fi
     log "already running (pid $(cat "$STATE/pid"), state $STATE)"
     line
     return 0
@@ -209,6 +334,13 @@ up() {
   resolve
   [[ -f "$STATE/pid" ]] && log "stale state in $STATE (broker gone): starting afresh"
   rm -rf "$STATE"; mkdir -p "$STATE/data"
+  local -a scram=()
+  if (( SECURE )); then
+    touch "$STATE/secure"
+    make_secrets
+    scram=(--add-scram "SCRAM-SHA-512=[name=admin,password=$(cred KAFKA_ADMIN_PASSWORD)]"
+           --add-scram "SCRAM-SHA-512=[name=redrive,password=$(cred KAFKA_PASSWORD)]")
+  fi
   local port cport
   port=$(free_port); cport=$(free_port)
   while [[ "$cport" == "$port" ]]; do cport=$(free_port); done
@@ -218,7 +350,7 @@ up() {
   id=$(java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool random-uuid 2>"$STATE/format.log" | tail -1)
   [[ ${#id} -eq 22 ]] || { cat "$STATE/format.log" >&2; die "StorageTool random-uuid gave '$id'"; }
   java -cp "$cp" -Dlog4j2.configurationFile="$STATE/log4j2.properties" kafka.tools.StorageTool format \
-    --cluster-id "$id" --config "$STATE/server.properties" --standalone >>"$STATE/format.log" 2>&1 \
+    --cluster-id "$id" --config "$STATE/server.properties" --standalone "${scram[@]}" >>"$STATE/format.log" 2>&1 \
     || { cat "$STATE/format.log" >&2; die "formatting $STATE/data failed"; }
 
   start_jvm "$port" "$cport"
@@ -301,5 +433,5 @@ case "${1:-}" in
   status) status ;;
   restart) restart ;;
   kill) kill_broker ;;
-  *) echo "usage: $0 up|down|status|restart|kill" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|restart|kill [--secure]" >&2; exit 2 ;;
 esac

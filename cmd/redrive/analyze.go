@@ -32,6 +32,9 @@ and /metrics, /healthz, /readyz on analyzer.http_addr.`,
 			if err != nil {
 				return err
 			}
+			if err := preflight(cmd.Context(), c, analyzeNeeds(c)); err != nil {
+				return err
+			}
 			o := obs.New()
 			a, err := newAnalyzer(c, o)
 			if err != nil {

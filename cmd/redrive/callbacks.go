@@ -40,6 +40,9 @@ http_addr. SIGTERM or SIGINT: finish the requests in flight, exit 0.`,
 				return &exitError{2, errors.New("no pipeline has handler.callback: nothing to serve")}
 			}
 			ctx := cmd.Context()
+			if err := preflight(ctx, c, callbacksNeeds(c)); err != nil {
+				return err
+			}
 			o := obs.New()
 			addr, err := o.Serve(ctx, c.HTTPAddr, slog.Default())
 			if err != nil {

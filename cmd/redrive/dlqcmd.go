@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -110,6 +111,9 @@ func (f *filterFlags) setup(g *globals, extra ...kgo.Opt) (*dlqSetup, error) {
 	opts, err := kafkaconn.Opts(c)
 	if err != nil {
 		return nil, &exitError{2, err}
+	}
+	if err := preflight(context.Background(), c, kafkaconn.Need{Read: []string{p.DLQTopic()}}); err != nil {
+		return nil, err
 	}
 	cl, err := kgo.NewClient(append(opts, extra...)...)
 	if err != nil {

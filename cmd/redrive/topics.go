@@ -34,6 +34,9 @@ func newTopicsCmd(g *globals) *cobra.Command {
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 				defer cancel()
+				if err := preflight(ctx, c, kafkaconn.Need{}); err != nil {
+					return err
+				}
 				rep, err := topicsGrowRun(ctx, c, ensure, ensure && grow)
 				rep.WriteTable(cmd.OutOrStdout())
 				if err != nil {

@@ -1,0 +1,223 @@
+package kafkaconn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redrive/redrive/internal/config"
+)
+
+// CheckTimeout bounds the start-up check: a command that cannot use the
+// cluster says why well within 15 s.
+const CheckTimeout = 10 * time.Second
+
+// FatalError is a connection problem no retry can fix: the broker's
+// certificate is not trusted, SASL authentication failed, the user may not
+// use a consumer group. Its message names the cause and the fix.
+type FatalError struct {
+	msg string
+	err error
+}
+
+func (e *FatalError) Error() string { return e.msg }
+func (e *FatalError) Unwrap() error { return e.err }
+
+// Need is what a command will use: the consumer groups it joins, the
+// topics it reads, the topics it writes.
+type Need struct {
+	Groups []string
+	Read   []string
+	Write  []string
+}
+
+// Check connects with c's settings and, within CheckTimeout, asks for the
+// metadata of need's topics (with the operations the user may perform on
+// them) and for the coordinator of each of need's groups (which needs the
+// group's DESCRIBE ACL, implied by READ). It returns a *FatalError for
+// what retrying cannot fix (Fatal classifies; a topic it must read and may
+// not is one). A topic it writes and may not is a warning, not an error:
+// the processor blocks on such a write and reports it until the ACL is
+// granted. Any other failure (a broker not up yet, a timeout) is returned
+// as it is: a caller may go on, its clients retry those. A topic that does
+// not exist is not checked here.
+func Check(ctx context.Context, c *config.Config, need Need) (warnings []string, err error) {
+	opts, err := Opts(c)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.DialTimeout(5*time.Second), kgo.RequestRetries(2))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	defer cancel()
+	adm := kadm.NewClient(cl)
+	// kmsg, not kadm.Metadata: that one fails as a whole on one topic the
+	// user may not describe, without naming it.
+	req := kmsg.NewPtrMetadataRequest()
+	req.Topics = []kmsg.MetadataRequestTopic{} // none: brokers only
+	for _, t := range append(append([]string(nil), need.Read...), need.Write...) {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	req.IncludeTopicAuthorizedOperations = true
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		if f := Fatal(c, err); f != nil {
+			return nil, f
+		}
+		return nil, fmt.Errorf("brokers %s: %w", strings.Join(c.Brokers, ","), err)
+	}
+	md := map[string]topicAccess{}
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			md[*t.Topic] = topicAccess{err: kerr.ErrorForCode(t.ErrorCode), ops: kadm.DecodeACLOperations(t.AuthorizedOperations)}
+		}
+	}
+	for _, t := range need.Read {
+		if !md[t].allowed(kadm.OpRead) {
+			return nil, TopicDenied(c, t, "READ")
+		}
+	}
+	for _, t := range need.Write {
+		if !md[t].allowed(kadm.OpWrite) {
+			warnings = append(warnings, TopicDenied(c, t, "WRITE").Error()+"; until then every write to it blocks, and nothing is committed past it")
+		}
+	}
+	if len(need.Groups) == 0 {
+		return warnings, nil
+	}
+	var errs []error
+	for g, r := range adm.FindGroupCoordinators(ctx, need.Groups...) {
+		if r.Err == nil {
+			continue
+		}
+		if f := Fatal(c, r.Err); f != nil {
+			if errors.Is(r.Err, kerr.GroupAuthorizationFailed) {
+				f = GroupDenied(c, g, r.Err)
+			}
+			return warnings, f
+		}
+		errs = append(errs, fmt.Errorf("consumer group %s: %w", g, r.Err))
+	}
+	return warnings, errors.Join(errs...)
+}
+
+// topicAccess is a topic's metadata error and the operations the user may
+// perform on it.
+type topicAccess struct {
+	err error
+	ops []kadm.ACLOperation
+}
+
+// allowed says whether a topic's metadata shows op allowed: false only for
+// a topic the user may not describe (TOPIC_AUTHORIZATION_FAILED) or whose
+// authorized operations (a broker since Kafka 2.3) lack op. A topic that
+// does not exist, was not in the answer or came without operations counts
+// as allowed: others report it.
+func (a topicAccess) allowed(op kadm.ACLOperation) bool {
+	if errors.Is(a.err, kerr.TopicAuthorizationFailed) {
+		return false
+	}
+	if a.err != nil || a.ops == nil {
+		return true
+	}
+	for _, o := range a.ops {
+		if o == op || o == kadm.OpAll {
+			return true
+		}
+	}
+	return false
+}
+
+// TopicDenied is the error for a topic the user may not read or write
+// (op: READ or WRITE).
+func TopicDenied(c *config.Config, topic, op string) *FatalError {
+	return &FatalError{err: kerr.TopicAuthorizationFailed, msg: fmt.Sprintf(
+		"topic %s: %s denied (TOPIC_AUTHORIZATION_FAILED): user %s may not %s it; grant ACL %s on topic %s to User:%s "+
+			"(kafka-acls.sh --add --allow-principal User:%s --operation %s --topic %s)",
+		topic, op, user(c), strings.ToLower(op), op, topic, user(c), user(c), opName(op), topic)}
+}
+
+// opName is op as kafka-acls.sh spells it (Read, Write).
+func opName(op string) string {
+	return op[:1] + strings.ToLower(op[1:])
+}
+
+// user names c's SASL user for messages ("<user>" without one).
+func user(c *config.Config) string {
+	if c != nil && c.SASL != nil && c.SASL.User != "" {
+		return c.SASL.User
+	}
+	return "<user>"
+}
+
+// GroupDenied is the error for a consumer group the user may not use.
+func GroupDenied(c *config.Config, group string, err error) *FatalError {
+	return &FatalError{err: err, msg: fmt.Sprintf(
+		"consumer group %s: GROUP_AUTHORIZATION_FAILED: user %s may not use it; grant ACL READ on group %s to User:%s "+
+			"(kafka-acls.sh --add --allow-principal User:%s --operation Read --group %s)",
+		group, user(c), group, user(c), user(c), group)}
+}
+
+// Fatal classifies err from any client built with c's options: a
+// *FatalError naming the cause and the fix when retrying cannot help, nil
+// otherwise.
+func Fatal(c *config.Config, err error) *FatalError {
+	if err == nil {
+		return nil
+	}
+	var f *FatalError
+	if errors.As(err, &f) {
+		return f
+	}
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var verify *tls.CertificateVerificationError
+	var recHdr tls.RecordHeaderError
+	var firstEOF *kgo.ErrFirstReadEOF
+	brokers := strings.Join(c.Brokers, ",")
+	switch {
+	case errors.As(err, &unknownCA):
+		return &FatalError{err: err, msg: fmt.Sprintf("TLS: the certificate of broker %s is not trusted (%v): set tls.ca_file to the CA that signed it", brokers, err)}
+	case errors.As(err, &badHost):
+		return &FatalError{err: err, msg: fmt.Sprintf("TLS: the certificate of broker %s is not for that name (%v): connect by a name it has, or set tls.server_name to one", brokers, err)}
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		return &FatalError{err: err, msg: fmt.Sprintf("TLS: the certificate of broker %s does not verify (%v): check tls.ca_file and the broker's certificate", brokers, err)}
+	case errors.As(err, &recHdr):
+		return &FatalError{err: err, msg: fmt.Sprintf("TLS: broker %s does not speak TLS on that port (%v): unset tls.enabled or use its SSL/SASL_SSL listener", brokers, err)}
+	case errors.Is(err, kerr.SaslAuthenticationFailed):
+		return &FatalError{err: err, msg: fmt.Sprintf("SASL authentication failed for user %s (%s) at %s: %v; check sasl.user and sasl.password (and sasl.mechanism)", user(c), mech(c), brokers, err)}
+	case errors.Is(err, kerr.UnsupportedSaslMechanism):
+		return &FatalError{err: err, msg: fmt.Sprintf("SASL: broker %s does not enable mechanism %s (%v): set sasl.mechanism to one it enables", brokers, mech(c), err)}
+	case errors.Is(err, kerr.IllegalSaslState):
+		return &FatalError{err: err, msg: fmt.Sprintf("SASL: broker %s refused the handshake (%v): is sasl set for a listener without SASL?", brokers, err)}
+	case errors.Is(err, kerr.GroupAuthorizationFailed):
+		return &FatalError{err: err, msg: fmt.Sprintf("GROUP_AUTHORIZATION_FAILED: user %s may not use a consumer group (%v); grant ACL READ on the group to User:%s", user(c), err, user(c))}
+	case errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return &FatalError{err: err, msg: fmt.Sprintf("CLUSTER_AUTHORIZATION_FAILED: user %s lacks a cluster ACL (%v)", user(c), err)}
+	case errors.As(err, &firstEOF):
+		return &FatalError{err: err, msg: fmt.Sprintf("broker %s closed the connection before answering (%v): a TLS listener without tls.enabled, or a SASL listener without sasl?", brokers, err)}
+	}
+	return nil
+}
+
+func mech(c *config.Config) string {
+	if c.SASL == nil || c.SASL.Mechanism == "" {
+		return "no SASL"
+	}
+	return strings.ToUpper(c.SASL.Mechanism)
+}

@@ -1,0 +1,134 @@
+package kafkaconn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/redrive/redrive/internal/config"
+)
+
+func TestFatalClassifies(t *testing.T) {
+	c := &config.Config{Brokers: []string{"127.0.0.1:9094"}, SASL: &config.SASL{Mechanism: "scram-sha-512", User: "app", Password: "secret"}}
+	wrap := func(err error) error { return fmt.Errorf("unable to dial: %w", err) }
+	cases := []struct {
+		name string
+		err  error
+		want []string // nil: not fatal
+	}{
+		{"unknown CA", wrap(&tls.CertificateVerificationError{Err: x509.UnknownAuthorityError{}}), []string{"TLS: the certificate of broker 127.0.0.1:9094 is not trusted", "set tls.ca_file"}},
+		{"wrong host", wrap(x509.HostnameError{Certificate: &x509.Certificate{}, Host: "kafka"}), []string{"is not for that name", "tls.server_name"}},
+		{"expired", wrap(x509.CertificateInvalidError{Reason: x509.Expired}), []string{"does not verify"}},
+		{"not TLS", wrap(tls.RecordHeaderError{Msg: "first record does not look like a TLS handshake"}), []string{"does not speak TLS", "unset tls.enabled"}},
+		{"sasl", fmt.Errorf("x: %w", kerr.SaslAuthenticationFailed), []string{"SASL authentication failed for user app (SCRAM-SHA-512)", "check sasl.user and sasl.password"}},
+		{"mechanism", kerr.UnsupportedSaslMechanism, []string{"does not enable mechanism SCRAM-SHA-512"}},
+		{"group", kerr.GroupAuthorizationFailed, []string{"GROUP_AUTHORIZATION_FAILED", "User:app"}},
+		{"refused", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, nil},
+		{"deadline", context.DeadlineExceeded, nil},
+		{"topic", kerr.TopicAuthorizationFailed, nil},
+		{"nil", nil, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := Fatal(c, tc.err)
+			if tc.want == nil {
+				if f != nil {
+					t.Fatalf("Fatal(%v) = %q, want nil: clients retry it", tc.err, f)
+				}
+				return
+			}
+			if f == nil {
+				t.Fatalf("Fatal(%v) = nil, want fatal", tc.err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(f.Error(), w) {
+					t.Errorf("%q lacks %q", f.Error(), w)
+				}
+			}
+			if !errors.Is(f, tc.err) {
+				t.Errorf("%q does not wrap %v", f, tc.err)
+			}
+		})
+	}
+	if g := GroupDenied(c, "redrive.p", kerr.GroupAuthorizationFailed); !strings.Contains(g.Error(), "grant ACL READ on group redrive.p to User:app") {
+		t.Errorf("GroupDenied: %q", g)
+	}
+	if d := TopicDenied(c, "orders", "READ"); !strings.Contains(d.Error(), "topic orders: READ denied (TOPIC_AUTHORIZATION_FAILED): user app may not read it; grant ACL READ on topic orders to User:app (kafka-acls.sh --add --allow-principal User:app --operation Read --topic orders)") {
+		t.Errorf("TopicDenied: %q", d)
+	}
+}
+
+func TestAllowed(t *testing.T) {
+	cases := []struct {
+		name string
+		a    topicAccess
+		want bool
+	}{
+		{"denied", topicAccess{err: kerr.TopicAuthorizationFailed}, false},
+		{"missing", topicAccess{err: kerr.UnknownTopicOrPartition}, true},
+		{"not in the answer", topicAccess{}, true},
+		{"ops omitted", topicAccess{ops: kadm.DecodeACLOperations(math.MinInt32)}, true},
+		{"describe only", topicAccess{ops: []kadm.ACLOperation{kadm.OpDescribe}}, false},
+		{"read", topicAccess{ops: []kadm.ACLOperation{kadm.OpDescribe, kadm.OpRead}}, true},
+		{"all", topicAccess{ops: []kadm.ACLOperation{kadm.OpAll}}, true},
+	}
+	for _, tc := range cases {
+		if got := tc.a.allowed(kadm.OpRead); got != tc.want {
+			t.Errorf("%s: allowed = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestCheckNotListening: nothing listens: an error, not fatal (the
+// clients retry it).
+func TestCheckNotListening(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, err = Check(context.Background(), &config.Config{Brokers: []string{addr}}, Need{Groups: []string{"g"}, Read: []string{"t"}})
+	var f *FatalError
+	if err == nil || errors.As(err, &f) {
+		t.Fatalf("Check = %v, want a plain error", err)
+	}
+}
+
+// TestCheckTLSAgainstPlain: a TLS client against a listener that is not
+// TLS is told so at once.
+func TestCheckTLSAgainstPlain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				buf := make([]byte, 512)
+				_, _ = cn.Read(buf)
+				_, _ = cn.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+				cn.Close()
+			}()
+		}
+	}()
+	_, err = Check(context.Background(), &config.Config{Brokers: []string{ln.Addr().String()}, TLS: &config.TLS{Enabled: true}}, Need{})
+	var f *FatalError
+	if !errors.As(err, &f) || !strings.Contains(err.Error(), "does not speak TLS") {
+		t.Fatalf("Check = %v, want a fatal error saying the port does not speak TLS", err)
+	}
+}

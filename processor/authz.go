@@ -1,0 +1,33 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// writeErr describes a failed outcome write for logs and /readyz. A write
+// the broker's authorizer refuses names the topic and the ACL to grant:
+// the write keeps retrying (nothing is committed past it) and succeeds once
+// the ACL is there.
+func writeErr(topic string, err error) error {
+	if errors.Is(err, kerr.TopicAuthorizationFailed) {
+		return fmt.Errorf("writing to %s: topic %s: WRITE denied (TOPIC_AUTHORIZATION_FAILED): grant ACL WRITE on topic %s to redrive's principal "+
+			"(kafka-acls.sh --add --allow-principal User:SASL_USER --operation Write --topic %s); retrying, nothing committed past this record: %w",
+			topic, topic, topic, topic, err)
+	}
+	return fmt.Errorf("writing to %s: %w", topic, err)
+}
+
+// fatalPollErr is a poll error retrying cannot fix: the consumer group is
+// not ours to use (GROUP_AUTHORIZATION_FAILED, e.g. its READ ACL was
+// removed). The pipeline stops with it and the process exits, rather than
+// polling on without a group.
+func fatalPollErr(group string, err error) error {
+	if errors.Is(err, kerr.GroupAuthorizationFailed) {
+		return fmt.Errorf("consumer group %s: GROUP_AUTHORIZATION_FAILED: grant ACL READ on group %s to redrive's principal "+
+			"(kafka-acls.sh --add --allow-principal User:SASL_USER --operation Read --group %s): %w", group, group, group, err)
+	}
+	return nil
+}

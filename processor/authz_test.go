@@ -1,0 +1,38 @@
+package processor
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func TestWriteErrNamesTopicAndACL(t *testing.T) {
+	err := writeErr("orders.dlq", fmt.Errorf("produce: %w", kerr.TopicAuthorizationFailed))
+	for _, w := range []string{"topic orders.dlq: WRITE denied (TOPIC_AUTHORIZATION_FAILED)", "grant ACL WRITE on topic orders.dlq", "nothing committed past this record"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q lacks %q", err, w)
+		}
+	}
+	if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Errorf("%v does not wrap the broker's error", err)
+	}
+	if got := writeErr("orders.dlq", kerr.UnknownTopicOrPartition).Error(); got != "writing to orders.dlq: "+kerr.UnknownTopicOrPartition.Error() {
+		t.Errorf("other errors: %q", got)
+	}
+}
+
+func TestFatalPollErrOnlyForGroupAuthorization(t *testing.T) {
+	err := fatalPollErr("redrive.orders", &kgo.ErrGroupSession{Err: kerr.GroupAuthorizationFailed})
+	if err == nil || !strings.Contains(err.Error(), "consumer group redrive.orders: GROUP_AUTHORIZATION_FAILED: grant ACL READ on group redrive.orders") {
+		t.Fatalf("fatalPollErr = %v", err)
+	}
+	for _, e := range []error{kerr.NotLeaderForPartition, &kgo.ErrGroupSession{Err: kerr.RebalanceInProgress}, kerr.TopicAuthorizationFailed} {
+		if f := fatalPollErr("redrive.orders", e); f != nil {
+			t.Errorf("fatalPollErr(%v) = %v, want nil (retried)", e, f)
+		}
+	}
+}
