@@ -290,14 +290,38 @@ func (p *pipeline) awaitCallbacks(ctx context.Context) {
 // group) from Wait+CallbackMargin before start into the store, and
 // dispatches a waiting record when its callback arrives. It returns when
 // ctx ends.
+//
+// It lists where to start itself (callbackStarts) rather than leaving it
+// to a by-time reset offset: franz-go replaces a by-time answer of "none"
+// with the end offset listed a moment later, and a callback written in
+// between would never be read.
 func (p *pipeline) readCallbacks(ctx context.Context, start time.Time) {
 	c := p.cbs
 	defer c.caught()
 	from := start.Add(-c.cfg.Wait - CallbackMargin).UnixMilli()
+	adm := kadm.NewClient(p.cl)
+	starts, behind, err := callbackStarts(ctx, adm, c.cfg.Topic, from)
+	for warned := false; err != nil; starts, behind, err = callbackStarts(ctx, adm, c.cfg.Topic, from) {
+		// The topic is missing (the probe says so) or the broker is away:
+		// the pipeline does not wait for it, and this tries again.
+		c.caught()
+		if !warned {
+			warned = true
+			p.log.Warn("callbacks topic: cannot list its offsets; callbacks are read once it can (submitted jobs are polled after the wait meanwhile)", "topic", c.cfg.Topic, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(callbackRetry):
+		}
+	}
+	offsets := make(map[int32]kgo.Offset, len(starts))
+	for part, at := range starts {
+		offsets[part] = kgo.NewOffset().At(at)
+	}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(p.pc.Brokers...), kgo.ClientID("redrive-" + p.pc.Instance)}, p.pc.ClientOpts...)
 	opts = append(opts,
-		kgo.ConsumeTopics(c.cfg.Topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AfterMilli(from)),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: offsets}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)
@@ -307,11 +331,11 @@ func (p *pipeline) readCallbacks(ctx context.Context, start time.Time) {
 		return
 	}
 	defer cl.Close()
-	behind := p.callbacksBehind(ctx, cl, from)
 	if len(behind) == 0 {
 		c.caught()
 	}
 	var lastErr time.Time
+	checked := time.Now()
 	for ctx.Err() == nil {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollRecords(pctx, 1000)
@@ -337,40 +361,85 @@ func (p *pipeline) readCallbacks(ctx context.Context, start time.Time) {
 			c.caught()
 		}
 		c.store.sweep(now)
+		if now.Sub(checked) >= callbackPartitionsCheck {
+			checked = now
+			p.addCallbackPartitions(ctx, adm, cl, starts)
+		}
 	}
 }
 
-// callbacksBehind is, per partition of the callbacks topic with records
-// to read from from (a millisecond timestamp), the end offset at start.
-// Empty when there is nothing to read or it cannot be known (the topic
-// is missing: the probe says so).
-func (p *pipeline) callbacksBehind(ctx context.Context, cl *kgo.Client, from int64) map[int32]int64 {
+// callbackRetry is how often the callbacks reader tries again to list
+// the offsets of a callbacks topic it could not list at start.
+const callbackRetry = 2 * time.Second
+
+// callbackPartitionsCheck is how often the callbacks reader looks for
+// partitions added to the callbacks topic since it started.
+const callbackPartitionsCheck = 30 * time.Second
+
+// addCallbackPartitions starts reading, from their first record, the
+// partitions of the callbacks topic added since start (known: the
+// partitions read so far, updated).
+func (p *pipeline) addCallbackPartitions(ctx context.Context, adm *kadm.Client, cl *kgo.Client, known map[int32]int64) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	adm := kadm.NewClient(cl)
 	topic := p.cbs.cfg.Topic
 	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil || ends.Error() != nil {
+		return // tried again at the next check
+	}
+	added := map[int32]kgo.Offset{}
+	ends.Each(func(e kadm.ListedOffset) {
+		if _, ok := known[e.Partition]; !ok {
+			known[e.Partition] = 0
+			added[e.Partition] = kgo.NewOffset().AtStart()
+		}
+	})
+	if len(added) > 0 {
+		p.log.Info("callbacks topic has new partitions: reading them from their start", "topic", topic, "partitions", len(added))
+		cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: added})
+	}
+}
+
+// callbackStarts lists, per partition of topic, the offset to read
+// callbacks from so that none stamped at or after from (a millisecond
+// timestamp) is missed, and (behind) the partitions with records to
+// read, with their end offset now. The end offsets (last stable, as a
+// read_committed reader sees them) are listed first and a partition
+// starts at the smaller of its end and its by-time answer: a record
+// written after the first listing is read even when the by-time listing
+// was answered by an end offset listed after it.
+func callbackStarts(ctx context.Context, adm *kadm.Client, topic string, from int64) (starts, behind map[int32]int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
 	if err == nil {
 		err = ends.Error()
 	}
-	var starts kadm.ListedOffsets
+	var byTime kadm.ListedOffsets
 	if err == nil {
-		starts, err = adm.ListOffsetsAfterMilli(ctx, from, topic)
+		byTime, err = adm.ListOffsetsAfterMilli(ctx, from, topic)
 		if err == nil {
-			err = starts.Error()
+			err = byTime.Error()
 		}
 	}
 	if err != nil {
-		p.log.Warn("callbacks topic: cannot list its offsets; not waiting for it at start", "topic", topic, "err", err)
-		return nil
+		return nil, nil, err
 	}
-	behind := map[int32]int64{}
+	starts, behind = map[int32]int64{}, map[int32]int64{}
 	ends.Each(func(e kadm.ListedOffset) {
-		if s, ok := starts.Lookup(topic, e.Partition); ok && s.Offset >= 0 && s.Offset < e.Offset {
+		at := e.Offset
+		if s, ok := byTime.Lookup(topic, e.Partition); ok && s.Offset >= 0 && s.Offset < at {
+			at = s.Offset
+		}
+		starts[e.Partition] = at
+		if at < e.Offset {
 			behind[e.Partition] = e.Offset
 		}
 	})
-	return behind
+	if len(starts) == 0 {
+		return nil, nil, fmt.Errorf("topic %s: no partitions listed", topic)
+	}
+	return starts, behind, nil
 }
 
 // onCallbackRecord takes one callback record in.
