@@ -31,11 +31,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redrive/redrive/internal/hostinfo"
 )
 
 var (
@@ -167,7 +168,7 @@ func main() {
 		batch = strconv.Itoa(*maxBatch)
 	}
 
-	fmt.Printf("\nredrive benchmarks, %s, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), machine())
+	fmt.Printf("\nredrive benchmarks, %s, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), hostinfo.Describe())
 	mainTable := false
 	for _, name := range scenarios {
 		mainTable = mainTable || (name != "outage" && selected(name))
@@ -336,29 +337,6 @@ func f2(v float64) string {
 		return "–"
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
-}
-
-func machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				cpu = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	mem := ""
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
-				if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64); err == nil {
-					mem = fmt.Sprintf(", %.1f GiB RAM", kb/1024/1024)
-				}
-			}
-		}
-	}
-	return fmt.Sprintf("%d CPUs (%s)%s, %s %s/%s", runtime.NumCPU(), cpu, mem, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 func step(format string, args ...any) {

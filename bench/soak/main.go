@@ -53,7 +53,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -64,6 +63,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/hostinfo"
 )
 
 var (
@@ -350,7 +351,7 @@ pipelines:
 
 	step("producing %d requests/s for %s; samples every %s", *rate, *duration, *every)
 	fmt.Printf("redrive soak, %s, %s\nbroker %s; %d requests/s for %s; tiers 5s, 30s, 4 attempts, jitter 0.1; answers: 1%% permanent, 10%% transient (1%% twice), 5%% not-ready, 84%% ok\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 MST"), machine(), brokers, *rate, *duration)
+		time.Now().UTC().Format("2006-01-02 15:04 MST"), hostinfo.Describe(), brokers, *rate, *duration)
 	began := time.Now()
 	samples := []sample{sampleNow(began)}
 	printSample(samples[0], nil)
@@ -678,19 +679,6 @@ func waitReady(addr string, exited <-chan error, timeout time.Duration) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return errors.New("redrive process not ready (/readyz) within " + timeout.String())
-}
-
-func machine() string {
-	cpu := "unknown CPU"
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
-				cpu = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	return fmt.Sprintf("%d CPUs (%s), %s %s/%s", runtime.NumCPU(), cpu, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 func step(format string, args ...any) {
