@@ -195,15 +195,24 @@ func New(o Options) (*Analyzer, error) {
 	return a, nil
 }
 
-// Run reads, decides and alerts until ctx is done.
+// Run reads, decides and alerts until ctx is done, or until a reader or
+// worker fails (an error no retry fixes, such as a revoked ACL): then
+// every loop stops and Run returns the errors.
 func (a *Analyzer) Run(ctx context.Context) error {
 	defer a.admin.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	errs := make([]error, 2*len(a.pipes))
+	stopOn := func(slot *error, err error) {
+		if *slot = err; err != nil {
+			cancel()
+		}
+	}
 	for i, p := range a.pipes {
 		wg.Add(2)
-		go func() { defer wg.Done(); errs[2*i] = a.readStats(ctx, p) }()
-		go func() { defer wg.Done(); errs[2*i+1] = a.work(ctx, p) }()
+		go func() { defer wg.Done(); stopOn(&errs[2*i], a.readStats(ctx, p)) }()
+		go func() { defer wg.Done(); stopOn(&errs[2*i+1], a.work(ctx, p)) }()
 	}
 	wg.Add(3)
 	go func() { defer wg.Done(); a.flowLoop(ctx) }()
@@ -259,7 +268,10 @@ func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 	}
 	for ctx.Err() == nil {
 		a.beat(name)
-		fs, closed := a.poll(ctx, cl, 2*time.Second, 5000)
+		fs, closed, fatal := a.poll(ctx, cl, 2*time.Second, 5000, "")
+		if fatal != nil {
+			return fatal
+		}
 		if closed {
 			return nil
 		}
@@ -418,17 +430,24 @@ func (a *Analyzer) beat(name string) {
 
 // poll polls at most n records, waiting at most wait, and logs fetch errors
 // (a timed-out or cancelled poll is not one). closed: the client is closed.
-func (a *Analyzer) poll(ctx context.Context, cl *kgo.Client, wait time.Duration, n int) (fs kgo.Fetches, closed bool) {
+// fatal: a fetch error no retry fixes (fatalFetchErr; group is the
+// client's consumer group, "" for none).
+func (a *Analyzer) poll(ctx context.Context, cl *kgo.Client, wait time.Duration, n int, group string) (fs kgo.Fetches, closed bool, fatal error) {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	fs = cl.PollRecords(pctx, n)
 	if fs.IsClientClosed() {
-		return fs, true
+		return fs, true, nil
 	}
 	fs.EachError(func(t string, part int32, err error) {
-		if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-			a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return
 		}
+		if f := fatalFetchErr(group, t, err); f != nil {
+			fatal = f
+			return
+		}
+		a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
 	})
-	return fs, false
+	return fs, false, fatal
 }

@@ -2,12 +2,14 @@ package analyzer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // Tier is one retry tier of a pipeline, for the flow view.
@@ -188,8 +190,13 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 		if t.Group == "" || committed[t.Group] != nil {
 			continue
 		}
-		// A group that never committed answers with no offsets, not an error.
+		// A group that never committed answers with no offsets, not an
+		// error, on Apache Kafka; some brokers (kfake) answer
+		// GROUP_ID_NOT_FOUND for a group that does not exist yet: the same.
 		or, err := adm.FetchOffsets(ctx, t.Group)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			or, err = kadm.OffsetResponses{}, nil
+		}
 		if err != nil {
 			s.err = fmt.Errorf("fetching the committed offsets of %s: %w", t.Group, err)
 			return s

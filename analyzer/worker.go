@@ -3,6 +3,7 @@ package analyzer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -77,6 +78,10 @@ func (a *Analyzer) work(ctx context.Context, p *pipe) error {
 		err := w.run(ctx)
 		if err == nil || ctx.Err() != nil {
 			return nil
+		}
+		var fatal *fatalError
+		if errors.As(err, &fatal) {
+			return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)
 		}
 		wait := b.NextBackOff()
 		a.log.Error("rule worker: transaction failed; starting again from the committed offsets", "pipeline", p.cfg.Name, "err", err, "in", wait)
@@ -156,7 +161,10 @@ func (w *worker) run(ctx context.Context) error {
 			wait = 2 * time.Second
 		}
 		w.cl.AllowRebalance()
-		fs, closed := a.poll(ctx, w.cl, wait, 1000)
+		fs, closed, fatal := a.poll(ctx, w.cl, wait, 1000, w.p.cfg.GroupID())
+		if fatal != nil {
+			return fatal
+		}
 		if closed {
 			return nil
 		}

@@ -22,12 +22,19 @@ func writeErr(topic string, err error) error {
 
 // fatalPollErr is a poll error retrying cannot fix: the consumer group is
 // not ours to use (GROUP_AUTHORIZATION_FAILED, e.g. its READ ACL was
-// removed). The pipeline stops with it and the process exits, rather than
-// polling on without a group.
-func fatalPollErr(group string, err error) error {
-	if errors.Is(err, kerr.GroupAuthorizationFailed) {
+// removed), or a topic the pipeline consumes may not be read
+// (TOPIC_AUTHORIZATION_FAILED on a fetch). The pipeline stops with it and
+// the process exits 1, rather than polling on without a group or logging
+// the same refusal every fetch; the start-up check of the next start names
+// it again until the ACL is granted.
+func fatalPollErr(group, topic string, err error) error {
+	switch {
+	case errors.Is(err, kerr.GroupAuthorizationFailed):
 		return fmt.Errorf("consumer group %s: GROUP_AUTHORIZATION_FAILED: grant ACL READ on group %s to redrive's principal "+
 			"(kafka-acls.sh --add --allow-principal User:SASL_USER --operation Read --group %s): %w", group, group, group, err)
+	case errors.Is(err, kerr.TopicAuthorizationFailed) && topic != "":
+		return fmt.Errorf("topic %s: READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic %s to redrive's principal "+
+			"(kafka-acls.sh --add --allow-principal User:SASL_USER --operation Read --topic %s): %w", topic, topic, topic, err)
 	}
 	return nil
 }

@@ -25,14 +25,22 @@ func TestWriteErrNamesTopicAndACL(t *testing.T) {
 	}
 }
 
-func TestFatalPollErrOnlyForGroupAuthorization(t *testing.T) {
-	err := fatalPollErr("redrive.orders", &kgo.ErrGroupSession{Err: kerr.GroupAuthorizationFailed})
+func TestFatalPollErrOnlyForAuthorization(t *testing.T) {
+	err := fatalPollErr("redrive.orders", "", &kgo.ErrGroupSession{Err: kerr.GroupAuthorizationFailed})
 	if err == nil || !strings.Contains(err.Error(), "consumer group redrive.orders: GROUP_AUTHORIZATION_FAILED: grant ACL READ on group redrive.orders") {
-		t.Fatalf("fatalPollErr = %v", err)
+		t.Fatalf("fatalPollErr(group) = %v", err)
 	}
-	for _, e := range []error{kerr.NotLeaderForPartition, &kgo.ErrGroupSession{Err: kerr.RebalanceInProgress}, kerr.TopicAuthorizationFailed} {
-		if f := fatalPollErr("redrive.orders", e); f != nil {
+	err = fatalPollErr("redrive.orders", "orders.retry.5s", kerr.TopicAuthorizationFailed)
+	if err == nil || !strings.Contains(err.Error(), "topic orders.retry.5s: READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic orders.retry.5s") {
+		t.Fatalf("fatalPollErr(topic) = %v", err)
+	}
+	for _, e := range []error{kerr.NotLeaderForPartition, &kgo.ErrGroupSession{Err: kerr.RebalanceInProgress}, kerr.UnknownTopicOrPartition} {
+		if f := fatalPollErr("redrive.orders", "orders", e); f != nil {
 			t.Errorf("fatalPollErr(%v) = %v, want nil (retried)", e, f)
 		}
+	}
+	// A topic refusal with no topic named (not a fetch of ours) is retried.
+	if f := fatalPollErr("redrive.orders", "", kerr.TopicAuthorizationFailed); f != nil {
+		t.Errorf("fatalPollErr without a topic = %v, want nil", f)
 	}
 }

@@ -614,39 +614,62 @@ func TestSecureClearErrors(t *testing.T) {
 			"topic "+bp.DLQTopic()+": READ denied (TOPIC_AUTHORIZATION_FAILED)")
 	})
 
-	t.Run("group ACL removed while running", func(t *testing.T) {
-		httpAddr := freeAddr(t)
-		proc := startProc(t, bin, cfg, "REDRIVE_HTTP_ADDR="+httpAddr)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if code, _ := probe("http://" + httpAddr + "/readyz"); code == http.StatusOK {
-				break
+	// An ACL revoked while a command runs ends it with exit 1 and the ACL
+	// to grant, rather than fetching on and logging the refusal.
+	revokedWhileRunning := []struct {
+		name, readyURL string
+		args, env      []string
+		revoke         acl
+		want           string
+	}{
+		{"process: group READ", "", []string{"process", "-c", cfg}, nil, acl{op: kadm.OpRead, group: p.GroupID()},
+			"consumer group " + p.GroupID() + ": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group " + p.GroupID()},
+		{"process: READ on a tier", "", []string{"process", "-c", cfg}, nil, acl{op: kadm.OpRead, topic: p.TierTopics()[0]},
+			"topic " + p.TierTopics()[0] + ": READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic " + p.TierTopics()[0]},
+		{"analyze: group READ", "http://" + anAddr + "/readyz", []string{"analyze", "-c", cfg}, nil, acl{op: kadm.OpRead, group: p.AnalyzerGroupID()},
+			"consumer group " + p.AnalyzerGroupID() + ": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group " + p.AnalyzerGroupID()},
+		{"analyze: READ on the DLQ", "http://" + anAddr + "/readyz", []string{"analyze", "-c", cfg}, nil, acl{op: kadm.OpRead, topic: p.DLQTopic()},
+			"topic " + p.DLQTopic() + ": READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic " + p.DLQTopic()},
+	}
+	for _, tc := range revokedWhileRunning {
+		t.Run(tc.name+" removed while running", func(t *testing.T) {
+			readyURL, env := tc.readyURL, tc.env
+			if readyURL == "" {
+				httpAddr := freeAddr(t)
+				readyURL, env = "http://"+httpAddr+"/readyz", []string{"REDRIVE_HTTP_ADDR=" + httpAddr}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("process not ready within 30s:\n%s", proc.log.String())
+			proc := startCmd(t, bin, env, tc.args...)
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				if code, _ := probe(readyURL); code == http.StatusOK {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s not ready within 30s:\n%s", tc.args[0], proc.log.String())
+				}
+				time.Sleep(100 * time.Millisecond)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		b.revoke(t, acl{op: kadm.OpRead, group: p.GroupID()})
-		defer b.grant(t, acl{op: kadm.OpRead, group: p.GroupID()})
-		start := time.Now()
-		done := make(chan error, 1)
-		go func() { done <- proc.cmd.Wait() }()
-		select {
-		case err := <-done:
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-				t.Fatalf("process: %v, want exit 1:\n%s", err, proc.log.String())
+			b.revoke(t, tc.revoke)
+			defer b.grant(t, tc.revoke)
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() { done <- proc.cmd.Wait() }()
+			select {
+			case err := <-done:
+				var ee *exec.ExitError
+				if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+					t.Fatalf("%s: %v, want exit 1:\n%s", tc.args[0], err, proc.log.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s still running 30s after the ACL was removed:\n%s", tc.args[0], proc.log.String())
 			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("process still running 30s after its group ACL was removed:\n%s", proc.log.String())
-		}
-		out := proc.log.String()
-		if !strings.Contains(out, "consumer group "+p.GroupID()+": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group "+p.GroupID()) {
-			t.Errorf("output lacks the group's name and the ACL to grant:\n%s", out)
-		}
-		t.Logf("exit 1 %v after the ACL was removed: %s", time.Since(start).Round(time.Millisecond), lastLine(out))
-	})
+			out := proc.log.String()
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			}
+			t.Logf("exit 1 %v after the ACL was removed: %s", time.Since(start).Round(time.Millisecond), lastLine(out))
+		})
+	}
 
 	t.Run("missing group ACL", func(t *testing.T) {
 		b.revoke(t, acl{op: kadm.OpRead, group: p.GroupID()}, acl{op: kadm.OpRead, group: p.AnalyzerGroupID()}, acl{op: kadm.OpDescribe, group: p.GroupID()})
