@@ -53,7 +53,10 @@ func (p Pipeline) TransactionalID(instance string) string { return p.GroupID() +
 type Options struct {
 	// ClientOpts connect to the brokers (seed brokers, SASL, TLS).
 	ClientOpts []kgo.Opt
-	Pipelines  []Pipeline
+	// Principal is who the broker's authorizer sees ("User:redrive"),
+	// named in the ACL a refused read asks for; "" when not known.
+	Principal string
+	Pipelines []Pipeline
 	// Alerts are evaluated every AlertEvery (default 10s).
 	Alerts     []Alert
 	AlertEvery time.Duration
@@ -443,7 +446,7 @@ func (a *Analyzer) poll(ctx context.Context, cl *kgo.Client, wait time.Duration,
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return
 		}
-		if f := fatalFetchErr(group, t, err); f != nil {
+		if f := fatalFetchErr(group, t, a.o.Principal, err); f != nil {
 			fatal = f
 			return
 		}

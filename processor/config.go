@@ -246,6 +246,10 @@ type Config struct {
 	Pipelines []Pipeline
 	// Instance names this process in redrive-instance (default: hostname).
 	Instance string
+	// Principal is who the broker's authorizer sees ("User:redrive" for
+	// sasl.user redrive), named in the ACL a refused write or read asks
+	// for; "" when not known.
+	Principal string
 	// SessionTimeout is the consumer group session timeout (default 45s).
 	SessionTimeout time.Duration
 	// ShutdownGrace bounds how long Run waits for in-flight work after its

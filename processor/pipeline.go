@@ -479,7 +479,7 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 				return
 			}
-			if f := fatalPollErr(p.cfg.GroupID(), topic, err); f != nil {
+			if f := fatalPollErr(p.cfg.GroupID(), topic, p.pc.Principal, err); f != nil {
 				fatal = f
 				return
 			}

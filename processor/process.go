@@ -312,7 +312,7 @@ func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Reco
 		p.forgetRecreated(rec.Topic, err)
 		if !failing {
 			failing = true
-			p.setWriteErr(writeErr(rec.Topic, err))
+			p.setWriteErr(writeErr(rec.Topic, p.pc.Principal, err))
 		}
 		wait := b.NextBackOff()
 		p.log.Error("outcome write failed; retrying, offset not committed", "topic", rec.Topic, "src", srcOf(w), "err", err, "retry_in", wait)

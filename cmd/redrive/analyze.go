@@ -57,7 +57,7 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 	if err != nil {
 		return nil, err
 	}
-	ao := analyzer.Options{ClientOpts: opts, Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat,
+	ao := analyzer.Options{ClientOpts: opts, Principal: c.Principal(), Registerer: o.Registry, Logger: slog.Default(), Ready: o.Ready, Beat: o.Beat,
 		Limits: c.Analyzer.Limits(), Instance: c.Instance, SessionTimeout: c.SessionTimeout.D(), HideValues: c.Analyzer.HideValues}
 	// The dashboard answers to the name it listens on and to the
 	// configured ones (besides the loopback names).

@@ -89,6 +89,7 @@ func processorConfig(c *config.Config, handlers map[string]processor.Handler, o 
 		Brokers:        c.Brokers,
 		ClientOpts:     opts, // its seed brokers repeat Brokers: harmless
 		Instance:       c.Instance,
+		Principal:      c.Principal(),
 		SessionTimeout: c.SessionTimeout.D(),
 		ShutdownGrace:  c.ShutdownGrace.D(),
 		CommitInterval: c.CommitInterval.D(),

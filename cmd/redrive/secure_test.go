@@ -623,13 +623,13 @@ func TestSecureClearErrors(t *testing.T) {
 		want           string
 	}{
 		{"process: group READ", "", []string{"process", "-c", cfg}, nil, acl{op: kadm.OpRead, group: p.GroupID()},
-			"consumer group " + p.GroupID() + ": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group " + p.GroupID()},
+			"consumer group " + p.GroupID() + ": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group " + p.GroupID() + " to User:redrive"},
 		{"process: READ on a tier", "", []string{"process", "-c", cfg}, nil, acl{op: kadm.OpRead, topic: p.TierTopics()[0]},
-			"topic " + p.TierTopics()[0] + ": READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic " + p.TierTopics()[0]},
+			"topic " + p.TierTopics()[0] + ": READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic " + p.TierTopics()[0] + " to User:redrive"},
 		{"analyze: group READ", "http://" + anAddr + "/readyz", []string{"analyze", "-c", cfg}, nil, acl{op: kadm.OpRead, group: p.AnalyzerGroupID()},
-			"consumer group " + p.AnalyzerGroupID() + ": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group " + p.AnalyzerGroupID()},
+			"consumer group " + p.AnalyzerGroupID() + ": GROUP_AUTHORIZATION_FAILED: grant ACL READ on group " + p.AnalyzerGroupID() + " to User:redrive"},
 		{"analyze: READ on the DLQ", "http://" + anAddr + "/readyz", []string{"analyze", "-c", cfg}, nil, acl{op: kadm.OpRead, topic: p.DLQTopic()},
-			"topic " + p.DLQTopic() + ": READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic " + p.DLQTopic()},
+			"topic " + p.DLQTopic() + ": READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic " + p.DLQTopic() + " to User:redrive"},
 	}
 	for _, tc := range revokedWhileRunning {
 		t.Run(tc.name+" removed while running", func(t *testing.T) {
@@ -744,7 +744,7 @@ func TestSecureDLQWriteDenied(t *testing.T) {
 		code, body := probe("http://" + httpAddr + "/readyz")
 		last = body
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "topic "+p.DLQTopic()+": WRITE denied (TOPIC_AUTHORIZATION_FAILED)") &&
-			strings.Contains(body, "grant ACL WRITE on topic "+p.DLQTopic()) {
+			strings.Contains(body, "grant ACL WRITE on topic "+p.DLQTopic()+" to User:redrive") {
 			break
 		}
 		if time.Now().After(deadline) {
