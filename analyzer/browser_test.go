@@ -886,28 +886,10 @@ func TestBrowserToken(t *testing.T) {
 	if err != nil {
 		t.Fatalf("producing the dead letters: %v", err)
 	}
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+	a, _ := (&env{t: t, c: c}).launch(analyzer.Options{
 		Pipelines:  []analyzer.Pipeline{{Name: "tok", Topic: mainTopic, DLQ: dlqTopic}},
 		Logger:     slog.New(slog.NewTextHandler(t.Output(), nil)),
 		HideValues: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("Run did not return within 30s of its context's end")
-		}
 	})
 	api := a.HandlerAccess(analyzer.Access{Token: "full-tok", ReadToken: "read-tok"})
 

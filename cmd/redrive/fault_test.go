@@ -337,7 +337,9 @@ func TestFaultPartitionsAdded(t *testing.T) {
 // (-1 where none).
 func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string, parts int32) map[int32]int64 {
 	t.Helper()
-	os, err := adm.FetchOffsets(context.Background(), group)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	os, err := adm.FetchOffsets(ctx, group)
 	if err != nil {
 		t.Fatalf("fetch offsets of %s: %v", group, err)
 	}

@@ -351,17 +351,7 @@ func (b *secBroker) collect(t *testing.T, tps []string, enough func(map[string][
 // committedAt is the group's committed offset on topic/part, -1 if none.
 func (b *secBroker) committedAt(t *testing.T, group, topic string, part int32) int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	offs, err := b.adm(t).FetchOffsets(ctx, group)
-	if err != nil {
-		t.Fatalf("fetch offsets of %s: %v", group, err)
-	}
-	o, ok := offs.Lookup(topic, part)
-	if !ok || o.Err != nil {
-		return -1
-	}
-	return o.At
+	return committedOffsets(t, b.adm(t), group, topic, part+1)[part]
 }
 
 // TestSecureCommands: over TLS with SCRAM-SHA-512 and only the ACLs
