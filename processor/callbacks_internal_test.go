@@ -221,7 +221,7 @@ func TestMatchWaitingRace(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		p.mu.Lock()
-		queued, waiting := len(p.runq)-p.runHead, ps.waiting
+		queued, waiting := p.runq.len(), ps.waiting
 		p.mu.Unlock()
 		if queued == n && waiting == 0 {
 			break
@@ -235,7 +235,7 @@ func TestMatchWaitingRace(t *testing.T) {
 	defer p.mu.Unlock()
 	seen := map[string]int{}
 	attached := 0
-	for _, w := range p.runq[p.runHead:] {
+	p.runq.each(func(w *work) {
 		job := string(w.meta.State)
 		seen[job]++
 		if w.cb != nil {
@@ -243,14 +243,14 @@ func TestMatchWaitingRace(t *testing.T) {
 			if w.cb.JobID != job {
 				t.Fatalf("record of %s got the callback of %s", job, w.cb.JobID)
 			}
-			continue
+			return
 		}
 		// Popped by the scheduler: process takes the callback.
 		p.takeCallback(w)
 		if w.cb == nil {
 			t.Errorf("%s: dispatched without its callback, and process could not take it", job)
 		}
-	}
+	})
 	for i := range n {
 		if job := fmt.Sprintf("job-%d", i); seen[job] != 1 {
 			t.Errorf("%s dispatched %d times, want once", job, seen[job])
@@ -288,7 +288,7 @@ func TestDropUnindexes(t *testing.T) {
 	p.mu.Unlock()
 	p.onCallbackRecord(CallbackRecord("cb", cbAt("j", now)), now)
 	p.mu.Lock()
-	queued := len(p.runq) - p.runHead
+	queued := p.runq.len()
 	p.mu.Unlock()
 	if queued != 0 {
 		t.Errorf("a record of a revoked partition was dispatched by its callback")
@@ -310,14 +310,14 @@ func TestMatchAfterPop(t *testing.T) {
 	p.sched.mu.Unlock()
 	p.onCallbackRecord(CallbackRecord("cb", cbAt("j", now)), now)
 	p.mu.Lock()
-	queued := len(p.runq) - p.runHead
+	queued := p.runq.len()
 	p.mu.Unlock()
 	if queued != 0 || w.cb != nil {
 		t.Fatalf("popped record dispatched by the reader (queued %d, callback %v)", queued, w.cb)
 	}
 	p.onDue(w)
 	p.mu.Lock()
-	queued = len(p.runq) - p.runHead
+	queued = p.runq.len()
 	indexed := len(p.jobs)
 	p.mu.Unlock()
 	if queued != 1 || indexed != 0 || ps.waiting != 0 {

@@ -110,11 +110,11 @@ type pipeline struct {
 	waiting  int
 	lanes    map[string]*lane
 	closing  bool
-	// runq holds dispatched work no worker has taken yet, FIFO from
-	// runHead; workers counts the worker goroutines (at most Concurrency),
-	// each of which takes work from runq until it is empty.
-	runq    []*work
-	runHead int
+	// runq holds dispatched work no worker has taken yet, due work ahead
+	// of the main topic's (runqueue.go); workers counts the worker
+	// goroutines (at most Concurrency), each of which takes work from runq
+	// until it is empty.
+	runq    runQueue
 	workers int
 
 	hot hotMetrics
@@ -212,6 +212,13 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		// A resumed partition is fetched after the broker's in-flight fetch
 		// returns; a short max wait keeps due tier records from being late.
 		kgo.FetchMaxWait(200 * time.Millisecond),
+		// Small fetches per partition: the client fetches a partition
+		// again only once its buffered fetch is polled, and records are
+		// polled only as the in-flight bound frees room, so a large
+		// buffered fetch of the main topic delays the tier records fetched
+		// with it (and holds memory). franz-go's default is 1 MiB;
+		// measured in BENCHMARKS.md (issue 17).
+		kgo.FetchMaxPartitionBytes(fetchPartitionBytes),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordDeliveryTimeout(20 * time.Second),
 		kgo.UnknownTopicRetries(3),
@@ -415,6 +422,9 @@ func (p *pipeline) noteOversize(w *work) {
 	p.log.Warn("record larger than max_inflight_bytes: handled with no more records fetched until it is finished",
 		"src", srcOf(w), "bytes", w.size, "max_inflight_bytes", p.cfg.MaxInflightBytes)
 }
+
+// fetchPartitionBytes is the most a fetch takes from one partition.
+const fetchPartitionBytes = 256 << 10
 
 // pollWait bounds one poll, so the loop beats at least this often when idle.
 const pollWait = 2 * time.Second
@@ -633,10 +643,11 @@ func (p *pipeline) dispatchLocked(w *work) {
 }
 
 // startLocked queues w for a worker, starting one if fewer than
-// Concurrency run. p.mu held.
+// Concurrency run; due work goes ahead of the main topic's (runQueue).
+// p.mu held.
 func (p *pipeline) startLocked(w *work) {
 	p.wg.Add(1)
-	p.runq = append(p.runq, w)
+	p.runq.push(w)
 	if p.workers < p.cfg.Concurrency {
 		p.workers++
 		go p.worker()
@@ -650,20 +661,11 @@ func (p *pipeline) startLocked(w *work) {
 func (p *pipeline) worker() {
 	for {
 		p.mu.Lock()
-		if p.runHead == len(p.runq) {
-			clear(p.runq)
-			p.runq, p.runHead = p.runq[:0], 0
+		w := p.runq.pop()
+		if w == nil {
 			p.workers--
 			p.mu.Unlock()
 			return
-		}
-		w := p.runq[p.runHead]
-		p.runq[p.runHead] = nil
-		p.runHead++
-		if p.runHead > 1024 && p.runHead > len(p.runq)/2 {
-			n := copy(p.runq, p.runq[p.runHead:])
-			clear(p.runq[n:])
-			p.runq, p.runHead = p.runq[:n], 0
 		}
 		p.mu.Unlock()
 		p.work(w)

@@ -1,0 +1,109 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// With the run queue full of main-topic records, a tier record that is due
+// is handled before all of them, although they arrived first: a worker
+// (the real one, Concurrency 1) takes it next.
+func TestDueTierRecordOvertakesQueuedMainRecords(t *testing.T) {
+	p, tier := newMatchPipeline(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	main := &partState{tp: tp{p.cfg.Topic, 0}, tier: -1, offsets: newOffsetTracker(), ctx: ctx, cancel: cancel, committed: -1}
+	p.parts[main.tp] = main
+
+	now := time.Now()
+	var fresh []*kgo.Record
+	for i := range 50 {
+		fresh = append(fresh, &kgo.Record{Topic: main.tp.topic, Offset: int64(i), Timestamp: now, Key: fmt.Appendf(nil, "m%d", i), Value: []byte("x")})
+	}
+	p.admit(main.tp.topic, 0, fresh, now) // no worker runs: all 50 queued
+	due := retry.Meta{ID: "retry-1", Attempt: 2, Due: now.Add(-time.Millisecond), Tier: "1s"}
+	p.admit(tier.tp.topic, 0, []*kgo.Record{{Topic: tier.tp.topic, Offset: 0, Timestamp: now.Add(-time.Second), Key: []byte("t"), Value: []byte("x"), Headers: retry.Encode(due, nil)}}, now)
+	p.mu.Lock()
+	if q := p.runq.len(); q != 51 {
+		p.mu.Unlock()
+		t.Fatalf("run queue holds %d records, want 51", q)
+	}
+
+	var mu sync.Mutex
+	var order []string
+	all := make(chan struct{})
+	p.h = HandlerFunc(func(_ context.Context, r *Request) Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, string(r.Record.Key))
+		if len(order) == 51 {
+			close(all)
+		}
+		return Succeed(nil)
+	})
+	p.cfg.Concurrency = 1
+	p.workers++
+	go p.worker()
+	p.mu.Unlock()
+
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker did not handle the 51 queued records")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if order[0] != "t" {
+		t.Fatalf("first handled %q, want the due tier record \"t\" ahead of the 50 main-topic records that arrived first; order %v", order[0], order)
+	}
+	for i, k := range order[1:] {
+		if want := fmt.Sprintf("m%d", i); k != want {
+			t.Fatalf("main-topic record %d handled as %q, want %q (FIFO among them)", i, k, want)
+		}
+	}
+}
+
+// Due work goes first but takes at most dueBurst picks in a row while
+// main-topic records wait: the main topic is never starved. Within each
+// class the order is arrival.
+func TestRunQueueBoundsTheDueShare(t *testing.T) {
+	mainPS, tierPS := &partState{tier: -1}, &partState{tier: 0}
+	var q runQueue
+	for i := range 10 {
+		q.push(&work{ps: mainPS, size: int64(i)})
+	}
+	for i := range 20 {
+		q.push(&work{ps: tierPS, size: int64(i)})
+	}
+	var got []string
+	next := map[bool]int64{}
+	for w := q.pop(); w != nil; w = q.pop() {
+		isDue := w.ps.tier >= 0
+		if w.size != next[isDue] {
+			t.Fatalf("%v record %d taken when %d was next", isDue, w.size, next[isDue])
+		}
+		next[isDue]++
+		if isDue {
+			got = append(got, "d")
+		} else {
+			got = append(got, "m")
+		}
+	}
+	// 20 due and 10 main: three due and one main, six times; then the
+	// last two due, then the rest of the main topic.
+	want := strings.Repeat("dddm", 6) + "dd" + "mmmm"
+	if g := strings.Join(got, ""); g != want {
+		t.Fatalf("pick order %s, want %s", g, want)
+	}
+	if q.len() != 0 || q.pop() != nil {
+		t.Fatal("queue not empty after taking everything")
+	}
+}
