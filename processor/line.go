@@ -258,12 +258,17 @@ type ticket struct {
 // and the line is stopped by the service; ok false when the record is
 // abandoned: ctx done, abandoned() true (its partition is being revoked),
 // or shutdown.
-func (l *line) enter(ctx context.Context, canForward bool, abandoned func() bool) (t ticket, forward, ok bool) {
-	for {
+//
+// now is the time of the first look (the caller's clock reading, saving
+// one per record); later looks, after a wait, read the clock again.
+func (l *line) enter(ctx context.Context, now time.Time, canForward bool, abandoned func() bool) (t ticket, forward, ok bool) {
+	for first := true; ; first = false {
 		if ctx.Err() != nil || abandoned() {
 			return t, false, false
 		}
-		now := time.Now()
+		if !first {
+			now = time.Now()
+		}
 		l.mu.Lock()
 		if l.stopped {
 			l.mu.Unlock()

@@ -49,7 +49,7 @@ func (tl *testLine) call(t *testing.T, out Outcome) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	tk, fwd, ok := tl.enter(ctx, false, never)
+	tk, fwd, ok := tl.enter(ctx, time.Now(), false, never)
 	if !ok || fwd {
 		t.Fatalf("enter: ok %v forward %v, want a call", ok, fwd)
 	}
@@ -60,7 +60,7 @@ func (tl *testLine) call(t *testing.T, out Outcome) bool {
 func (tl *testLine) blocked(d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	tk, _, ok := tl.enter(ctx, false, never)
+	tk, _, ok := tl.enter(ctx, time.Now(), false, never)
 	if ok {
 		tk.abandon()
 	}
@@ -115,8 +115,8 @@ func TestBreakerOpensHoldsAndCloses(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	p1, _, ok1 := tl.enter(ctx, false, never)
-	p2, _, ok2 := tl.enter(ctx, false, never)
+	p1, _, ok1 := tl.enter(ctx, time.Now(), false, never)
+	p2, _, ok2 := tl.enter(ctx, time.Now(), false, never)
 	if !ok1 || !ok2 {
 		t.Fatal("probes not let through after open_for")
 	}
@@ -137,14 +137,14 @@ func TestBreakerOpensHoldsAndCloses(t *testing.T) {
 		t.Fatalf("after a failed probe: %+v, want open for 600ms", st)
 	}
 	reopened := time.Now()
-	p3, _, ok3 := tl.enter(ctx, false, never)
+	p3, _, ok3 := tl.enter(ctx, time.Now(), false, never)
 	if !ok3 {
 		t.Fatal("no probe after the second open period")
 	}
 	if w := time.Since(reopened); w < 500*time.Millisecond {
 		t.Fatalf("probe after %v, want the doubled open_for (600ms)", w)
 	}
-	p4, _, _ := tl.enter(ctx, false, never)
+	p4, _, _ := tl.enter(ctx, time.Now(), false, never)
 	tl.leave(p3, Succeed(nil), time.Now())
 	tl.leave(p4, Poll(nil, 0), time.Now()) // the service answered: a success for the breaker
 	if st := tl.status(time.Now()); st.State != "running" || st.Breaker != "closed" {
@@ -197,7 +197,7 @@ func TestPauseCodeStopsTheLineAndHolds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	tk, _, ok := tl.enter(ctx, false, never)
+	tk, _, ok := tl.enter(ctx, time.Now(), false, never)
 	if !ok {
 		t.Fatal("no call after the pause")
 	}
@@ -265,7 +265,7 @@ func TestManualPauseAndFailover(t *testing.T) {
 	tl.pauseByHand("test")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if _, fwd, ok := tl.enter(ctx, true, never); ok || fwd {
+	if _, fwd, ok := tl.enter(ctx, time.Now(), true, never); ok || fwd {
 		t.Fatalf("manual pause: ok %v forward %v; want wait (no failover for a manual pause)", ok, fwd)
 	}
 	waitFor(t, "fetching paused", func() bool { return tl.lastFetch() == [2]bool{true, true} })
@@ -275,7 +275,7 @@ func TestManualPauseAndFailover(t *testing.T) {
 	tl.call(t, Retry("http_503", errDown))
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
-	if _, fwd, ok := tl.enter(ctx2, true, never); !ok || !fwd {
+	if _, fwd, ok := tl.enter(ctx2, time.Now(), true, never); !ok || !fwd {
 		t.Fatalf("open breaker with failover_to: ok %v forward %v, want forward", ok, fwd)
 	}
 	waitFor(t, "tiers paused, main fetched", func() bool { return tl.lastFetch() == [2]bool{false, true} })
@@ -290,14 +290,14 @@ func TestEnterLeavesOnRevokeAndStop(t *testing.T) {
 	leaving.Add(2)
 	go func() {
 		defer leaving.Done()
-		_, _, ok := tl.enter(context.Background(), false, func() bool { mu.Lock(); defer mu.Unlock(); return revoked })
+		_, _, ok := tl.enter(context.Background(), time.Now(), false, func() bool { mu.Lock(); defer mu.Unlock(); return revoked })
 		if ok {
 			t.Error("a revoked record's wait ended in a call")
 		}
 	}()
 	go func() {
 		defer leaving.Done()
-		_, _, ok := tl.enter(context.Background(), false, never)
+		_, _, ok := tl.enter(context.Background(), time.Now(), false, never)
 		if ok {
 			t.Error("a wait ended in a call at shutdown")
 		}
@@ -373,7 +373,7 @@ func TestResumeIgnoresTheOldBreaker(t *testing.T) {
 	tl.call(t, Retry("x", errDown)) // open
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	probe, _, ok := tl.enter(ctx, false, never) // half-open: the probe is out
+	probe, _, ok := tl.enter(ctx, time.Now(), false, never) // half-open: the probe is out
 	if !ok {
 		t.Fatal("no probe")
 	}

@@ -58,8 +58,11 @@ type work struct {
 	decodeErr error
 	decoded   bool
 	waitUntil time.Time
-	size      int64
-	heapIdx   int
+	// at is when process last read the clock for w: the decision's time,
+	// which the outcome record's times use.
+	at      time.Time
+	size    int64
+	heapIdx int
 
 	// Callbacks (callbacks.go). cb is the callback attached to the
 	// record: it is finished with the callback's outcome, no handler call.

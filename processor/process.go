@@ -56,6 +56,7 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	}
 	w.decode()
 	now := time.Now()
+	w.at = now
 	meta := identify(w.meta, w.rec)
 	if c := clampFuture(&meta, now); c != 0 {
 		p.hot.countClamped(c)
@@ -93,7 +94,7 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	// never forwarded: the other service knows nothing of that job.
 	canForward := b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers && len(state) == 0
 	for {
-		t, forward, ok := p.line.enter(ctx, canForward, w.ps.leaving.Load)
+		t, forward, ok := p.line.enter(ctx, now, canForward, w.ps.leaving.Load)
 		if !ok {
 			return decision{}, false // revoked, shutdown: redelivered as it was
 		}
@@ -105,13 +106,17 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		if t.waited {
 			// Waiting for the line took time: the record may have expired.
 			now = time.Now()
+			w.at = now
 			if d, call := screen(meta, nil, w.ps.tier, p.pol, now); !call {
 				t.abandon()
 				p.countEarly(d, tierLabel)
 				return d, true
 			}
 		}
-		start := time.Now()
+		start := now // no wait for the line: the clock read at the start
+		if t.waited {
+			start = time.Now()
+		}
 		if len(req.State) > 0 {
 			p.polls.Add(1)
 			p.hot.polls.Inc()
@@ -122,6 +127,7 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			return decision{}, false // revoked or past the grace: the next owner redoes it
 		}
 		now = time.Now()
+		w.at = now
 		out, mistake := checked(out)
 		if mistake {
 			p.noKind.Do(func() {
@@ -194,8 +200,13 @@ func (p *pipeline) call(ctx context.Context, req *Request) (out Outcome) {
 	return p.h.Handle(ctx, req)
 }
 
-// userRecord is r as handlers see it: the user's headers only.
+// userRecord is r as handlers see it: the user's headers only. A record
+// without redrive-* headers is passed as it is (handlers must not modify
+// it), saving a copy per main-topic record.
 func userRecord(r *kgo.Record, user []kgo.RecordHeader) *kgo.Record {
+	if len(user) == len(r.Headers) {
+		return r
+	}
 	c := *r
 	c.Headers = user
 	return &c
@@ -226,7 +237,13 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 // a dead letter); a retry or results record too large for its topic is a
 // dead letter instead. w.meta becomes the outcome record's headers.
 func (p *pipeline) outcomeRecord(w *work, d decision) (*kgo.Record, outKind) {
-	rec, out := p.out.build(w.rec, w.user, d, time.Now())
+	// w.at: the clock read when the decision was made (process); a
+	// second read per record costs more than the microseconds since.
+	at := w.at
+	if at.IsZero() {
+		at = time.Now()
+	}
+	rec, out := p.out.build(w.rec, w.user, d, at)
 	if out.to != d.to {
 		// The error names the topic and both sizes (outputs.build).
 		p.log.Warn("outcome record larger than its topic takes; dead-lettering it", "src", srcOf(w), "err", out.meta.Error)

@@ -279,7 +279,13 @@ func Headers() []string {
 // the record can be dead-lettered as invalid without losing anything.
 // Unknown redrive-* headers are kept with the user headers, so that a newer
 // writer's headers survive an older reader.
+//
+// A record with no known redrive-* header (a request as its producer wrote
+// it) decodes to a zero Meta and hs itself, with no allocation.
 func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
+	if !hasKnown(hs) {
+		return Meta{}, hs, nil
+	}
 	m := scratch.Get().(*Meta)
 	defer release(m)
 	var user []kgo.RecordHeader
@@ -540,4 +546,16 @@ func RequestID(r *kgo.Record) string {
 		}
 	}
 	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
+}
+
+// hasKnown reports whether hs holds a header Decode reads into Meta.
+func hasKnown(hs []kgo.RecordHeader) bool {
+	for _, h := range hs {
+		if strings.HasPrefix(h.Key, HeaderPrefix) {
+			if _, ok := headerIndex[h.Key]; ok {
+				return true
+			}
+		}
+	}
+	return false
 }
