@@ -42,7 +42,8 @@ type Pipeline struct {
 	// Concurrency bounds handler calls in flight for this pipeline. Default 64.
 	Concurrency int
 	// MaxInflight bounds records polled and not finished (waiting tier
-	// records excluded, see MaxWaiting). Default 4×Concurrency.
+	// records excluded, see MaxWaiting). Default the larger of
+	// DefaultMaxInflight and 4×Concurrency.
 	MaxInflight int
 	// MaxInflightBytes bounds the bytes of those records. Default 64 MiB.
 	MaxInflightBytes int64
@@ -279,7 +280,12 @@ const (
 	DefaultCommitInterval   = 500 * time.Millisecond
 	DefaultNotReadyDeadline = 10 * time.Minute
 	DefaultConcurrency      = 64
-	DefaultInflightPerSlot  = 4 // MaxInflight is this times Concurrency
+	DefaultInflightPerSlot  = 4 // MaxInflight is at least this times Concurrency
+	// DefaultMaxInflight is MaxInflight's least default: measured (issue
+	// 17, BENCHMARKS.md), the happy path's throughput levels off between
+	// 4096 and 16384 records in flight while memory keeps growing, and 256
+	// (4 × the default concurrency) made a sixth of it.
+	DefaultMaxInflight = 4096
 	DefaultMaxInflightBytes = 64 << 20
 	DefaultMaxWaiting       = 2000
 )
@@ -326,7 +332,8 @@ func (fe *fieldErrs) add(field, format string, args ...any) {
 
 // WithDefaults is p with every zero value that has a default filled in:
 // DLQ (topics.DefaultDLQ(Topic)), NotReadyDeadline, Concurrency,
-// MaxInflight (DefaultInflightPerSlot × Concurrency, + MaxBatch for
+// MaxInflight (the larger of DefaultMaxInflight and DefaultInflightPerSlot
+// × Concurrency, + MaxBatch for
 // ExactlyOnce), MaxInflightBytes,
 // MaxWaiting, Delivery (AtLeastOnce), MaxBatch, a copy of Callbacks with
 // its defaults (Callbacks.WithDefaults).
@@ -348,7 +355,7 @@ func (p Pipeline) WithDefaults() Pipeline {
 		p.MaxBatch = DefaultMaxBatch
 	}
 	if p.MaxInflight == 0 && p.Concurrency > 0 {
-		p.MaxInflight = DefaultInflightPerSlot * p.Concurrency
+		p.MaxInflight = max(DefaultMaxInflight, DefaultInflightPerSlot*p.Concurrency)
 		if p.Delivery == ExactlyOnce && p.MaxBatch > 0 {
 			// Held outcomes are in flight until their transaction: room
 			// for a batch besides the records being handled.

@@ -17,7 +17,7 @@ func validPipeline(name, topic string) Pipeline {
 func TestPipelineWithDefaults(t *testing.T) {
 	p := validPipeline("p", "t").WithDefaults()
 	if p.DLQ != topics.DefaultDLQ("t") || p.DLQ != "t.dlq" || p.NotReadyDeadline != DefaultNotReadyDeadline ||
-		p.Concurrency != DefaultConcurrency || p.MaxInflight != DefaultInflightPerSlot*DefaultConcurrency ||
+		p.Concurrency != DefaultConcurrency || p.MaxInflight != max(DefaultMaxInflight, DefaultInflightPerSlot*DefaultConcurrency) ||
 		p.MaxInflightBytes != DefaultMaxInflightBytes || p.MaxWaiting != DefaultMaxWaiting {
 		t.Errorf("WithDefaults = %+v", p)
 	}
@@ -26,8 +26,13 @@ func TestPipelineWithDefaults(t *testing.T) {
 	}
 	q := validPipeline("p", "t")
 	q.Concurrency, q.DLQ = 8, "dead"
-	if q = q.WithDefaults(); q.MaxInflight != 32 || q.DLQ != "dead" {
-		t.Errorf("WithDefaults keeps what is set: %+v", q)
+	if q = q.WithDefaults(); q.MaxInflight != DefaultMaxInflight || q.DLQ != "dead" {
+		t.Errorf("WithDefaults keeps what is set (MaxInflight at least %d): %+v", DefaultMaxInflight, q)
+	}
+	big := validPipeline("p", "t")
+	big.Concurrency = 2000
+	if big = big.WithDefaults(); big.MaxInflight != 4*2000 {
+		t.Errorf("MaxInflight for concurrency 2000 = %d, want 4 × concurrency", big.MaxInflight)
 	}
 	if p.GroupID() != "redrive.p" || p.GroupID() != topics.GroupID("p") {
 		t.Errorf("GroupID = %q", p.GroupID())

@@ -101,7 +101,7 @@ type Pipeline struct {
 	TTL              Duration `yaml:"ttl"`                // 0: no expiry
 	NotReadyDeadline Duration `yaml:"not_ready_deadline"` // default 10m
 	Concurrency      int      `yaml:"concurrency"`        // default 64
-	MaxInflight      int      `yaml:"max_inflight"`       // records polled but unfinished; default 4*concurrency
+	MaxInflight      int      `yaml:"max_inflight"`       // records polled but unfinished; default max(4096, 4*concurrency)
 	// MaxInflightBytes bounds the bytes of those records (default 64 MiB).
 	// The file may say 67108864 or "64MiB".
 	MaxInflightBytes int64  `yaml:"max_inflight_bytes" config:"bytes"`

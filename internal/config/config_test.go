@@ -133,7 +133,7 @@ func TestParseDesignExample(t *testing.T) {
 			TTL:              0,
 			NotReadyDeadline: dur("10m"),
 			Concurrency:      64,
-			MaxInflight:      256,
+			MaxInflight:      4096,
 			MaxInflightBytes: 64 << 20,
 			Breaker:          defaultBreaker(),
 			RateLimitBurst:   1,
@@ -213,7 +213,7 @@ func TestDefaults(t *testing.T) {
 			DLQ:              DLQ{Topic: "t.dlq", Retention: dur("168h")},
 			NotReadyDeadline: dur("10m"),
 			Concurrency:      64,
-			MaxInflight:      256,
+			MaxInflight:      4096,
 			MaxInflightBytes: 64 << 20,
 			Breaker:          defaultBreaker(),
 			RateLimitBurst:   1,
@@ -251,7 +251,8 @@ func TestDefaults(t *testing.T) {
 		{"max_due set", "retry: {max_due: 2h}", func(p Pipeline) bool {
 			return p.Retry.MaxDue.D() == 2*time.Hour && p.ProcessorPipeline(nil).Schedule.MaxDue == 2*time.Hour
 		}},
-		{"max_inflight follows concurrency", "concurrency: 10", func(p Pipeline) bool { return p.MaxInflight == 40 }},
+		{"max_inflight at least 4096", "concurrency: 10", func(p Pipeline) bool { return p.MaxInflight == 4096 }},
+		{"max_inflight follows a large concurrency", "concurrency: 2000", func(p Pipeline) bool { return p.MaxInflight == 8000 }},
 		{"max_inflight set", "concurrency: 10\n    max_inflight: 11", func(p Pipeline) bool { return p.MaxInflight == 11 }},
 		{"name given", "name: other", func(p Pipeline) bool { return p.Name == "other" && p.GroupID() == "redrive.other" }},
 		{"dlq topic given", "dlq: {topic: dead}", func(p Pipeline) bool { return p.DLQTopic() == "dead" }},

@@ -169,7 +169,7 @@ type problem struct {
 var derivedKeys = map[string]struct{ from, how string }{
 	"name":         {"topic", "the topic"},
 	"dlq.topic":    {"topic", `"<topic>.dlq"`},
-	"max_inflight": {"concurrency", strconv.Itoa(processor.DefaultInflightPerSlot) + " × concurrency"},
+	"max_inflight": {"concurrency", "the larger of " + strconv.Itoa(processor.DefaultMaxInflight) + " and " + strconv.Itoa(processor.DefaultInflightPerSlot) + " × concurrency"},
 	// handler.callback.topic's default is filled in only with a callback.
 	"handler.callback.topic": {"topic", `"<topic>.callbacks"`},
 }
