@@ -54,11 +54,16 @@ var (
 	outageRate  = flag.Int("outage-rate", 2000, "records/s offered by the outage scenario")
 	outageOpen  = flag.Duration("outage-open-for", 2*time.Second, "Breaker.OpenFor of the outage scenario's breaker=on run")
 	outageMax   = flag.Duration("outage-max-open", 4*time.Second, "Breaker.MaxOpen of the outage scenario's breaker=on run")
+	slowFail    = flag.Int("slowfail-records", 100000, "records of the failure path with a 5 ms handler at default settings")
 	maxBatch    = flag.Int("maxbatch", 0, "MaxBatch of the exactly-once runs (happy-eos, failure-eos; 0: the default)")
 	eosDefRecs  = flag.Int("eos-default-records", 20000, "records of the exactly-once happy path with the default MaxInflight (slow: see BENCHMARKS.md)")
 )
 
 var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage"}
+
+// defaults are the flags of a run at the processor's default settings
+// (concurrency 64, max_inflight the larger of 4096 and 4 × concurrency).
+var defaults = []string{"-bench.concurrency", "0", "-bench.maxinflight", "0"}
 
 type result map[string]float64 // unit → value
 
@@ -130,14 +135,16 @@ func main() {
 	n := strconv.Itoa(*records)
 	tuned := []string{"-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)}
 	ceil1 := one(run("ceiling", procBin, "^BenchmarkCeiling$", "-bench.records", n))
-	happyDefault := one(run("happy", procBin, "^BenchmarkHappyPath$", "-bench.records", n, "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"))
+	happyDefault := one(run("happy", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, defaults...)...))
 	happy := one(run("happy", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
 	eos := []string{"-bench.delivery", "exactly-once", "-bench.maxbatch", strconv.Itoa(*maxBatch)}
 	happyEOSDefault := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", strconv.Itoa(*eosDefRecs), "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"}, eos...)...))
 	happyEOS := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
+	failureDefault := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, defaults...)...))
+	failureSlow := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", strconv.Itoa(*slowFail), "-bench.handlerdelay", "5ms"}, defaults...)...))
 	failure := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
 	failureEOS := one(run("failure-eos", procBin, "^BenchmarkFailurePath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
-	paced := one(run("paced", procBin, "^BenchmarkFailurePaced$", "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", strconv.Itoa(*inflight)))
+	paced := one(run("paced", procBin, "^BenchmarkFailurePaced$", defaults...))
 	slow := one(run("slow", procBin, "^BenchmarkSlowHandler$", "-bench.slowrecords", strconv.Itoa(*slowRecs)))
 	an := one(run("analyzer", anBin, "^BenchmarkRebuild$", "-bench.deadletters", strconv.Itoa(*deadLetters)))
 	scaling := run("scaling", procBin, "^BenchmarkScaling$", append([]string{"-bench.records", strconv.Itoa(*scaleRecs)}, tuned...)...)
@@ -190,16 +197,18 @@ func main() {
 	}
 	row("ceiling", "1", "ceiling: raw franz-go consume→produce, 6 partitions (first run)", ceil1, "1.00", fmt.Sprintf("wall %s rec/s", f0(ceil1["wall-records/s"])))
 	row("ceiling", "1", "ceiling (last run)", ceil2, fmt.Sprintf("mean %s rec/s", f0(ceiling)), fmt.Sprintf("wall %s rec/s", f0(ceil2["wall-records/s"])))
-	row("happy", "2", "happy path: no-op handler + results, default MaxInflight (4×concurrency)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
+	row("happy", "2", "happy path: no-op handler + results, default settings (concurrency 64, MaxInflight 4096)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
 	row("happy", "2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
 	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, default MaxInflight, MaxBatch %s (%d records)", batch, *eosDefRecs), happyEOSDefault, eosRatio(happyEOSDefault, happyDefault),
 		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOSDefault["wall-records/s"]), txns(happyEOSDefault)))
 	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, MaxInflight %d, MaxBatch %s", *inflight, batch), happyEOS, eosRatio(happyEOS, happy),
 		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOS["wall-records/s"]), txns(happyEOS)))
-	row("failure", "3", "failure path: every record fails once into a 1 s tier", failure, ratio(failure), lateness(failure))
+	row("failure", "3", "failure path: every record fails once into a 1 s tier, default settings", failureDefault, ratio(failureDefault), lateness(failureDefault))
+	row("failure", "3", fmt.Sprintf("failure path, a 5 ms handler (saturated: the handler is the bottleneck), default settings, %d records", *slowFail), failureSlow, "–", lateness(failureSlow))
+	row("failure", "3", fmt.Sprintf("failure path, concurrency %d, MaxInflight %d", *conc, *inflight), failure, ratio(failure), lateness(failure))
 	row("failure-eos", "3", fmt.Sprintf("failure path, exactly-once, MaxBatch %s", batch), failureEOS, eosRatio(failureEOS, failure),
 		strings.Join(slices.DeleteFunc([]string{lateness(failureEOS), txns(failureEOS)}, func(s string) bool { return s == "" }), "; "))
-	row("paced", "3", fmt.Sprintf("failure path, offered at %s rec/s (below capacity): the scheduler's lateness", f0(paced["offered-records/s"])), paced, "–", lateness(paced))
+	row("paced", "3", fmt.Sprintf("failure path, offered at %s rec/s (below capacity), default settings: the scheduler's lateness", f0(paced["offered-records/s"])), paced, "–", lateness(paced))
 	bound := slow["bound-records/s"]
 	slowRatio := "–"
 	if bound > 0 && slow["records/s"] > 0 {

@@ -65,8 +65,9 @@ var (
 	benchPacedRate  = flag.Int("bench.pacedrate", 10000, "records/s offered by the paced failure path")
 	benchPacedRecs  = flag.Int("bench.pacedrecords", 50000, "records of the paced failure path")
 	benchMaxWaiting = flag.Int("bench.maxwaiting", 0, "MaxWaiting for the failure path (0: default)")
-	benchConc       = flag.Int("bench.concurrency", 256, "handler concurrency of the happy and failure paths")
-	benchInflight   = flag.Int("bench.maxinflight", 0, "MaxInflight of the happy and failure paths (0: default, 4×concurrency)")
+	benchConc       = flag.Int("bench.concurrency", 256, "handler concurrency of the happy and failure paths (0: the default)")
+	benchInflight   = flag.Int("bench.maxinflight", 0, "MaxInflight of the happy and failure paths (0: the default)")
+	benchDelay      = flag.Duration("bench.handlerdelay", 0, "how long the failure paths' handler takes per call (0: no wait)")
 	benchDelivery   = flag.String("bench.delivery", string(processor.AtLeastOnce), "Delivery of the happy and failure paths: at-least-once or exactly-once")
 	benchMaxBatch   = flag.Int("bench.maxbatch", 0, "MaxBatch of an exactly-once happy or failure path (0: default)")
 	benchCommitIvl  = flag.Duration("bench.commitinterval", 0, "CommitInterval of the happy and failure paths (0: the harness's, 200ms)")
@@ -505,7 +506,13 @@ type failOnce struct {
 	late []time.Duration
 }
 
-func (f *failOnce) Handle(_ context.Context, r *processor.Request) processor.Outcome {
+func (f *failOnce) Handle(ctx context.Context, r *processor.Request) processor.Outcome {
+	if *benchDelay > 0 {
+		select {
+		case <-time.After(*benchDelay):
+		case <-ctx.Done():
+		}
+	}
 	if r.Attempt == 1 {
 		return processor.Outcome{Kind: processor.Transient, Code: "http_503"}
 	}

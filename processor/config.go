@@ -285,7 +285,7 @@ const (
 	// 17, BENCHMARKS.md), the happy path's throughput levels off between
 	// 4096 and 16384 records in flight while memory keeps growing, and 256
 	// (4 × the default concurrency) made a sixth of it.
-	DefaultMaxInflight = 4096
+	DefaultMaxInflight      = 4096
 	DefaultMaxInflightBytes = 64 << 20
 	DefaultMaxWaiting       = 2000
 )
