@@ -213,7 +213,7 @@ func TestMatchWaitingRace(t *testing.T) {
 		}
 	}()
 	for i := 0; i < n; i += 100 {
-		p.admit(ps.tp.topic, 0, recs[i:i+100], time.Now())
+		p.admit(ps.tp.topic, 0, recs[i:i+100], 0, time.Now())
 	}
 	wg.Wait()
 
@@ -274,7 +274,7 @@ func TestMatchWaitingRace(t *testing.T) {
 func TestDropUnindexes(t *testing.T) {
 	p, ps := newMatchPipeline(t)
 	now := time.Now()
-	p.admit(ps.tp.topic, 0, []*kgo.Record{tierRecord(ps.tp.topic, 0, "j", now, now.Add(time.Hour))}, now)
+	p.admit(ps.tp.topic, 0, []*kgo.Record{tierRecord(ps.tp.topic, 0, "j", now, now.Add(time.Hour))}, 0, now)
 	p.mu.Lock()
 	if p.jobs["j"] == nil || ps.waiting != 1 {
 		t.Fatalf("admit: index %v waiting %d", p.jobs, ps.waiting)
@@ -304,7 +304,7 @@ func TestDropUnindexes(t *testing.T) {
 func TestMatchAfterPop(t *testing.T) {
 	p, ps := newMatchPipeline(t)
 	now := time.Now()
-	p.admit(ps.tp.topic, 0, []*kgo.Record{tierRecord(ps.tp.topic, 0, "j", now, now.Add(time.Hour))}, now)
+	p.admit(ps.tp.topic, 0, []*kgo.Record{tierRecord(ps.tp.topic, 0, "j", now, now.Add(time.Hour))}, 0, now)
 	p.sched.mu.Lock()
 	w := heap.Pop(&p.sched.h).(*work) // what run does when it is due
 	p.sched.mu.Unlock()

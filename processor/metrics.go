@@ -26,6 +26,7 @@ type metrics struct {
 	produceFails   *prometheus.CounterVec   // pipeline, kind (retry, dlq, results)
 	lag            *prometheus.GaugeVec     // pipeline, topic
 	pausedParts    *prometheus.GaugeVec     // pipeline
+	mainHeld       *prometheus.CounterVec   // pipeline
 	clamped        *prometheus.CounterVec   // pipeline, time (clampedTimes)
 	breakerState   *prometheus.GaugeVec     // pipeline
 	breakerTrans   *prometheus.CounterVec   // pipeline, to
@@ -89,6 +90,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		pausedParts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_paused_partitions", Help: "Tier partitions paused because their waiting records reached max_waiting.",
 		}, []string{"pipeline"}),
+		mainHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_main_held_seconds_total", Help: "Seconds the main topic was not fetched so that due tier records were fetched first; at most 750ms at a time, then at least 250ms of fetching it.",
+		}, []string{"pipeline"}),
 		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future (or an origin timestamp before 1970), taken as now for waits and ages.",
 		}, []string{"pipeline", "time"}),
@@ -133,7 +137,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		codes: map[string]bool{"": true},
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
-		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.clamped,
+		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped,
 		m.breakerState, m.breakerTrans, m.paused, m.rateLimited, m.failovers,
 		m.callbacks, m.callbacksHeld, m.polls, m.jobSeconds, m.txns, m.txnHeld, m.txnSeconds} {
 		if err := reg.Register(c); err != nil {
@@ -175,8 +179,9 @@ type hotMetrics struct {
 
 	clamped [len(clampedTimes)]prometheus.Counter // by clampedTimes index
 
-	polls prometheus.Counter
-	job   [len(jobVias)]prometheus.Observer // by jobVia - 1
+	polls    prometheus.Counter
+	mainHeld prometheus.Counter
+	job      [len(jobVias)]prometheus.Observer // by jobVia - 1
 }
 
 type outcomeKey struct {
@@ -195,6 +200,7 @@ func (h *hotMetrics) init(m *metrics, pipeline string) {
 		h.clamped[i] = m.clamped.WithLabelValues(pipeline, l)
 	}
 	h.polls = m.polls.WithLabelValues(pipeline)
+	h.mainHeld = m.mainHeld.WithLabelValues(pipeline)
 	for i, v := range jobVias {
 		h.job[i] = m.jobSeconds.WithLabelValues(pipeline, v)
 	}
@@ -314,6 +320,7 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 		m.lag.WithLabelValues(name, t)
 	}
 	m.pausedParts.WithLabelValues(name)
+	m.mainHeld.WithLabelValues(name)
 	m.breakerState.WithLabelValues(name)
 	for _, to := range []string{"closed", "half-open", "open"} {
 		m.breakerTrans.WithLabelValues(name, to)

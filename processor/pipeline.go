@@ -46,6 +46,11 @@ type partState struct {
 	// leaving is revoking, readable without p.mu: a record waiting for
 	// the line gives up (line.enter).
 	leaving atomic.Bool
+	// Tier partitions (duefirst.go): next is the offset after the last
+	// record fetched (0: none yet); pending what is known to be there
+	// after it and when it is wanted.
+	next    int64
+	pending pendingList
 }
 
 // work is one record from poll to finish.
@@ -119,6 +124,9 @@ type pipeline struct {
 	// until it is empty.
 	runq    runQueue
 	workers int
+	// fetch is which topics are held from fetching: by the line, and the
+	// main topic while due tier records wait to be fetched (duefirst.go).
+	fetch fetchState
 
 	hot hotMetrics
 
@@ -399,14 +407,22 @@ func (p *pipeline) beat() {
 	}
 }
 
-// room is how many more records may be polled, 0 at the bound.
+// room is how many more records may be polled, 0 at the bound. While the
+// main topic is held for the tiers (duefirst.go) only tier records come,
+// up to a quarter more than the bound.
 func (p *pipeline) room() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.bytes >= p.cfg.MaxInflightBytes {
+	p.holdMainLocked(time.Now())
+	limit, limitBytes := p.cfg.MaxInflight, p.cfg.MaxInflightBytes
+	if p.fetch.held {
+		limit += max(1, limit/4)
+		limitBytes += limitBytes / 4
+	}
+	if p.bytes >= limitBytes {
 		return 0
 	}
-	return max(0, p.cfg.MaxInflight-p.inflight)
+	return max(0, limit-p.inflight)
 }
 
 // metadataMaxAge is how often the pipeline's client refreshes metadata at
@@ -435,6 +451,14 @@ const pollWait = 2 * time.Second
 func (p *pipeline) pollLoop(ctx context.Context) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	// At the bound the loop looks this often whether to hold the main
+	// topic for due tier records (duefirst.go).
+	var check <-chan time.Time
+	if len(p.tiers) > 0 {
+		t := time.NewTicker(holdCheck)
+		defer t.Stop()
+		check = t.C
+	}
 	lastTxn := time.Now()
 	for ctx.Err() == nil {
 		p.beat()
@@ -465,6 +489,7 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 			select {
 			case <-p.capCh:
 			case <-tick.C:
+			case <-check:
 			case <-txnDue:
 			case <-p.txnKick:
 			case <-ctx.Done():
@@ -504,7 +529,7 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 		now := time.Now()
 		fs.EachPartition(func(f kgo.FetchTopicPartition) {
 			if len(f.Records) > 0 {
-				p.admit(f.Topic, f.Partition, f.Records, now)
+				p.admit(f.Topic, f.Partition, f.Records, f.HighWatermark, now)
 			}
 		})
 	}
@@ -513,7 +538,8 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 
 // admit takes polled records in: main-topic records are dispatched at once,
 // tier records when due.
-func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.Time) {
+// hwm is the partition's high watermark (a tier's pending records).
+func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, hwm int64, now time.Time) {
 	data := len(recs)
 	if recs[len(recs)-1].Attrs.IsControl() || recs[0].Attrs.IsControl() {
 		data = 0
@@ -567,6 +593,9 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, now time.
 			p.cl.PauseFetchPartitions(map[string][]int32{topic: {part}})
 			p.m.pausedParts.WithLabelValues(p.cfg.Name).Inc()
 		}
+	}
+	if ps.tier >= 0 {
+		p.noteTierFetch(ps, recs[len(recs)-1].Offset+1, hwm, now)
 	}
 	p.hot.waiting.Set(float64(p.waiting))
 }
@@ -951,17 +980,10 @@ func (p *pipeline) commitOffsets(ctx context.Context, offsets map[string]map[int
 // the tiers. Topic pauses are the client's and outlive rebalances;
 // partition pauses (MaxWaiting, onAssigned's resume) are separate.
 func (p *pipeline) pauseFetch(main, tiers bool) {
-	set := func(pause bool, topics ...string) {
-		if pause {
-			p.cl.PauseFetchTopics(topics...)
-		} else {
-			p.cl.ResumeFetchTopics(topics...)
-		}
-	}
-	set(main, p.cfg.Topic)
-	if len(p.tiers) > 0 {
-		set(tiers, p.tiers...)
-	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fetch.lineMain, p.fetch.lineTiers = main, tiers
+	p.applyFetchLocked()
 }
 
 // setWriteErr records that an outcome write fails; clearWriteErr that it

@@ -218,8 +218,11 @@ func userRecord(r *kgo.Record, user []kgo.RecordHeader) *kgo.Record {
 // (outputs.build) before it is sent.
 func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	rec, to := p.outcomeRecord(w, d)
-	p.cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+	p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 		if err == nil {
+			if to == toRetry {
+				p.noteTierWrite(r, w.meta.Due) // w.meta: the outcome record's (outcomeRecord)
+			}
 			p.finishSent(w, to)
 			return
 		}

@@ -28,9 +28,9 @@ func TestDueTierRecordOvertakesQueuedMainRecords(t *testing.T) {
 	for i := range 50 {
 		fresh = append(fresh, &kgo.Record{Topic: main.tp.topic, Offset: int64(i), Timestamp: now, Key: fmt.Appendf(nil, "m%d", i), Value: []byte("x")})
 	}
-	p.admit(main.tp.topic, 0, fresh, now) // no worker runs: all 50 queued
+	p.admit(main.tp.topic, 0, fresh, 50, now) // no worker runs: all 50 queued
 	due := retry.Meta{ID: "retry-1", Attempt: 2, Due: now.Add(-time.Millisecond), Tier: "1s"}
-	p.admit(tier.tp.topic, 0, []*kgo.Record{{Topic: tier.tp.topic, Offset: 0, Timestamp: now.Add(-time.Second), Key: []byte("t"), Value: []byte("x"), Headers: retry.Encode(due, nil)}}, now)
+	p.admit(tier.tp.topic, 0, []*kgo.Record{{Topic: tier.tp.topic, Offset: 0, Timestamp: now.Add(-time.Second), Key: []byte("t"), Value: []byte("x"), Headers: retry.Encode(due, nil)}}, 1, now)
 	p.mu.Lock()
 	if q := p.runq.len(); q != 51 {
 		p.mu.Unlock()
