@@ -34,14 +34,16 @@ type outputs struct {
 func (o *outputs) build(src *kgo.Record, user []kgo.RecordHeader, d decision, now time.Time) (*kgo.Record, decision) {
 	var r *kgo.Record
 	switch d.to {
+	// The record's timestamp is now, the decision's time: the producer
+	// would otherwise read the clock again for it.
 	case toRetry:
-		r = &kgo.Record{Topic: o.tiers[d.tier], Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user)}
+		r = &kgo.Record{Topic: o.tiers[d.tier], Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user), Timestamp: now}
 	case toResults:
-		r = &kgo.Record{Topic: o.results, Key: src.Key, Value: d.result, Headers: retry.Encode(d.meta, user)}
+		r = &kgo.Record{Topic: o.results, Key: src.Key, Value: d.result, Headers: retry.Encode(d.meta, user), Timestamp: now}
 	case toFailover:
 		// Forwarded unchanged: key, value, user headers, redrive-* headers
 		// (redrive-failovers one more).
-		r = &kgo.Record{Topic: o.failover, Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user)}
+		r = &kgo.Record{Topic: o.failover, Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user), Timestamp: now}
 	default:
 		return o.deadLetter(src, user, d.meta, 0), d
 	}
