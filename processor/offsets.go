@@ -15,7 +15,13 @@ type offsetTracker struct {
 	// next is the offset to commit once q is empty; -1 before any record.
 	next  int64
 	epoch int32
+	// slab is where add takes entries from, entrySlab at a time: one
+	// allocation for many records. A slab lives while one of its entries
+	// is in q (at most entrySlab × 40 bytes per slow record).
+	slab []entry
 }
+
+const entrySlab = 128
 
 type entry struct {
 	offset int64
@@ -30,7 +36,11 @@ func newOffsetTracker() *offsetTracker { return &offsetTracker{next: -1} }
 
 // add registers a polled record and returns its entry, to be passed to finish.
 func (t *offsetTracker) add(r *kgo.Record) *entry {
-	e := &entry{offset: r.Offset, epoch: r.LeaderEpoch}
+	if len(t.slab) == cap(t.slab) {
+		t.slab = make([]entry, 0, entrySlab)
+	}
+	t.slab = append(t.slab, entry{offset: r.Offset, epoch: r.LeaderEpoch})
+	e := &t.slab[len(t.slab)-1]
 	t.q = append(t.q, e)
 	return e
 }

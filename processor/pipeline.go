@@ -63,6 +63,9 @@ type work struct {
 	decodeErr error
 	decoded   bool
 	waitUntil time.Time
+	// req is the handler's request (process): a part of w, one
+	// allocation less per record.
+	req Request
 	// at is when process last read the clock for w: the decision's time,
 	// which the outcome record's times use.
 	at      time.Time

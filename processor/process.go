@@ -88,7 +88,8 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	}
 
 	attempt, _, state := attemptOf(meta)
-	req := &Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
+	w.req = Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
+	req := &w.req
 	b := p.cfg.Breaker
 	// A record with state (a job submitted to this pipeline's service) is
 	// never forwarded: the other service knows nothing of that job.

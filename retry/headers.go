@@ -545,7 +545,13 @@ func RequestID(r *kgo.Record) string {
 			}
 		}
 	}
-	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
+	var buf [96]byte // one allocation, the string
+	b := append(buf[:0], r.Topic...)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, int64(r.Partition), 10)
+	b = append(b, '/')
+	b = strconv.AppendInt(b, r.Offset, 10)
+	return string(b)
 }
 
 // hasKnown reports whether hs holds a header Decode reads into Meta.
