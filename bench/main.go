@@ -56,7 +56,7 @@ var (
 	outageMax   = flag.Duration("outage-max-open", 4*time.Second, "Breaker.MaxOpen of the outage scenario's breaker=on run")
 	slowFail    = flag.Int("slowfail-records", 100000, "records of the failure path with a 5 ms handler at default settings")
 	maxBatch    = flag.Int("maxbatch", 0, "MaxBatch of the exactly-once runs (happy-eos, failure-eos; 0: the default)")
-	eosDefRecs  = flag.Int("eos-default-records", 20000, "records of the exactly-once happy path with the default MaxInflight (slow: see BENCHMARKS.md)")
+	eosDefRecs  = flag.Int("eos-default-records", 200000, "records of the exactly-once happy path with the default MaxInflight")
 )
 
 var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage"}
