@@ -77,10 +77,11 @@ func TestDueTierRecordOvertakesQueuedMainRecords(t *testing.T) {
 func TestRunQueueBoundsTheDueShare(t *testing.T) {
 	mainPS, tierPS := &partState{tier: -1}, &partState{tier: 0}
 	var q runQueue
-	for i := range 10 {
+	const nMain, nDue = 10, 3*dueBurst - 1
+	for i := range nMain {
 		q.push(&work{ps: mainPS, size: int64(i)})
 	}
-	for i := range 20 {
+	for i := range nDue {
 		q.push(&work{ps: tierPS, size: int64(i)})
 	}
 	var got []string
@@ -97,9 +98,10 @@ func TestRunQueueBoundsTheDueShare(t *testing.T) {
 			got = append(got, "m")
 		}
 	}
-	// 20 due and 10 main: three due and one main, six times; then the
-	// last two due, then the rest of the main topic.
-	want := strings.Repeat("dddm", 6) + "dd" + "mmmm"
+	// dueBurst due and one main, twice; then the last dueBurst-1 due
+	// (the main topic waits no more than dueBurst picks), then the rest
+	// of the main topic.
+	want := strings.Repeat(strings.Repeat("d", dueBurst)+"m", 2) + strings.Repeat("d", dueBurst-1) + strings.Repeat("m", nMain-2)
 	if g := strings.Join(got, ""); g != want {
 		t.Fatalf("pick order %s, want %s", g, want)
 	}
