@@ -630,7 +630,8 @@ func (w *work) decode() {
 		return
 	}
 	w.decoded = true
-	w.meta, w.user, w.decodeErr = retry.Decode(w.rec.Headers)
+	// The record's header bytes are never changed and live as long as w.
+	w.meta, w.user, w.decodeErr = retry.DecodeView(w.rec.Headers)
 }
 
 // onDue is called by the scheduler when a waiting record is due.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -283,6 +284,19 @@ func Headers() []string {
 // A record with no known redrive-* header (a request as its producer wrote
 // it) decodes to a zero Meta and hs itself, with no allocation.
 func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
+	return decode(hs, false)
+}
+
+// DecodeView is Decode whose Meta strings share the bytes of hs's values
+// instead of copying them: no allocation per header. hs's values must not
+// change while the Meta (or a string taken from it) is in use, and the
+// Meta keeps them from being freed; for a record handled and then let go
+// (the processor), not for one kept long (the analyzer).
+func DecodeView(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
+	return decode(hs, true)
+}
+
+func decode(hs []kgo.RecordHeader, view bool) (Meta, []kgo.RecordHeader, error) {
 	if !hasKnown(hs) {
 		return Meta{}, hs, nil
 	}
@@ -310,7 +324,12 @@ func Decode(hs []kgo.RecordHeader) (Meta, []kgo.RecordHeader, error) {
 			continue
 		}
 		seen |= 1 << i
-		v := string(h.Value)
+		var v string
+		if view {
+			v = unsafe.String(unsafe.SliceData(h.Value), len(h.Value))
+		} else {
+			v = string(h.Value)
+		}
 		if !utf8.ValidString(v) {
 			fail(h, "not valid UTF-8")
 			continue

@@ -956,6 +956,11 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		hs := headersFromBytes(data)
 		m, user, err := retry.Decode(hs)
+		// DecodeView reads the same, error or not.
+		mv, userv, errv := retry.DecodeView(hs)
+		if d := metaDiff(mv, m); d != nil || headersDiff(userv, user) != "" || fmt.Sprint(errv) != fmt.Sprint(err) {
+			t.Fatalf("DecodeView differs from Decode: %v; error %v, want %v", d, errv, err)
+		}
 
 		// The user's headers come back whole, in order, error or not.
 		var wantUser []kgo.RecordHeader
