@@ -1,8 +1,10 @@
 package processor
 
 import (
+	"context"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -180,5 +182,55 @@ func (p *pipeline) applyFetchLocked() {
 		} else {
 			p.cl.ResumeFetchTopics(p.tiers...)
 		}
+	}
+}
+
+// tierEndsEvery is how often a pipeline at its in-flight bound lists the
+// end offsets of its tiers: retries another process wrote to a partition
+// this one reads are known only so (or from a fetch of it, which the
+// bound delays).
+const tierEndsEvery = 250 * time.Millisecond
+
+// tierEndsLoop lists the tiers' end offsets every tierEndsEvery while the
+// pipeline is at its bound, and notes what lies past each owned tier
+// partition's last fetched record as wanted at once.
+func (p *pipeline) tierEndsLoop(ctx context.Context) {
+	if len(p.tiers) == 0 {
+		return
+	}
+	adm := kadm.NewClient(p.cl)
+	t := time.NewTicker(tierEndsEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !p.atBound.Load() {
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, time.Second)
+		ends, err := adm.ListEndOffsets(lctx, p.tiers...)
+		cancel()
+		if err != nil {
+			continue
+		}
+		now := time.Now()
+		p.mu.Lock()
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil {
+				p.noteTierEndLocked(o.Topic, o.Partition, o.Offset, now)
+			}
+		})
+		p.mu.Unlock()
+	}
+}
+
+// noteTierEndLocked notes that a tier partition ends at end: records past
+// its last fetched one are wanted at once. p.mu held.
+func (p *pipeline) noteTierEndLocked(topic string, part int32, end int64, now time.Time) {
+	if ps := p.parts[tp{topic, part}]; ps != nil && ps.tier >= 0 && !ps.gone && end > ps.next {
+		ps.pending.note(end-1, now)
 	}
 }

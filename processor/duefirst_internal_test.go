@@ -97,3 +97,27 @@ func TestMainHeldForDueTierRecords(t *testing.T) {
 		t.Fatal("the end of a hold resumed a main topic the line stopped")
 	}
 }
+
+// An end offset listed past a tier partition's last fetched record makes
+// it wanted at once (retries another process wrote there); one at or
+// before it, or of a partition not ours, changes nothing.
+func TestTierEndsNoteForeignRetries(t *testing.T) {
+	p, tier := newMatchPipeline(t)
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.noteTierFetch(tier, 10, 10, now) // fetched up to 9, nothing after
+	p.noteTierEndLocked(tier.tp.topic, 0, 10, now)
+	p.noteTierEndLocked(tier.tp.topic, 7, 50, now) // not ours
+	if p.tiersWantedLocked(now.Add(time.Hour)) {
+		t.Fatal("wanted with nothing past the last fetched record")
+	}
+	p.noteTierEndLocked(tier.tp.topic, 0, 12, now)
+	if !p.tiersWantedLocked(now) {
+		t.Fatal("records past the last fetched one, listed, not wanted at once")
+	}
+	p.noteTierFetch(tier, 12, 12, now)
+	if p.tiersWantedLocked(now) {
+		t.Fatal("still wanted after they were fetched")
+	}
+}

@@ -130,6 +130,8 @@ type pipeline struct {
 	// fetch is which topics are held from fetching: by the line, and the
 	// main topic while due tier records wait to be fetched (duefirst.go).
 	fetch fetchState
+	// atBound: the poll loop waits at the in-flight bound (tierEndsLoop).
+	atBound atomic.Bool
 
 	hot hotMetrics
 
@@ -327,6 +329,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	}
 	lagDone := make(chan struct{})
 	go func() { p.lagLoop(ctx); close(lagDone) }()
+	endsDone := make(chan struct{})
+	go func() { p.tierEndsLoop(ctx); close(endsDone) }()
 	lineDone := make(chan struct{})
 	go func() { p.line.run(ctx); close(lineDone) }()
 	cbDone := make(chan struct{})
@@ -378,6 +382,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	p.hstop()
 	<-commitDone
 	<-lagDone
+	<-endsDone
 	p.mu.Lock()
 	p.closing = true
 	p.mu.Unlock()
@@ -482,6 +487,7 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 			wait = max(time.Millisecond, p.pc.CommitInterval-time.Since(lastTxn))
 		}
 		n := p.room()
+		p.atBound.Store(n == 0)
 		if n == 0 { // at the bound: stop fetching until work finishes
 			var txnDue <-chan time.Time
 			var t *time.Timer
