@@ -51,17 +51,14 @@ type pendingRec struct {
 }
 
 // pendingList is a tier partition's pending records in offset order.
-type pendingList struct {
-	s    []pendingRec
-	head int
-}
+type pendingList struct{ q queue[pendingRec] }
 
 // note adds off, wanted from at on. Offsets come in increasing order
 // (acknowledgements of one partition are in order); one out of order is
 // merged into the last entry.
 func (l *pendingList) note(off int64, at time.Time) {
-	if n := len(l.s); n > l.head {
-		last := &l.s[n-1]
+	if l.q.len() > 0 {
+		last := l.q.back()
 		if off <= last.off {
 			if at.Before(last.at) {
 				last.at = at
@@ -76,27 +73,20 @@ func (l *pendingList) note(off int64, at time.Time) {
 			return
 		}
 	}
-	l.s = append(l.s, pendingRec{off, at})
+	l.q.push(pendingRec{off, at})
 }
 
 // fetched drops the entries below next (the offset after the last record
 // fetched).
 func (l *pendingList) fetched(next int64) {
-	for l.head < len(l.s) && l.s[l.head].off < next {
-		l.head++
-	}
-	switch {
-	case l.head == len(l.s):
-		l.s, l.head = l.s[:0], 0
-	case l.head > 64 && l.head > len(l.s)/2:
-		n := copy(l.s, l.s[l.head:])
-		l.s, l.head = l.s[:n], 0
+	for l.q.len() > 0 && l.q.front().off < next {
+		l.q.pop()
 	}
 }
 
 // wantedBy reports whether a pending record is wanted by now.
 func (l *pendingList) wantedBy(now time.Time) bool {
-	return l.head < len(l.s) && !l.s[l.head].at.After(now)
+	return l.q.len() > 0 && !l.q.front().at.After(now)
 }
 
 // fetchState is which topics are held from fetching and why. Guarded by

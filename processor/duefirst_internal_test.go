@@ -18,7 +18,7 @@ func TestPendingList(t *testing.T) {
 	l.note(11, t0.Add(time.Second+time.Millisecond)) // merged: within pendingCoalesce
 	l.note(20, t0.Add(2*time.Second))
 	l.note(15, t0.Add(500*time.Millisecond)) // out of order: merged into the last, wanted sooner
-	if got := l.s[l.head:]; len(got) != 2 || got[0].off != 11 || got[1].off != 20 || !got[1].at.Equal(t0.Add(500*time.Millisecond)) {
+	if got := l.q.s[l.q.head:]; len(got) != 2 || got[0].off != 11 || got[1].off != 20 || !got[1].at.Equal(t0.Add(500*time.Millisecond)) {
 		t.Fatalf("entries %+v", got)
 	}
 	if l.wantedBy(t0.Add(999 * time.Millisecond)) {
@@ -29,11 +29,11 @@ func TestPendingList(t *testing.T) {
 	}
 	l.fetched(12) // offsets 10 and 11 fetched
 	if l.wantedBy(t0.Add(400*time.Millisecond)) || !l.wantedBy(t0.Add(500*time.Millisecond)) {
-		t.Errorf("after fetching up to 12: entries %+v", l.s[l.head:])
+		t.Errorf("after fetching up to 12: entries %+v", l.q.s[l.q.head:])
 	}
 	l.fetched(21)
-	if l.wantedBy(t0.Add(time.Hour)) || len(l.s) != 0 {
-		t.Errorf("after fetching all: entries %+v", l.s)
+	if l.wantedBy(t0.Add(time.Hour)) || l.q.len() != 0 {
+		t.Errorf("after fetching all: entries %+v", l.q.s)
 	}
 }
 

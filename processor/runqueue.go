@@ -15,7 +15,7 @@ const dueBurst = 7
 // classes: due work (a tier partition's records) and fresh work (the main
 // topic's). Guarded by pipeline.mu.
 type runQueue struct {
-	due, fresh fifo
+	due, fresh queue[*work]
 	// streak counts due picks in a row while fresh work waited.
 	streak int
 }
@@ -53,37 +53,45 @@ func (q *runQueue) each(f func(*work)) {
 	q.fresh.each(f)
 }
 
-// fifo is a queue of work in a slice read from head; the slice is
-// compacted once most of it is read, so memory follows the queue's length.
-type fifo struct {
-	s    []*work
+// queue is a FIFO in a slice read from head; the slice is compacted once
+// most of it is read, so memory follows the queue's length.
+type queue[T any] struct {
+	s    []T
 	head int
 }
 
-func (f *fifo) push(w *work) { f.s = append(f.s, w) }
+func (q *queue[T]) push(v T) { q.s = append(q.s, v) }
 
-func (f *fifo) len() int { return len(f.s) - f.head }
+func (q *queue[T]) len() int { return len(q.s) - q.head }
 
-func (f *fifo) pop() *work {
-	if f.head == len(f.s) {
-		return nil
+// front is the first element; the queue must not be empty.
+func (q *queue[T]) front() *T { return &q.s[q.head] }
+
+// back is the last element; the queue must not be empty.
+func (q *queue[T]) back() *T { return &q.s[len(q.s)-1] }
+
+// pop takes the first element (the zero value when empty).
+func (q *queue[T]) pop() T {
+	var zero T
+	if q.head == len(q.s) {
+		return zero
 	}
-	w := f.s[f.head]
-	f.s[f.head] = nil
-	f.head++
+	v := q.s[q.head]
+	q.s[q.head] = zero
+	q.head++
 	switch {
-	case f.head == len(f.s):
-		f.s, f.head = f.s[:0], 0
-	case f.head > 1024 && f.head > len(f.s)/2:
-		n := copy(f.s, f.s[f.head:])
-		clear(f.s[n:])
-		f.s, f.head = f.s[:n], 0
+	case q.head == len(q.s):
+		q.s, q.head = q.s[:0], 0
+	case q.head > 64 && q.head > len(q.s)/2:
+		n := copy(q.s, q.s[q.head:])
+		clear(q.s[n:])
+		q.s, q.head = q.s[:n], 0
 	}
-	return w
+	return v
 }
 
-func (f *fifo) each(fn func(*work)) {
-	for _, w := range f.s[f.head:] {
-		fn(w)
+func (q *queue[T]) each(fn func(T)) {
+	for _, v := range q.s[q.head:] {
+		fn(v)
 	}
 }
