@@ -355,7 +355,11 @@ func (p Pipeline) WithDefaults() Pipeline {
 		p.MaxBatch = DefaultMaxBatch
 	}
 	if p.MaxInflight == 0 && p.Concurrency > 0 {
-		p.MaxInflight = max(DefaultMaxInflight, DefaultInflightPerSlot*p.Concurrency)
+		// A concurrency so large that 4 × it overflows leaves 0, which
+		// Validate reports (at concurrency, in a config file).
+		if per := DefaultInflightPerSlot * p.Concurrency; per/DefaultInflightPerSlot == p.Concurrency {
+			p.MaxInflight = max(DefaultMaxInflight, per)
+		}
 		if p.Delivery == ExactlyOnce && p.MaxBatch > 0 {
 			// Held outcomes are in flight until their transaction: room
 			// for a batch besides the records being handled.

@@ -19,7 +19,7 @@ func TestErrorsOnlyForKeysTheUserWrote(t *testing.T) {
 		{"concurrency and max_inflight both written", pipe("concurrency: -5", "max_inflight: -1"),
 			[]string{"line 4: pipelines[0].concurrency: -5: must be at least 1", "line 5: pipelines[0].max_inflight: -1: must be at least 1"}},
 		{"max_inflight derived out of range", pipe("concurrency: 4611686018427387904"),
-			[]string{"line 4: pipelines[0].concurrency: max_inflight (not in the file; default 4 × concurrency): 0: must be at least 1; set max_inflight"}},
+			[]string{"line 4: pipelines[0].concurrency: max_inflight (not in the file; default the larger of 4096 and 4 × concurrency): 0: must be at least 1; set max_inflight"}},
 		{"illegal topic: not also name and dlq.topic", "brokers: [h:1]\npipelines:\n  - topic: a/b\n",
 			[]string{`line 3: pipelines[0].topic: "a/b": a topic name uses only letters, digits, '.', '_' and '-'`}},
 		{"default name taken", "brokers: [h:1]\npipelines:\n  - {name: x, topic: y}\n  - topic: x\n",
