@@ -21,7 +21,7 @@ import (
 // So the pipeline keeps, per owned tier partition, what it knows is there
 // and not yet fetched, and when (pending): the retries it wrote itself
 // (acknowledged offset, wanted lead before their due time) and the records
-// a fetch showed beyond its last (the high watermark, wanted at once).
+// a fetch showed beyond its last (up to the last stable offset, wanted at once).
 // While a tier partition that is not paused for max_waiting holds a
 // pending record that is wanted by now, the pipeline holds the main topic:
 // the client stops fetching it and drops what it buffered of it (fetched
@@ -114,13 +114,13 @@ func (p *pipeline) noteTierWrite(rec *kgo.Record, due time.Time) {
 }
 
 // noteTierFetch records a tier partition's fetch: next is the offset after
-// its last record, hwm its high watermark (records after next are there,
-// wanted at once). p.mu held.
-func (p *pipeline) noteTierFetch(ps *partState, next, hwm int64, now time.Time) {
+// its last record, end where its fetchable records end (the last stable
+// offset: records after next are there, wanted at once). p.mu held.
+func (p *pipeline) noteTierFetch(ps *partState, next, end int64, now time.Time) {
 	ps.next = max(ps.next, next)
 	ps.pending.fetched(ps.next)
-	if hwm > ps.next {
-		ps.pending.note(hwm-1, now)
+	if end > ps.next {
+		ps.pending.note(end-1, now)
 	}
 }
 
@@ -181,9 +181,11 @@ func (p *pipeline) applyFetchLocked() {
 // bound delays).
 const tierEndsEvery = 250 * time.Millisecond
 
-// tierEndsLoop lists the tiers' end offsets every tierEndsEvery while the
-// pipeline is at its bound, and notes what lies past each owned tier
-// partition's last fetched record as wanted at once.
+// tierEndsLoop lists the tiers' last stable offsets (the end of what a
+// read_committed consumer can fetch: an open transaction's records are
+// not wanted before it commits) every tierEndsEvery while the pipeline is
+// at its bound, and notes what lies past each owned tier partition's last
+// fetched record as wanted at once.
 func (p *pipeline) tierEndsLoop(ctx context.Context) {
 	if len(p.tiers) == 0 {
 		return
@@ -201,7 +203,7 @@ func (p *pipeline) tierEndsLoop(ctx context.Context) {
 			continue
 		}
 		lctx, cancel := context.WithTimeout(ctx, time.Second)
-		ends, err := adm.ListEndOffsets(lctx, p.tiers...)
+		ends, err := adm.ListCommittedOffsets(lctx, p.tiers...)
 		cancel()
 		if err != nil {
 			continue

@@ -538,7 +538,13 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 		now := time.Now()
 		fs.EachPartition(func(f kgo.FetchTopicPartition) {
 			if len(f.Records) > 0 {
-				p.admit(f.Topic, f.Partition, f.Records, f.HighWatermark, now)
+				// What can be fetched ends at the last stable offset:
+				// records of an open transaction past it are not (yet).
+				end := f.HighWatermark
+				if f.LastStableOffset >= 0 && f.LastStableOffset < end {
+					end = f.LastStableOffset
+				}
+				p.admit(f.Topic, f.Partition, f.Records, end, now)
 			}
 		})
 	}
@@ -547,8 +553,9 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 
 // admit takes polled records in: main-topic records are dispatched at once,
 // tier records when due.
-// hwm is the partition's high watermark (a tier's pending records).
-func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, hwm int64, now time.Time) {
+// end is where the partition's fetchable records end (a tier's pending
+// records, duefirst.go).
+func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, end int64, now time.Time) {
 	data := len(recs)
 	if recs[len(recs)-1].Attrs.IsControl() || recs[0].Attrs.IsControl() {
 		data = 0
@@ -604,7 +611,7 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, hwm int64
 		}
 	}
 	if ps.tier >= 0 {
-		p.noteTierFetch(ps, recs[len(recs)-1].Offset+1, hwm, now)
+		p.noteTierFetch(ps, recs[len(recs)-1].Offset+1, end, now)
 	}
 	p.hot.waiting.Set(float64(p.waiting))
 }
