@@ -103,11 +103,9 @@ type fetchState struct {
 	appliedMain, appliedTiers bool
 }
 
-// noteTierWrite records a retry the pipeline wrote (rec, acknowledged)
-// that is due at due, if its partition is ours.
-func (p *pipeline) noteTierWrite(rec *kgo.Record, due time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// noteTierWriteLocked records a retry the pipeline wrote (rec,
+// acknowledged) that is due at due, if its partition is ours. p.mu held.
+func (p *pipeline) noteTierWriteLocked(rec *kgo.Record, due time.Time) {
 	if ps := p.parts[tp{rec.Topic, rec.Partition}]; ps != nil && !ps.gone && rec.Offset >= ps.next {
 		ps.pending.note(rec.Offset, due.Add(-pendingLead))
 	}

@@ -46,10 +46,9 @@ func TestMainHeldForDueTierRecords(t *testing.T) {
 	paused := func() bool { return slices.Contains(p.cl.PauseFetchTopics(), p.cfg.Topic) }
 	now := time.Now()
 	due := now.Add(time.Second)
-	p.noteTierWrite(&kgo.Record{Topic: tier.tp.topic, Partition: 0, Offset: 5}, due)
-
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.noteTierWriteLocked(&kgo.Record{Topic: tier.tp.topic, Partition: 0, Offset: 5}, due)
 	p.holdMainLocked(now)
 	if p.fetch.held || paused() {
 		t.Fatal("main topic held for a retry due in a second")

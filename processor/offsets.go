@@ -8,16 +8,14 @@ import "github.com/twmb/franz-go/pkg/kgo"
 // finished in any order. Not safe for concurrent use: the pipeline's mutex
 // guards it.
 type offsetTracker struct {
-	// q holds entries from the lowest unfinished offset on, in offset order;
-	// head indexes the first live one (the slice is compacted when half dead).
-	q    []*entry
-	head int
+	// q holds entries from the lowest unfinished offset on, in offset order.
+	q queue[*entry]
 	// next is the offset to commit once q is empty; -1 before any record.
 	next  int64
 	epoch int32
 	// slab is where add takes entries from, entrySlab at a time: one
 	// allocation for many records. A slab lives while one of its entries
-	// is in q (at most entrySlab × 40 bytes per slow record).
+	// is in q (at most entrySlab × 24 bytes per slow record).
 	slab []entry
 }
 
@@ -41,7 +39,7 @@ func (t *offsetTracker) add(r *kgo.Record) *entry {
 	}
 	t.slab = append(t.slab, entry{offset: r.Offset, epoch: r.LeaderEpoch})
 	e := &t.slab[len(t.slab)-1]
-	t.q = append(t.q, e)
+	t.q.push(e)
 	return e
 }
 
@@ -49,18 +47,9 @@ func (t *offsetTracker) add(r *kgo.Record) *entry {
 // record at the front.
 func (t *offsetTracker) finish(e *entry) {
 	e.done = true
-	for t.head < len(t.q) && t.q[t.head].done {
-		f := t.q[t.head]
+	for t.q.len() > 0 && (*t.q.front()).done {
+		f := t.q.pop()
 		t.next, t.epoch = f.offset+1, f.epoch
-		t.q[t.head] = nil
-		t.head++
-	}
-	if t.head == len(t.q) {
-		t.q, t.head = t.q[:0], 0
-	} else if t.head > 1024 && t.head > len(t.q)/2 {
-		n := copy(t.q, t.q[t.head:])
-		clear(t.q[n:])
-		t.q, t.head = t.q[:n], 0
 	}
 }
 
@@ -74,4 +63,4 @@ func (t *offsetTracker) commitPoint() (kgo.EpochOffset, bool) {
 }
 
 // pending is the number of unfinished records.
-func (t *offsetTracker) pending() int { return len(t.q) - t.head }
+func (t *offsetTracker) pending() int { return t.q.len() }

@@ -741,11 +741,19 @@ func (p *pipeline) work(w *work) {
 
 // complete records the end of w: finished means its outcome is acknowledged
 // and its offset may be committed.
-func (p *pipeline) complete(w *work, finished bool) {
+func (p *pipeline) complete(w *work, finished bool) { p.completeWith(w, finished, nil) }
+
+// completeWith is complete for w whose retry record (its outcome) was
+// acknowledged, when retry is not nil: the tier partition it went to
+// notes it (noteTierWriteLocked).
+func (p *pipeline) completeWith(w *work, finished bool, retry *kgo.Record) {
 	if w.cb != nil || w.via != viaNone || w.polledJob != "" {
 		p.finishJob(w, finished)
 	}
 	p.mu.Lock()
+	if retry != nil {
+		p.noteTierWriteLocked(retry, w.meta.Due) // w.meta: the outcome record's (outcomeRecord)
+	}
 	p.releaseLocked(w, finished)
 	p.nextInLaneLocked(w)
 	p.mu.Unlock()

@@ -222,7 +222,10 @@ func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
 		if err == nil {
 			if to == toRetry {
-				p.noteTierWrite(r, w.meta.Due) // w.meta: the outcome record's (outcomeRecord)
+				// Its tier partition learns of it under the same lock
+				// (duefirst.go).
+				p.completeWith(w, true, r)
+				return
 			}
 			p.finishSent(w, to)
 			return

@@ -54,7 +54,8 @@ func (q *runQueue) each(f func(*work)) {
 }
 
 // queue is a FIFO in a slice read from head; the slice is compacted once
-// most of it is read, so memory follows the queue's length.
+// most of it is read, so memory follows the queue's length. The run
+// queue's classes, the offset trackers and the tiers' pending lists use it.
 type queue[T any] struct {
 	s    []T
 	head int
@@ -90,8 +91,12 @@ func (q *queue[T]) pop() T {
 	return v
 }
 
+// items are the queued elements, first to last (a view: do not keep it
+// across a push or pop).
+func (q *queue[T]) items() []T { return q.s[q.head:] }
+
 func (q *queue[T]) each(fn func(T)) {
-	for _, v := range q.s[q.head:] {
+	for _, v := range q.items() {
 		fn(v)
 	}
 }

@@ -125,7 +125,7 @@ func (p *pipeline) settle(ws []*work, finished bool) {
 // writing to ws (drop and resetAll settle them). p.mu held.
 func (p *pipeline) takeHeldLocked(ps *partState, ws []*work) []*work {
 	t := ps.offsets
-	for _, e := range t.q[t.head:] {
+	for _, e := range t.q.items() {
 		if e.held != nil && !e.held.inTxn {
 			ws = append(ws, e.held)
 		}
@@ -151,7 +151,7 @@ func (p *pipeline) collectLocked() txnBatch {
 		}
 		t := ps.offsets
 		var last *entry
-		for _, e := range t.q[t.head:] {
+		for _, e := range t.q.items() {
 			if e.done { // a transaction marker (admit)
 				last = e
 				continue
