@@ -98,6 +98,11 @@ type Outcome struct {
 	State []byte
 	// MinDelay asks for at least this long before the next attempt (Retry-After).
 	MinDelay time.Duration
+	// RequestFault marks a Transient outcome as the request's own fault
+	// (a task the service cannot solve, a link the user may fix): it is
+	// retried like any other, but the circuit breaker never counts it
+	// against the service. See RetryRequestFault.
+	RequestFault bool
 }
 
 // Succeed: the attempt worked. result (may be nil) is the value of the
@@ -107,6 +112,13 @@ func Succeed(result []byte) Outcome { return Outcome{Kind: Success, Result: resu
 // Retry: the attempt failed but may work later (Transient). The record goes
 // to the next tier, or to the DLQ as "exhausted" after max_attempts.
 func Retry(code string, err error) Outcome { return Outcome{Kind: Transient, Code: code, Err: err} }
+
+// RetryRequestFault is Retry for a failure that is the request's own, not
+// the service's (Outcome.RequestFault): the circuit breaker does not count
+// it.
+func RetryRequestFault(code string, err error) Outcome {
+	return Outcome{Kind: Transient, Code: code, Err: err, RequestFault: true}
+}
 
 // RetryAfter is Retry with a minimum delay before the next attempt (a
 // Retry-After): the record goes to the smallest tier that covers d.

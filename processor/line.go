@@ -2,15 +2,15 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/sony/gobreaker/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -24,23 +24,13 @@ const (
 
 var stopReasons = []string{stopBreaker, stopPauseCode, stopGuard, stopManual}
 
-// Sentinels told to the breaker for an outcome: a failure (the service's
-// fault) or one not counted at all (a pause code, an abandoned call).
-var (
-	errServiceFailure = errors.New("service failure")
-	errNotCounted     = errors.New("not counted")
-)
-
 // line is a pipeline's flow control: whether a handler call may start. It
 // is stopped while the circuit breaker is open, a pause code's pause runs,
 // the guard has tripped or an operator paused it; while stopped no call
 // starts, the records already polled wait in their workers (no attempt
 // spent), and fetching of the main topic and the tiers is paused (run).
-// Calls also wait for the rate limiter's token.
-//
-// Lock order: the breaker's own lock, then line.mu (the breaker calls
-// onBreaker and tripped under its lock). So no breaker method is called
-// while line.mu is held.
+// Calls also wait for the rate limiter's token. The breaker (breaker.go)
+// is guarded by line.mu.
 type line struct {
 	name string
 	cfg  Pipeline
@@ -49,23 +39,22 @@ type line struct {
 	// pauseFetch applies which of the main topic and the tiers are not
 	// fetched; called from run only.
 	pauseFetch func(main, tiers bool)
+	// freshQueued reports main-topic records waiting in the run queue for
+	// a worker (the half-open breaker gives them its probes first).
+	freshQueued func() bool
+	// notClosed is set while the breaker is open or half-open: the run
+	// queue then hands out fresh work first, so that probes are fresh.
+	notClosed atomic.Bool
+	// counted: redrive_breaker_calls_total, by verdict.
+	counted [len(verdicts)]prometheus.Counter
 
 	lim *rate.Limiter // nil: no rate limit
 
 	mu sync.Mutex
-	cb *gobreaker.TwoStepCircuitBreaker[struct{}] // nil: disabled; a new one on Resume
-	// gen numbers the breakers: callbacks of one replaced by resume (a
-	// call still in flight reports to it) are ignored.
-	gen int
-	// The breaker's state as its callback told it; openUntil is when an
-	// open breaker lets probes through (OpenFor doubled per reopening, up
-	// to MaxOpen), kept here because gobreaker's own open time is fixed.
-	bstate    gobreaker.State
-	bsince    time.Time
-	openUntil time.Time
-	openFor   time.Duration
-	reopens   int
-	trip      string // why it opened, for the log and the status
+	br *breaker // nil: disabled; a new one on resume
+	// freshWaiting counts callers with no failure history waiting in
+	// enter: while one waits, a half-open probe slot is theirs.
+	freshWaiting int
 
 	pauseSince, pauseUntil time.Time
 	pauseCode              string
@@ -86,96 +75,43 @@ type line struct {
 
 func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, tiers bool)) *line {
 	l := &line{name: cfg.Name, cfg: cfg, log: log, m: m, pauseFetch: pauseFetch,
-		changed: make(chan struct{}), reported: map[string]bool{}}
+		freshQueued: func() bool { return false },
+		changed:     make(chan struct{}), reported: map[string]bool{}}
 	if cfg.RateLimit > 0 {
 		l.lim = rate.NewLimiter(rate.Limit(cfg.RateLimit), max(1, cfg.RateBurst))
 	}
-	l.cb = l.newBreaker(0)
-	l.openFor = cfg.Breaker.OpenFor
+	if !cfg.Breaker.Disabled {
+		l.br = newBreaker(cfg.Breaker, time.Now())
+	}
+	for v, lv := range verdicts {
+		if lv.counted != "" {
+			l.counted[v] = m.breakerCalls.WithLabelValues(cfg.Name, lv.counted, lv.outcome)
+		}
+	}
 	if g := cfg.Guard; !g.Disabled {
 		l.guardCalls = newRatioWindow(g.Window)
 	}
 	return l
 }
 
-// newBreaker is a closed breaker (gobreaker, a rolling window of ten
-// buckets over Window), nil when disabled.
-func (l *line) newBreaker(gen int) *gobreaker.TwoStepCircuitBreaker[struct{}] {
-	b := l.cfg.Breaker
-	if b.Disabled {
-		return nil
+// onBreakerLocked logs and counts a breaker transition. l.mu held.
+func (l *line) onBreakerLocked(tr *transition) {
+	if tr == nil {
+		return
 	}
-	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:         l.name,
-		MaxRequests:  uint32(b.Probes),
-		Interval:     b.Window,
-		BucketPeriod: max(b.Window/10, time.Millisecond),
-		Timeout:      b.OpenFor,
-		ReadyToTrip: func(c gobreaker.Counts) bool {
-			calls := c.TotalSuccesses + c.TotalFailures
-			var why string
-			switch {
-			case int(c.ConsecutiveFailures) >= b.Consecutive:
-				why = fmt.Sprintf("%d failures in a row", c.ConsecutiveFailures)
-			case int(calls) >= b.MinCalls && float64(c.TotalFailures) >= b.FailureRatio*float64(calls):
-				why = fmt.Sprintf("%d of %d calls failed in %s", c.TotalFailures, calls, b.Window)
-			default:
-				return false
-			}
-			l.mu.Lock()
-			if l.gen == gen {
-				l.trip = why
-			}
-			l.mu.Unlock()
-			return true
-		},
-		IsExcluded:    func(err error) bool { return errors.Is(err, errNotCounted) },
-		OnStateChange: func(_ string, from, to gobreaker.State) { l.onBreaker(gen, from, to) },
-	})
-}
-
-// onBreaker follows the breaker's transitions (called under its lock).
-func (l *line) onBreaker(gen int, from, to gobreaker.State) {
-	now := time.Now()
-	l.mu.Lock()
-	if gen != l.gen {
-		l.mu.Unlock()
-		return // a breaker resume replaced
+	b := l.br
+	switch tr.to {
+	case breakerOpen:
+		l.log.Warn("breaker open: handler calls stopped, fetching paused, no attempts spent", "why", b.why, "open_for", b.openFor, "failover_to", l.cfg.Breaker.FailoverTo)
+	case breakerHalfOpen:
+		l.log.Info("breaker half-open: probing, fresh requests first", "probes", l.cfg.Breaker.Probes)
+	case breakerClosed:
+		l.log.Info("breaker closed: handler calls resume", "was", tr.from.String())
 	}
-	l.bstate, l.bsince = to, now
-	b := l.cfg.Breaker
-	switch to {
-	case gobreaker.StateOpen:
-		if from == gobreaker.StateHalfOpen {
-			l.reopens++
-			l.trip = "a probe failed"
-		} else {
-			l.reopens = 0
-		}
-		l.openFor = min(b.OpenFor<<min(l.reopens, 20), b.MaxOpen)
-		l.openUntil = now.Add(l.openFor)
-		l.log.Warn("breaker open: handler calls stopped, fetching paused, no attempts spent", "why", l.trip, "open_for", l.openFor, "failover_to", b.FailoverTo)
-	case gobreaker.StateHalfOpen:
-		l.log.Info("breaker half-open: probing", "probes", b.Probes)
-	case gobreaker.StateClosed:
-		l.reopens = 0
-		l.openFor = b.OpenFor
-		l.log.Info("breaker closed: handler calls resume", "was", from.String())
-	}
-	l.m.breakerState.WithLabelValues(l.name).Set(float64(breakerGauge(to)))
-	l.m.breakerTrans.WithLabelValues(l.name, to.String()).Inc()
+	l.notClosed.Store(tr.to != breakerClosed)
+	l.m.breakerState.WithLabelValues(l.name).Set(float64(tr.to))
+	l.m.breakerTrans.WithLabelValues(l.name, tr.to.String()).Inc()
 	l.kickLocked()
-	l.mu.Unlock()
-}
-
-func breakerGauge(s gobreaker.State) int {
-	switch s {
-	case gobreaker.StateHalfOpen:
-		return 1
-	case gobreaker.StateOpen:
-		return 2
-	}
-	return 0
 }
 
 // kickLocked wakes every waiter and run. l.mu held.
@@ -226,9 +162,9 @@ func (l *line) blockedLocked(now time.Time) (reasons []string, wake time.Time) {
 		reasons = append(reasons, stopPauseCode)
 		soon(l.pauseUntil)
 	}
-	if l.cb != nil && now.Before(l.openUntil) {
+	if l.br != nil && l.br.open(now) {
 		reasons = append(reasons, stopBreaker)
-		soon(l.openUntil)
+		soon(l.br.openUntil)
 	}
 	return reasons, wake
 }
@@ -247,61 +183,113 @@ func (l *line) failoverLocked(reasons []string) bool {
 	return true
 }
 
-// ticket is a call the line let through; leave reports its outcome.
-type ticket struct {
-	done   func(error) // the breaker's; nil without one
-	waited bool        // the record waited for the line or a token
+// caller is a record asking the line for a call.
+type caller struct {
+	// fresh: the record has no failure history (no earlier transient
+	// failure in its headers or in this process).
+	fresh bool
+	// prevCode is the code of its last transient failure ("" if none).
+	prevCode string
+	// canForward: it may be forwarded to breaker.failover_to.
+	canForward bool
+	// abandoned reports its partition is being revoked.
+	abandoned func() bool
 }
 
-// enter waits until a handler call may start and returns its ticket. It
-// returns forward instead when the record may be forwarded (canForward)
-// and the line is stopped by the service; ok false when the record is
-// abandoned: ctx done, abandoned() true (its partition is being revoked),
-// or shutdown.
+// admission is what enter decided for a caller.
+type admission int
+
+const (
+	enterCall    admission = iota // call the handler, then leave
+	enterForward              // forward the record to failover_to
+	enterAbandon              // ctx done, revoked or shutdown: redelivered
+	// enterYield: the half-open breaker keeps its probes for fresh work
+	// that waits in the run queue; give the record back to the queue so
+	// that the worker takes that work.
+	enterYield
+)
+
+// ticket is a call the line let through; leave reports its outcome.
+type ticket struct {
+	br     *breaker // the breaker that let it through; nil without one
+	gen    uint64   // its generation then
+	probe  bool     // a half-open probe
+	waited bool     // the record waited for the line or a token
+}
+
+// enter waits until a handler call may start and returns its ticket
+// (enterCall). It returns enterForward instead when the record may be
+// forwarded and the line is stopped by the service, enterYield when a
+// half-open breaker keeps its probes for fresh work queued behind this
+// record, and enterAbandon when the record is abandoned: ctx done, its
+// partition being revoked, or shutdown.
 //
 // now is the time of the first look (the caller's clock reading, saving
 // one per record); later looks, after a wait, read the clock again.
-func (l *line) enter(ctx context.Context, now time.Time, canForward bool, abandoned func() bool) (t ticket, forward, ok bool) {
+func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e admission) {
 	for first := true; ; first = false {
-		if ctx.Err() != nil || abandoned() {
-			return t, false, false
+		if ctx.Err() != nil || c.abandoned() {
+			return t, enterAbandon
 		}
 		if !first {
 			now = time.Now()
 		}
+		// Read before l.mu: the run queue has its own lock.
+		freshQueued := !c.fresh && l.notClosed.Load() && l.freshQueued()
 		l.mu.Lock()
 		if l.stopped {
 			l.mu.Unlock()
-			return t, false, false
+			return t, enterAbandon
 		}
 		reasons, wake := l.blockedLocked(now)
-		ch, cb := l.changed, l.cb
-		fwd := canForward && l.failoverLocked(reasons)
-		l.mu.Unlock()
-		if fwd {
-			return t, true, true
+		ch := l.changed
+		if canForward := c.canForward && l.failoverLocked(reasons); canForward {
+			l.mu.Unlock()
+			return t, enterForward
 		}
 		if len(reasons) == 0 {
-			if l.lim != nil {
-				waited, ok := l.token(ctx, ch)
-				t.waited = t.waited || waited
-				if !ok {
-					continue // the line changed, or ctx: look again
+			allow, probe, br := true, false, l.br
+			if br != nil {
+				var tr *transition
+				allow, probe, tr = br.admit(now, c.fresh, l.freshWaiting > 0 || freshQueued)
+				l.onBreakerLocked(tr)
+				if !allow && br.state == breakerHalfOpen && freshQueued {
+					l.mu.Unlock()
+					return t, enterYield
 				}
 			}
-			if cb == nil {
-				return t, false, true
+			if allow {
+				t = ticket{br: br, probe: probe, waited: t.waited}
+				if br != nil {
+					t.gen = br.gen
+				}
+				l.mu.Unlock()
+				if l.lim == nil {
+					return t, enterCall
+				}
+				waited, ok := l.token(ctx, ch)
+				t.waited = t.waited || waited
+				if ok {
+					return t, enterCall
+				}
+				t.abandon(l) // the line changed, or ctx: look again
+				continue
 			}
-			done, err := cb.Allow()
-			if err == nil {
-				t.done = done
-				return t, false, true
-			}
-			// Half-open with every probe out: wait for their outcomes.
+			// Half-open with every probe slot taken (or kept for fresh
+			// work): wait for their outcomes.
 			wake = time.Time{}
 		}
+		if c.fresh {
+			l.freshWaiting++
+		}
+		l.mu.Unlock()
 		t.waited = true
 		waitChange(ctx, ch, wake)
+		if c.fresh {
+			l.mu.Lock()
+			l.freshWaiting--
+			l.mu.Unlock()
+		}
 	}
 }
 
@@ -345,43 +333,51 @@ func (l *line) token(ctx context.Context, ch <-chan struct{}) (waited, ok bool) 
 	return true, ok
 }
 
-// abandon gives a ticket back uncounted (the call was abandoned).
-func (t ticket) abandon() {
-	if t.done != nil {
-		t.done(errNotCounted)
+// abandon gives a ticket back uncounted (the call was abandoned): a probe
+// slot is free again.
+func (t ticket) abandon(l *line) {
+	if !t.probe {
+		return
 	}
+	l.mu.Lock()
+	if t.br == l.br {
+		t.br.release(t.gen)
+		l.kickLocked()
+	}
+	l.mu.Unlock()
 }
 
-// leave counts the outcome of a call the line let through, and reports
-// hold when the record is to be called again once the line runs, without
-// spending an attempt: a pause code; a transient failure while the
-// breaker is not closed (the outage's, including the one that opened it
-// and failed probes); a permanent failure while the guard holds the line.
-func (l *line) leave(t ticket, out Outcome, now time.Time) (hold bool) {
-	switch out.Kind {
-	case Paused:
-		if t.done != nil {
-			t.done(errNotCounted)
-		}
+// leave counts the outcome of a call the line let through (prevCode: the
+// record's last transient failure before this call, "" if none), and
+// reports hold when the record is to be called again once the line runs,
+// without spending an attempt: a pause code; a transient failure the
+// breaker does not put on the request while it is not closed (the
+// outage's, including the one that opened it and failed probes); a
+// permanent failure while the guard holds the line.
+func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hold bool) {
+	v := judge(out, prevCode, t.probe)
+	if out.Kind == Paused {
 		l.pause(out, now)
-		return true
-	case Transient:
-		if t.done != nil {
-			t.done(errServiceFailure)
-		}
-	default:
-		if t.done != nil {
-			t.done(nil) // the service answered
-		}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.cfg.Guard.Disabled && out.Kind != Transient {
+	if t.br != nil && t.br == l.br {
+		if c := l.counted[v]; c != nil && t.gen == t.br.gen {
+			c.Inc()
+		}
+		l.onBreakerLocked(t.br.record(t.gen, t.probe, v, now))
+		if t.probe && v != countSuccess {
+			l.kickLocked() // a slot is free again, or the verdict changed
+		}
+	}
+	if !l.cfg.Guard.Disabled && out.Kind != Transient && out.Kind != Paused {
 		l.countGuardLocked(out, now)
 	}
 	switch out.Kind {
+	case Paused:
+		return true
 	case Transient:
-		return l.cb != nil && (l.bstate != gobreaker.StateClosed || now.Before(l.openUntil))
+		return v != skipRequest && l.br != nil && l.br.state != breakerClosed
 	case Permanent:
 		return l.guardOn
 	}
@@ -441,25 +437,18 @@ func (l *line) pauseByHand(detail string) {
 // resume clears every stop: manual, guard, a pause code's pause, and the
 // breaker (a new, closed one; the operator says the service is back).
 func (l *line) resume(detail string) {
-	l.mu.Lock()
-	l.gen++
-	gen := l.gen
-	l.mu.Unlock()
-	var cb *gobreaker.TwoStepCircuitBreaker[struct{}]
-	if !l.cfg.Breaker.Disabled {
-		cb = l.newBreaker(gen)
-	}
+	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	wasOpen := l.cb != nil && (l.bstate != gobreaker.StateClosed || time.Now().Before(l.openUntil))
 	l.manualOn, l.guardOn = false, false
 	l.guardCalls.reset()
 	l.pauseUntil = time.Time{}
-	l.cb, l.openUntil, l.reopens, l.openFor = cb, time.Time{}, 0, l.cfg.Breaker.OpenFor
-	if wasOpen {
-		l.bstate, l.bsince = gobreaker.StateClosed, time.Now()
-		l.m.breakerState.WithLabelValues(l.name).Set(0)
-		l.m.breakerTrans.WithLabelValues(l.name, gobreaker.StateClosed.String()).Inc()
+	if l.br != nil {
+		wasOpen := l.br.state != breakerClosed
+		l.br = newBreaker(l.cfg.Breaker, now) // tickets of the old one are not counted
+		if wasOpen {
+			l.onBreakerLocked(&transition{from: breakerOpen, to: breakerClosed})
+		}
 	}
 	l.log.Info("line resumed by hand", "detail", detail)
 	l.kickLocked()
@@ -477,8 +466,11 @@ func (l *line) run(ctx context.Context) {
 			l.mu.Unlock()
 			return
 		}
+		if b := l.br; b != nil && b.state == breakerOpen && !b.open(now) {
+			l.onBreakerLocked(b.to(breakerHalfOpen, now))
+		}
 		reasons, wake := l.blockedLocked(now)
-		ch, cb := l.changed, l.cb
+		ch := l.changed
 		fwd := l.failoverLocked(reasons)
 		stopped := len(reasons) > 0
 		main := stopped && !fwd
@@ -495,7 +487,6 @@ func (l *line) run(ctx context.Context) {
 				}
 			}
 		}
-		halfOpen := cb != nil && l.bstate == gobreaker.StateOpen && !now.Before(l.openUntil)
 		l.mu.Unlock()
 		if apply {
 			l.pauseFetch(main, tiers)
@@ -504,9 +495,6 @@ func (l *line) run(ctx context.Context) {
 			} else {
 				l.log.Info("fetching resumed")
 			}
-		}
-		if halfOpen {
-			cb.State() // open → half-open (onBreaker logs it and kicks)
 		}
 		if waitChange(ctx, ch, wake); ctx.Err() != nil {
 			return
@@ -540,19 +528,23 @@ func (l *line) status(now time.Time) LineStatus {
 		case stopPauseCode:
 			sr.Since, sr.Until, sr.Detail = l.pauseSince, l.pauseUntil, "pause code "+l.pauseCode
 		case stopBreaker:
-			sr.Since, sr.Until, sr.Detail = l.bsince, l.openUntil, l.trip
+			sr.Since, sr.Until, sr.Detail = l.br.since, l.br.openUntil, l.br.why
 		}
 		s.Reasons = append(s.Reasons, sr)
 	}
-	switch {
-	case l.cb == nil:
+	switch b := l.br; {
+	case b == nil:
 		s.Breaker = "disabled"
-	case now.Before(l.openUntil):
-		s.Breaker, s.BreakerSince, s.OpenFor = "open", l.bsince, l.openFor.String()
-	case l.bstate == gobreaker.StateClosed:
-		s.Breaker, s.BreakerSince = "closed", l.bsince
-	default: // open with its time up: half-open at the next call
-		s.Breaker, s.BreakerSince = "half-open", l.bsince
+	default:
+		s.Breaker, s.BreakerSince = b.state.String(), b.since
+		if b.state == breakerOpen {
+			s.OpenFor = b.openFor.String()
+		}
+		if b.state != breakerClosed {
+			s.Why = b.why
+		}
+		c := b.counts(now)
+		s.Counts = &c
 	}
 	switch {
 	case len(reasons) > 0:
@@ -591,6 +583,18 @@ func (w *ratioWindow) add(now time.Time, hit bool) (calls, hits int) {
 	}
 	for _, s := range w.slots {
 		if s.epoch > e-int64(len(w.slots)) {
+			calls += s.calls
+			hits += s.hits
+		}
+	}
+	return calls, hits
+}
+
+// sum is the window's totals at now.
+func (w *ratioWindow) sum(now time.Time) (calls, hits int) {
+	e := now.UnixNano() / int64(w.bucket)
+	for _, s := range w.slots {
+		if s.epoch > e-int64(len(w.slots)) && s.epoch <= e {
 			calls += s.calls
 			hits += s.hits
 		}

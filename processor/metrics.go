@@ -30,6 +30,7 @@ type metrics struct {
 	clamped        *prometheus.CounterVec   // pipeline, time (clampedTimes)
 	breakerState   *prometheus.GaugeVec     // pipeline
 	breakerTrans   *prometheus.CounterVec   // pipeline, to
+	breakerCalls   *prometheus.CounterVec   // pipeline, counted, outcome
 	paused         *prometheus.GaugeVec     // pipeline, reason
 	rateLimited    *prometheus.CounterVec   // pipeline
 	failovers      *prometheus.CounterVec   // pipeline
@@ -102,6 +103,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		breakerTrans: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_breaker_transitions_total", Help: "Circuit breaker transitions by the state entered (closed, half-open, open).",
 		}, []string{"pipeline", "to"}),
+		breakerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_breaker_calls_total", Help: "Handler calls the circuit breaker judged: counted=yes outcome=success|failure (the service answered, or failed), counted=no outcome=repeat (the record failed with the same code before) or request_fault (a handler.codes.request_fault code).",
+		}, []string{"pipeline", "counted", "outcome"}),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_paused", Help: "1 while the pipeline's handler calls are stopped for that reason (breaker, pause_code, guard, manual), else 0.",
 		}, []string{"pipeline", "reason"}),
@@ -138,7 +142,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
 		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped,
-		m.breakerState, m.breakerTrans, m.paused, m.rateLimited, m.failovers,
+		m.breakerState, m.breakerTrans, m.breakerCalls, m.paused, m.rateLimited, m.failovers,
 		m.callbacks, m.callbacksHeld, m.polls, m.jobSeconds, m.txns, m.txnHeld, m.txnSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -324,6 +328,11 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 	m.breakerState.WithLabelValues(name)
 	for _, to := range []string{"closed", "half-open", "open"} {
 		m.breakerTrans.WithLabelValues(name, to)
+	}
+	for _, v := range verdicts {
+		if v.counted != "" {
+			m.breakerCalls.WithLabelValues(name, v.counted, v.outcome)
+		}
 	}
 	for _, r := range stopReasons {
 		m.paused.WithLabelValues(name, r)

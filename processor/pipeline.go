@@ -91,6 +91,15 @@ type work struct {
 	out   *kgo.Record
 	outTo outKind
 	inTxn bool
+
+	// The line (line.go): held says the record failed transiently while
+	// the breaker was not closed and waits to be called again, heldCode
+	// with which code; yielded says it was given back to the run queue
+	// (enterYield) and is processed again from the start (counted once),
+	// yieldNow that process just did so.
+	held              bool
+	heldCode          string
+	yielded, yieldNow bool
 }
 
 // pipeline runs one Pipeline: a consumer group over the main topic and the
@@ -206,6 +215,8 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	p.hctx, p.hstop = context.WithCancel(context.Background())
 	p.sched = newScheduler(p.onDue)
 	p.line = newLine(cfg, p.log, m, p.pauseFetch)
+	p.line.freshQueued = p.runq.freshWaiting
+	p.runq.freshFirst = &p.line.notClosed
 	topics := append([]string{cfg.Topic}, p.tiers...)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(pc.Brokers...),
@@ -728,6 +739,11 @@ func (p *pipeline) worker() {
 func (p *pipeline) work(w *work) {
 	d, ok := p.process(w)
 	switch {
+	case !ok && w.yieldNow:
+		w.yieldNow = false
+		p.mu.Lock()
+		p.runq.pushDue(w) // not fresh work: it failed before, or it would not yield
+		p.mu.Unlock()
 	case !ok:
 		p.complete(w, false)
 	case p.eos:

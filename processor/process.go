@@ -58,13 +58,13 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	now := time.Now()
 	w.at = now
 	meta := identify(w.meta, w.rec)
-	if c := clampFuture(&meta, now); c != 0 {
+	if c := clampFuture(&meta, now); c != 0 && !w.yielded {
 		p.hot.countClamped(c)
 	}
 	tierLabel := "main"
 	if w.ps.tier >= 0 {
 		tierLabel = retry.FormatDelay(p.cfg.Schedule.Tiers[w.ps.tier])
-		if w.decodeErr == nil && !meta.Due.IsZero() && !now.Before(meta.Due) {
+		if w.decodeErr == nil && !meta.Due.IsZero() && !now.Before(meta.Due) && !w.yielded {
 			p.hot.latenessFor(w.ps.tier, tierLabel).Observe(now.Sub(meta.Due).Seconds())
 		}
 	}
@@ -93,13 +93,27 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	b := p.cfg.Breaker
 	// A record with state (a job submitted to this pipeline's service) is
 	// never forwarded: the other service knows nothing of that job.
-	canForward := b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers && len(state) == 0
+	c := caller{
+		canForward: b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers && len(state) == 0,
+		abandoned:  w.ps.leaving.Load,
+		// The breaker puts a failure with the code the record failed
+		// with before on the request (breaker.go): its last transient
+		// failure, in this process (held by the line) or in its headers.
+		prevCode: w.heldCode,
+		fresh:    !w.held,
+	}
+	if !w.held && meta.ErrorClass == retry.ClassTransient {
+		c.prevCode, c.fresh = meta.ErrorCode, false
+	}
 	for {
-		t, forward, ok := p.line.enter(ctx, now, canForward, w.ps.leaving.Load)
-		if !ok {
+		t, e := p.line.enter(ctx, now, c)
+		switch e {
+		case enterAbandon:
 			return decision{}, false // revoked, shutdown: redelivered as it was
-		}
-		if forward {
+		case enterYield:
+			w.yielded, w.yieldNow = true, true // back to the run queue (work)
+			return decision{}, false
+		case enterForward:
 			fm := meta
 			fm.Failovers++
 			return decision{to: toFailover, meta: fm}, true
@@ -109,7 +123,7 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			now = time.Now()
 			w.at = now
 			if d, call := screen(meta, nil, w.ps.tier, p.pol, now); !call {
-				t.abandon()
+				t.abandon(p.line)
 				p.countEarly(d, tierLabel)
 				return d, true
 			}
@@ -124,7 +138,7 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		}
 		out := p.call(ctx, req)
 		if ctx.Err() != nil {
-			t.abandon()
+			t.abandon(p.line)
 			return decision{}, false // revoked or past the grace: the next owner redoes it
 		}
 		now = time.Now()
@@ -138,8 +152,14 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		}
 		p.hot.handlerFor(out.Kind).Observe(now.Sub(start).Seconds())
 		p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
-		if p.line.leave(t, out, now) {
-			continue // the line stopped because of this outage: call again once it runs, no attempt spent
+		if p.line.leave(t, out, c.prevCode, now) {
+			// The line stopped because of this outage: call again once it
+			// runs, no attempt spent. The record has failed now.
+			if out.Kind == Transient {
+				w.held, w.heldCode = true, out.Code
+				c.fresh, c.prevCode = false, out.Code
+			}
+			continue
 		}
 		d := decide(meta, out, p.pol, now)
 		if len(req.State) > 0 {

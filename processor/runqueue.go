@@ -1,5 +1,7 @@
 package processor
 
+import "sync/atomic"
+
 // dueBurst bounds the run queue's priority: while main-topic records wait,
 // due work (tier records, not-ready polls, records of callbacks) takes at
 // most dueBurst worker picks in a row, then a main-topic record takes one.
@@ -18,6 +20,12 @@ type runQueue struct {
 	due, fresh queue[*work]
 	// streak counts due picks in a row while fresh work waited.
 	streak int
+	// freshN is fresh.len(), read without pipeline.mu (freshWaiting).
+	freshN atomic.Int64
+	// freshFirst, while set (the breaker is open or half-open), hands out
+	// fresh work first: a half-open breaker probes with work that has no
+	// failure history (line.go). nil: never.
+	freshFirst *atomic.Bool
 }
 
 func (q *runQueue) push(w *work) {
@@ -26,12 +34,24 @@ func (q *runQueue) push(w *work) {
 		return
 	}
 	q.fresh.push(w)
+	q.freshN.Store(int64(q.fresh.len()))
 }
+
+// pushDue queues w as due work whatever its topic: a record the line gave
+// back (enterYield) because it failed before.
+func (q *runQueue) pushDue(w *work) { q.due.push(w) }
+
+// freshWaiting reports fresh work waiting for a worker; safe without
+// pipeline.mu.
+func (q *runQueue) freshWaiting() bool { return q.freshN.Load() > 0 }
 
 func (q *runQueue) len() int { return q.due.len() + q.fresh.len() }
 
 // pop takes the next work for a worker, nil when empty.
 func (q *runQueue) pop() *work {
+	if q.fresh.len() > 0 && q.freshFirst != nil && q.freshFirst.Load() {
+		return q.popFresh()
+	}
 	switch {
 	case q.due.len() > 0 && (q.fresh.len() == 0 || q.streak < dueBurst):
 		if q.fresh.len() > 0 {
@@ -42,9 +62,15 @@ func (q *runQueue) pop() *work {
 		return q.due.pop()
 	case q.fresh.len() > 0:
 		q.streak = 0
-		return q.fresh.pop()
+		return q.popFresh()
 	}
 	return nil
+}
+
+func (q *runQueue) popFresh() *work {
+	w := q.fresh.pop()
+	q.freshN.Store(int64(q.fresh.len()))
+	return w
 }
 
 // each calls f for every queued work, due first (tests, drop).

@@ -97,10 +97,34 @@ type LineStatus struct {
 	Breaker      string    `json:"breaker"`
 	BreakerSince time.Time `json:"breaker_since,omitzero"`
 	// OpenFor is how long the breaker stays open this time (doubling).
-	OpenFor    string  `json:"open_for,omitempty"`
+	OpenFor string `json:"open_for,omitempty"`
+	// Why the breaker is open or half-open: the counts that opened it
+	// ("20 counted failures in a row", "3 of 5 probes failed").
+	Why string `json:"why,omitempty"`
+	// Counts: what the breaker counted (nil: disabled).
+	Counts     *BreakerCounts `json:"counts,omitempty"`
 	Guard      bool    `json:"guard"`                // the guard is on
 	RateLimit  float64 `json:"rate_limit,omitempty"` // calls per second, 0: none
 	FailoverTo string  `json:"failover_to,omitempty"`
+}
+
+// BreakerCounts is what the circuit breaker counted, so that an outage
+// (counted failures) can be told from a few bad requests (failures not
+// counted: a record's earlier failure again, or a request-fault code).
+type BreakerCounts struct {
+	// Window is the rolling window the closed breaker counts over; Calls
+	// and Failures are its counted calls in it, InARow the counted
+	// failures in a row, NotCounted the transient failures it put on the
+	// requests. The window starts empty when the breaker closes.
+	Window     string `json:"window"`
+	Calls      int    `json:"calls"`
+	Failures   int    `json:"failures"`
+	InARow     int    `json:"in_a_row"`
+	NotCounted int    `json:"not_counted"`
+	// Half-open: probe slots taken, probes that succeeded and failed.
+	Probes       int `json:"probes,omitempty"`
+	ProbesOK     int `json:"probes_ok,omitempty"`
+	ProbesFailed int `json:"probes_failed,omitempty"`
 }
 
 // StopReason is one reason the line is stopped.

@@ -1,0 +1,250 @@
+package processor
+
+import (
+	"fmt"
+	"math"
+	"time"
+)
+
+// breaker judges whether the service is failing, not whether some requests
+// are. It is a state machine without a lock of its own: the line guards it
+// with line.mu, and every method takes the caller's clock reading.
+//
+// What it counts (verdict): a transient outcome is a failure of the
+// service unless the request owns it — a code listed as a request fault
+// (Outcome.RequestFault), or, while closed, the same code the record
+// failed with before (it was counted then: a request that fails for its
+// own reasons fails again and again, and its retries come due in runs).
+// Every answer that is not transient (success, not-ready, permanent,
+// invalid) shows the service working. Pause codes and abandoned calls are
+// not counted at all.
+//
+// Closed, it opens on Consecutive counted failures in a row, or on
+// FailureRatio of at least MinCalls counted calls in Window. Open, no call
+// starts until OpenFor (doubled at every reopening, up to MaxOpen) is
+// over. Half-open, Probes calls go through; the line gives those slots to
+// work with no failure history first (fresh main-topic records), and to
+// retries only when none waits. It opens again once FailureRatio of the
+// Probes have failed (3 of the default 5), and closes once enough have
+// succeeded that this cannot happen; outcomes not counted give their slot
+// back. Outcomes of calls started in an earlier state are ignored: a
+// transition starts a new generation.
+type breaker struct {
+	cfg   Breaker
+	state breakerState
+	since time.Time
+	gen   uint64 // bumped at every transition
+	// Closed: counted calls and failures in the rolling window, and
+	// counted failures in a row.
+	calls ratioWindow
+	run   int
+	// Uncounted transient failures in the window, for the status.
+	skipped ratioWindow
+	// Open: until when, for how long this time, reopenings in a row, why.
+	openUntil time.Time
+	openFor   time.Duration
+	reopens   int
+	why       string
+	// Half-open: probe slots handed out (outcome pending or counted), and
+	// the counted outcomes.
+	granted, ok, failed int
+}
+
+type breakerState int
+
+const (
+	breakerClosed breakerState = iota
+	breakerHalfOpen
+	breakerOpen
+)
+
+func (s breakerState) String() string {
+	switch s {
+	case breakerHalfOpen:
+		return "half-open"
+	case breakerOpen:
+		return "open"
+	}
+	return "closed"
+}
+
+// verdict is how the breaker counts one outcome (redrive_breaker_calls_total).
+type verdict int
+
+const (
+	countSuccess verdict = iota // counted: the service answered
+	countFailure                // counted: the service failed
+	skipRepeat                  // not counted: the record's earlier failure, again
+	skipRequest                 // not counted: a request-fault code
+	skipNone                    // not counted, not a call (pause code, abandoned)
+)
+
+// verdicts are the label values of redrive_breaker_calls_total{counted, outcome}.
+var verdicts = [...]struct{ counted, outcome string }{
+	countSuccess: {"yes", "success"},
+	countFailure: {"yes", "failure"},
+	skipRepeat:   {"no", "repeat"},
+	skipRequest:  {"no", "request_fault"},
+}
+
+// transition is a state change for the line to log and count.
+type transition struct {
+	to   breakerState
+	from breakerState
+}
+
+func newBreaker(cfg Breaker, now time.Time) *breaker {
+	return &breaker{cfg: cfg, since: now, openFor: cfg.OpenFor,
+		calls: newRatioWindow(cfg.Window), skipped: newRatioWindow(cfg.Window)}
+}
+
+// judge says how an outcome of a call counts. prevCode is the code the
+// record failed with before ("" when it has no failure history); probe
+// says the call was a half-open probe, whose failures count whatever the
+// record did before (a probe is asked whether the service is back).
+func judge(out Outcome, prevCode string, probe bool) verdict {
+	switch out.Kind {
+	case Paused:
+		return skipNone
+	case Transient:
+		switch {
+		case out.RequestFault:
+			return skipRequest
+		case !probe && prevCode != "" && prevCode == out.Code:
+			return skipRepeat
+		}
+		return countFailure
+	}
+	return countSuccess
+}
+
+// admit says whether a call may start at now, and whether it is a probe.
+// fresh: the caller's record has no failure history; freshWaits: such
+// work waits for a probe slot (another caller, or the run queue). tr is
+// the transition admit made (open → half-open when OpenFor is over).
+func (b *breaker) admit(now time.Time, fresh, freshWaits bool) (allow, probe bool, tr *transition) {
+	if b.state == breakerOpen {
+		if now.Before(b.openUntil) {
+			return false, false, nil
+		}
+		tr = b.to(breakerHalfOpen, now)
+	}
+	if b.state == breakerClosed {
+		return true, false, tr
+	}
+	if b.granted >= b.cfg.Probes || !(fresh || !freshWaits) {
+		return false, false, tr
+	}
+	b.granted++
+	return true, true, tr
+}
+
+// open reports whether no call may start at now because of the breaker
+// (open, its time not over).
+func (b *breaker) open(now time.Time) bool {
+	return b.state == breakerOpen && now.Before(b.openUntil)
+}
+
+// release gives back a probe slot whose outcome is not counted (abandoned,
+// a pause code, a request fault). gen: the generation the call started in.
+func (b *breaker) release(gen uint64) {
+	if gen == b.gen && b.state == breakerHalfOpen && b.granted > 0 {
+		b.granted--
+	}
+}
+
+// record counts the outcome v of a call started in generation gen (probe:
+// it was a half-open probe) and returns the transition it caused, if any.
+func (b *breaker) record(gen uint64, probe bool, v verdict, now time.Time) *transition {
+	if gen != b.gen {
+		return nil // a call of an earlier state: it says nothing of this one
+	}
+	switch v {
+	case skipRepeat, skipRequest:
+		b.skipped.add(now, false)
+		if probe {
+			b.release(gen)
+		}
+		return nil
+	case skipNone:
+		if probe {
+			b.release(gen)
+		}
+		return nil
+	}
+	failure := v == countFailure
+	switch b.state {
+	case breakerClosed:
+		calls, failed := b.calls.add(now, failure)
+		if !failure {
+			b.run = 0
+			return nil
+		}
+		b.run++
+		c := b.cfg
+		switch {
+		case b.run >= c.Consecutive:
+			b.why = fmt.Sprintf("%d counted failures in a row", b.run)
+		case calls >= c.MinCalls && float64(failed) >= c.FailureRatio*float64(calls):
+			b.why = fmt.Sprintf("%d of %d counted calls failed in %s", failed, calls, c.Window)
+		default:
+			return nil
+		}
+		return b.to(breakerOpen, now)
+	case breakerHalfOpen:
+		if !probe {
+			return nil
+		}
+		if failure {
+			b.failed++
+		} else {
+			b.ok++
+		}
+		limit := b.probeFailLimit()
+		switch {
+		case b.failed >= limit:
+			b.why = fmt.Sprintf("%d of %d probes failed", b.failed, b.cfg.Probes)
+			return b.to(breakerOpen, now)
+		case b.ok > b.cfg.Probes-limit:
+			return b.to(breakerClosed, now)
+		}
+	}
+	return nil
+}
+
+// probeFailLimit is how many failed probes open the breaker again:
+// FailureRatio of Probes, rounded up, at least 1.
+func (b *breaker) probeFailLimit() int {
+	return max(1, int(math.Ceil(b.cfg.FailureRatio*float64(b.cfg.Probes)-1e-9)))
+}
+
+// to moves the breaker to state s at now, starting a new generation.
+func (b *breaker) to(s breakerState, now time.Time) *transition {
+	tr := &transition{from: b.state, to: s}
+	b.state, b.since = s, now
+	b.gen++
+	b.granted, b.ok, b.failed = 0, 0, 0
+	switch s {
+	case breakerOpen:
+		if tr.from == breakerHalfOpen {
+			b.reopens++
+		} else {
+			b.reopens = 0
+		}
+		b.openFor = min(b.cfg.OpenFor<<min(b.reopens, 20), b.cfg.MaxOpen)
+		b.openUntil = now.Add(b.openFor)
+	case breakerClosed:
+		b.reopens, b.openFor, b.run = 0, b.cfg.OpenFor, 0
+		b.calls.reset()
+		b.skipped.reset()
+	}
+	return tr
+}
+
+// counts is the closed window as the status shows it.
+func (b *breaker) counts(now time.Time) BreakerCounts {
+	calls, failed := b.calls.sum(now)
+	skipped, _ := b.skipped.sum(now)
+	return BreakerCounts{Window: b.cfg.Window.String(), Calls: calls, Failures: failed, InARow: b.run,
+		NotCounted: skipped, Probes: b.granted, ProbesOK: b.ok, ProbesFailed: b.failed}
+}
