@@ -85,6 +85,7 @@ var verdicts = [...]struct{ counted, outcome string }{
 	countFailure: {"yes", "failure"},
 	skipRepeat:   {"no", "repeat"},
 	skipRequest:  {"no", "request_fault"},
+	skipNone:     {}, // not a call the breaker judges: no series
 }
 
 // transition is a state change for the line to log and count.

@@ -101,22 +101,26 @@ const (
 // DefaultMaxBatch is Pipeline.MaxBatch's default.
 const DefaultMaxBatch = 2000
 
-// Breaker is a pipeline's circuit breaker (flow.go): it counts handler
-// outcomes that are the service's fault (Transient) over a rolling Window;
-// at FailureRatio of at least MinCalls calls, or Consecutive failures in a
-// row, it opens: no call starts, fetching pauses, no attempt is spent.
-// After OpenFor it lets Probes calls through; their success closes it, a
-// failure opens it again for twice as long, up to MaxOpen.
+// Breaker is a pipeline's circuit breaker (breaker.go): it judges whether
+// the service fails, not whether some requests do. It counts transient
+// outcomes as the service's failures, except a record's failure with the
+// code it failed with before and codes marked Outcome.RequestFault; any
+// other answer counts as the service working. At FailureRatio of at least
+// MinCalls counted calls in a rolling Window, or Consecutive counted
+// failures in a row, it opens: no call starts, fetching pauses, no attempt
+// is spent. After OpenFor it lets Probes calls through, fresh work first;
+// once FailureRatio of them failed it opens again for twice as long (up
+// to MaxOpen), once enough succeeded that this cannot happen it closes.
 type Breaker struct {
 	// Disabled turns the breaker off (YAML: enabled: false).
 	Disabled     bool
 	FailureRatio float64       // default 0.5
-	MinCalls     int           // default 20
-	Consecutive  int           // default 10; 0 after defaults never happens
+	MinCalls     int           // default 100
+	Consecutive  int           // default 20; 0 after defaults never happens
 	Window       time.Duration // default 30s
 	OpenFor      time.Duration // default 30s
 	MaxOpen      time.Duration // default 5m
-	Probes       int           // default 3
+	Probes       int           // default 5
 	// FailoverTo: while the breaker is open (or a pause code holds the
 	// line), main-topic records are forwarded unchanged to this topic
 	// (another pipeline's main topic), redrive-failovers + 1, instead of
@@ -141,12 +145,12 @@ type Guard struct {
 // Defaults of Breaker and Guard.
 const (
 	DefaultBreakerFailureRatio = 0.5
-	DefaultBreakerMinCalls     = 20
-	DefaultBreakerConsecutive  = 10
+	DefaultBreakerMinCalls     = 100
+	DefaultBreakerConsecutive  = 20
 	DefaultBreakerWindow       = 30 * time.Second
 	DefaultBreakerOpenFor      = 30 * time.Second
 	DefaultBreakerMaxOpen      = 5 * time.Minute
-	DefaultBreakerProbes       = 3
+	DefaultBreakerProbes       = 5
 	DefaultGuardPermanentRatio = 0.9
 	DefaultGuardMinCalls       = 50
 	DefaultGuardWindow         = time.Minute

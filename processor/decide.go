@@ -324,7 +324,7 @@ func decideAs(meta retry.Meta, out Outcome, p policy, now time.Time, byCallback 
 
 	case Paused:
 		// The pipeline's line holds a paused record and calls it again
-		// (flow.go); decided here only without one: back to the tier
+		// (line.go); decided here only without one: back to the tier
 		// covering the pause, no attempt spent, its State (a job id) kept.
 		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "paused"))
 		if len(out.State) > 0 {

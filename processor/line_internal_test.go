@@ -49,20 +49,32 @@ func (tl *testLine) call(t *testing.T, out Outcome) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	tk, fwd, ok := tl.enter(ctx, time.Now(), false, never)
-	if !ok || fwd {
-		t.Fatalf("enter: ok %v forward %v, want a call", ok, fwd)
+	tk, e := tl.enter(ctx, time.Now(), newCaller)
+	if e != enterCall {
+		t.Fatalf("enter: %v, want a call", e)
 	}
-	return tl.leave(tk, out, time.Now())
+	return tl.leave(tk, out, "", time.Now())
+}
+
+// newCaller is a caller with no failure history; failedBefore(code) one whose
+// record failed with code before.
+var newCaller = caller{fresh: true, abandoned: never}
+
+func failedBefore(code string) caller { return caller{prevCode: code, abandoned: never} }
+
+// try enters the line as c within ctx; ok: a call was let through.
+func (tl *testLine) try(ctx context.Context, c caller) (tk ticket, ok bool) {
+	tk, e := tl.enter(ctx, time.Now(), c)
+	return tk, e == enterCall
 }
 
 // blocked reports whether a call would wait (enter does not return within d).
 func (tl *testLine) blocked(d time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	tk, _, ok := tl.enter(ctx, time.Now(), false, never)
+	tk, ok := tl.try(ctx, newCaller)
 	if ok {
-		tk.abandon()
+		tk.abandon(tl.line)
 	}
 	return !ok
 }
@@ -115,8 +127,8 @@ func TestBreakerOpensHoldsAndCloses(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	p1, _, ok1 := tl.enter(ctx, time.Now(), false, never)
-	p2, _, ok2 := tl.enter(ctx, time.Now(), false, never)
+	p1, ok1 := tl.try(ctx, newCaller)
+	p2, ok2 := tl.try(ctx, newCaller)
 	if !ok1 || !ok2 {
 		t.Fatal("probes not let through after open_for")
 	}
@@ -126,27 +138,27 @@ func TestBreakerOpensHoldsAndCloses(t *testing.T) {
 	if !tl.blocked(100 * time.Millisecond) {
 		t.Fatal("a third call went through while two probes were out (probes: 2)")
 	}
-	if tl.leave(p1, Succeed(nil), time.Now()) {
+	if tl.leave(p1, Succeed(nil), "", time.Now()) {
 		t.Fatal("a successful probe held")
 	}
 	// A failing probe reopens it for twice as long, and is held.
-	if !tl.leave(p2, Retry("http_503", errDown), time.Now()) {
+	if !tl.leave(p2, Retry("http_503", errDown), "", time.Now()) {
 		t.Fatal("a failed probe was charged")
 	}
 	if st := tl.status(time.Now()); st.Breaker != "open" || st.OpenFor != "600ms" {
 		t.Fatalf("after a failed probe: %+v, want open for 600ms", st)
 	}
 	reopened := time.Now()
-	p3, _, ok3 := tl.enter(ctx, time.Now(), false, never)
+	p3, ok3 := tl.try(ctx, newCaller)
 	if !ok3 {
 		t.Fatal("no probe after the second open period")
 	}
 	if w := time.Since(reopened); w < 500*time.Millisecond {
 		t.Fatalf("probe after %v, want the doubled open_for (600ms)", w)
 	}
-	p4, _, _ := tl.enter(ctx, time.Now(), false, never)
-	tl.leave(p3, Succeed(nil), time.Now())
-	tl.leave(p4, Poll(nil, 0), time.Now()) // the service answered: a success for the breaker
+	p4, _ := tl.try(ctx, newCaller)
+	tl.leave(p3, Succeed(nil), "", time.Now())
+	tl.leave(p4, Poll(nil, 0), "", time.Now()) // the service answered: a success for the breaker
 	if st := tl.status(time.Now()); st.State != "running" || st.Breaker != "closed" {
 		t.Fatalf("after two good probes: %+v, want running, closed", st)
 	}
@@ -197,17 +209,17 @@ func TestPauseCodeStopsTheLineAndHolds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	tk, _, ok := tl.enter(ctx, time.Now(), false, never)
+	tk, ok := tl.try(ctx, newCaller)
 	if !ok {
 		t.Fatal("no call after the pause")
 	}
 	if w := time.Since(start); w < time.Second || w > 2*time.Second {
 		t.Fatalf("next call after %v, want 1s (the pause)", w)
 	}
-	tl.leave(tk, Succeed(nil), time.Now())
+	tl.leave(tk, Succeed(nil), "", time.Now())
 	// A pause code counts neither for nor against the breaker.
-	if c := tl.cb.Counts(); c.TotalFailures != 0 {
-		t.Fatalf("breaker counted the pause as a failure: %+v", c)
+	if c := tl.status(time.Now()).Counts; c.Failures != 0 || c.Calls != 1 {
+		t.Fatalf("breaker counts %+v, want the one success only (a pause is not counted)", c)
 	}
 }
 
@@ -265,8 +277,8 @@ func TestManualPauseAndFailover(t *testing.T) {
 	tl.pauseByHand("test")
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if _, fwd, ok := tl.enter(ctx, time.Now(), true, never); ok || fwd {
-		t.Fatalf("manual pause: ok %v forward %v; want wait (no failover for a manual pause)", ok, fwd)
+	if _, e := tl.enter(ctx, time.Now(), caller{fresh: true, canForward: true, abandoned: never}); e != enterAbandon {
+		t.Fatalf("manual pause: %v; want wait (no failover for a manual pause)", e)
 	}
 	waitFor(t, "fetching paused", func() bool { return tl.lastFetch() == [2]bool{true, true} })
 	tl.resume("test")
@@ -275,8 +287,8 @@ func TestManualPauseAndFailover(t *testing.T) {
 	tl.call(t, Retry("http_503", errDown))
 	ctx2, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
-	if _, fwd, ok := tl.enter(ctx2, time.Now(), true, never); !ok || !fwd {
-		t.Fatalf("open breaker with failover_to: ok %v forward %v, want forward", ok, fwd)
+	if _, e := tl.enter(ctx2, time.Now(), caller{fresh: true, canForward: true, abandoned: never}); e != enterForward {
+		t.Fatalf("open breaker with failover_to: %v, want forward", e)
 	}
 	waitFor(t, "tiers paused, main fetched", func() bool { return tl.lastFetch() == [2]bool{false, true} })
 }
@@ -290,15 +302,15 @@ func TestEnterLeavesOnRevokeAndStop(t *testing.T) {
 	leaving.Add(2)
 	go func() {
 		defer leaving.Done()
-		_, _, ok := tl.enter(context.Background(), time.Now(), false, func() bool { mu.Lock(); defer mu.Unlock(); return revoked })
-		if ok {
+		_, e := tl.enter(context.Background(), time.Now(), caller{fresh: true, abandoned: func() bool { mu.Lock(); defer mu.Unlock(); return revoked }})
+		if e == enterCall {
 			t.Error("a revoked record's wait ended in a call")
 		}
 	}()
 	go func() {
 		defer leaving.Done()
-		_, _, ok := tl.enter(context.Background(), time.Now(), false, never)
-		if ok {
+		_, e := tl.enter(context.Background(), time.Now(), newCaller)
+		if e == enterCall {
 			t.Error("a wait ended in a call at shutdown")
 		}
 	}()
@@ -373,12 +385,12 @@ func TestResumeIgnoresTheOldBreaker(t *testing.T) {
 	tl.call(t, Retry("x", errDown)) // open
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	probe, _, ok := tl.enter(ctx, time.Now(), false, never) // half-open: the probe is out
+	probe, ok := tl.try(ctx, newCaller) // half-open: the probe is out
 	if !ok {
 		t.Fatal("no probe")
 	}
 	tl.resume("test")
-	tl.leave(probe, Retry("x", errDown), time.Now()) // the old breaker's probe fails
+	tl.leave(probe, Retry("x", errDown), "", time.Now()) // the old breaker's probe fails
 	if st := tl.status(time.Now()); st.State != "running" || st.Breaker != "closed" {
 		t.Fatalf("after resume and a late failure of the old breaker's probe: %+v, want running and closed", st)
 	}

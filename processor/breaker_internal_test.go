@@ -1,0 +1,206 @@
+package processor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// A request that fails for its own reasons fails again and again: its
+// retries, dispatched in runs, must not open the breaker.
+func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
+	b := newBreaker(Breaker{}.WithDefaults(), time.Now())
+	now := time.Now()
+	for i := range 500 {
+		if tr := b.record(b.gen, false, judge(Retry("http_500", errDown), "http_500", false), now); tr != nil {
+			t.Fatalf("retry %d failing with its earlier code opened the breaker: %v", i, b.why)
+		}
+	}
+	if c := b.counts(now); c.Calls != 0 || c.NotCounted != 500 {
+		t.Fatalf("counts %+v, want 0 counted, 500 not counted", c)
+	}
+	// A retry failing with another code than before counts: something changed.
+	if v := judge(Retry("connect", errDown), "http_500", false); v != countFailure {
+		t.Fatalf("a new code on a retry: %v, want counted as a failure", v)
+	}
+	// A request-fault code never counts, fresh or not, probe or not.
+	for _, probe := range []bool{false, true} {
+		if v := judge(RetryRequestFault("ERROR_CAPTCHA_UNSOLVABLE", errDown), "", probe); v != skipRequest {
+			t.Fatalf("request fault (probe %v): %v, want not counted", probe, v)
+		}
+	}
+	// A probe's failure counts even with its earlier code: a probe asks
+	// whether the service is back.
+	if v := judge(Retry("http_500", errDown), "http_500", true); v != countFailure {
+		t.Fatalf("a probe failing with its earlier code: %v, want counted", v)
+	}
+}
+
+// The defaults open on 20 fresh failures in a row (an outage), not on 19,
+// and a success in between starts the run again.
+func TestBreakerConsecutiveDefault(t *testing.T) {
+	cfg := Breaker{}.WithDefaults()
+	b := newBreaker(cfg, time.Now())
+	now := time.Now()
+	fail := func() *transition { return b.record(b.gen, false, countFailure, now) }
+	for range cfg.Consecutive - 1 {
+		if fail() != nil {
+			t.Fatal("opened before consecutive")
+		}
+	}
+	b.record(b.gen, false, countSuccess, now)
+	for range cfg.Consecutive - 1 {
+		if fail() != nil {
+			t.Fatal("a success did not start the run again")
+		}
+	}
+	if tr := fail(); tr == nil || tr.to != breakerOpen {
+		t.Fatalf("%d failures in a row did not open it", cfg.Consecutive)
+	}
+}
+
+// Half-open closes on a ratio over its probes: with the default 5 probes
+// and ratio 0.5, two failed probes are tolerated, a third reopens it for
+// twice as long.
+func TestBreakerHalfOpenRatio(t *testing.T) {
+	cfg := Breaker{Consecutive: 1, OpenFor: time.Second, MaxOpen: time.Minute}.WithDefaults()
+	if cfg.Probes != 5 {
+		t.Fatalf("default probes %d, want 5", cfg.Probes)
+	}
+	now := time.Now()
+	b := newBreaker(cfg, now)
+	b.record(b.gen, false, countFailure, now)
+	if b.state != breakerOpen {
+		t.Fatal("not open")
+	}
+	probe := func(v verdict) *transition {
+		allow, isProbe, _ := b.admit(now.Add(time.Second), true, false)
+		if !allow || !isProbe {
+			t.Fatalf("no probe slot (granted %d)", b.granted)
+		}
+		return b.record(b.gen, true, v, now.Add(time.Second))
+	}
+	probe(countFailure)
+	probe(countFailure)
+	probe(countSuccess)
+	probe(countSuccess)
+	if tr := probe(countSuccess); tr == nil || tr.to != breakerClosed {
+		t.Fatalf("3 of 5 probes succeeded: state %v, want closed", b.state)
+	}
+	// Open again; three failed probes reopen it, doubled.
+	b.record(b.gen, false, countFailure, now)
+	probe(countSuccess)
+	probe(countFailure)
+	probe(countFailure)
+	if tr := probe(countFailure); tr == nil || tr.to != breakerOpen || b.openFor != 2*time.Second {
+		t.Fatalf("3 of 5 probes failed: state %v open_for %v, want open for 2s", b.state, b.openFor)
+	}
+	// Probes not counted give their slot back.
+	b.admit(now.Add(time.Hour), true, false)
+	for range 20 {
+		allow, isProbe, _ := b.admit(now.Add(time.Hour), true, false)
+		if !allow || !isProbe {
+			t.Fatal("an uncounted probe kept its slot")
+		}
+		b.record(b.gen, true, skipRequest, now.Add(time.Hour))
+	}
+}
+
+// Half-open probes go to fresh work: a caller whose record failed before
+// waits while a fresh one does, and gives its record back to the run
+// queue (enterYield) while fresh records wait there for a worker.
+func TestHalfOpenProbesFreshWorkFirst(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{Consecutive: 1, OpenFor: 200 * time.Millisecond, Probes: 1}})
+	var queued bool
+	tl.freshQueued = func() bool { tl.mu.Lock(); defer tl.mu.Unlock(); return queued }
+	tl.call(t, Retry("http_503", errDown))
+	if !tl.notClosed.Load() {
+		t.Fatal("open breaker: the run queue is not told to hand out fresh work first")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+
+	// A retry and a fresh record wait for the open breaker; the fresh
+	// one gets the only probe, though the retry asked first.
+	type got struct {
+		tk ticket
+		e  admission
+	}
+	retry, freshc := make(chan got, 1), make(chan got, 1)
+	go func() { tk, e := tl.enter(ctx, time.Now(), failedBefore("http_500")); retry <- got{tk, e} }()
+	time.Sleep(20 * time.Millisecond)
+	go func() { tk, e := tl.enter(ctx, time.Now(), newCaller); freshc <- got{tk, e} }()
+	f := <-freshc
+	if f.e != enterCall || !f.tk.probe {
+		t.Fatalf("fresh record: %v probe %v, want the probe", f.e, f.tk.probe)
+	}
+	select {
+	case r := <-retry:
+		t.Fatalf("the retry was let through (%v) while the fresh probe was out", r.e)
+	case <-time.After(100 * time.Millisecond):
+	}
+	// The probe fails: open again. Fresh work now waits in the run queue:
+	// at half-open the retry gives its record back.
+	tl.mu.Lock()
+	queued = true
+	tl.mu.Unlock()
+	tl.leave(f.tk, Retry("http_503", errDown), "", time.Now())
+	if r := <-retry; r.e != enterYield {
+		t.Fatalf("retry at half-open with fresh work queued: %v, want yield", r.e)
+	}
+	// No fresh work anywhere: the retry is the probe.
+	tl.mu.Lock()
+	queued = false
+	tl.mu.Unlock()
+	tk, ok := tl.try(ctx, failedBefore("http_500"))
+	if !ok || !tk.probe {
+		t.Fatal("with no fresh work the retry did not get the probe")
+	}
+	tl.leave(tk, Succeed(nil), "http_500", time.Now())
+	if st := tl.status(time.Now()); st.Breaker != "closed" {
+		t.Fatalf("after a good probe: %+v", st)
+	}
+	if tl.notClosed.Load() {
+		t.Fatal("closed breaker: the run queue still hands out fresh work first")
+	}
+	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "yes", "failure")); got != 2 {
+		t.Fatalf("redrive_breaker_calls_total{counted=yes,outcome=failure} = %v, want 2", got)
+	}
+}
+
+// A retry failing with its earlier code while the breaker is closed spends
+// its attempt (not held); one failing while it is open is held.
+func TestRepeatedFailureHeldOnlyWhileOpen(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{Consecutive: 3, OpenFor: time.Minute}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for range 50 {
+		tk, ok := tl.try(ctx, failedBefore("http_500"))
+		if !ok {
+			t.Fatal("the line stopped on repeated failures")
+		}
+		if tl.leave(tk, Retry("http_500", errDown), "http_500", time.Now()) {
+			t.Fatal("a repeated failure was held with the breaker closed")
+		}
+	}
+	// Three fresh failures: an outage. In-flight calls' failures are held.
+	var inflight []ticket
+	for range 3 {
+		tk, _ := tl.try(ctx, failedBefore("http_500"))
+		inflight = append(inflight, tk)
+	}
+	for range 3 {
+		tl.call(t, Retry("http_503", errDown))
+	}
+	for _, tk := range inflight {
+		if !tl.leave(tk, Retry("http_500", errDown), "http_500", time.Now()) {
+			t.Fatal("a failure while the breaker was open spent its attempt")
+		}
+	}
+	st := tl.status(time.Now())
+	if st.Breaker != "open" || st.Why != "3 counted failures in a row" {
+		t.Fatalf("status %+v, want open on 3 counted failures in a row", st)
+	}
+}
