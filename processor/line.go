@@ -201,8 +201,8 @@ type admission int
 
 const (
 	enterCall    admission = iota // call the handler, then leave
-	enterForward              // forward the record to failover_to
-	enterAbandon              // ctx done, revoked or shutdown: redelivered
+	enterForward                  // forward the record to failover_to
+	enterAbandon                  // ctx done, revoked or shutdown: redelivered
 	// enterYield: the half-open breaker keeps its probes for fresh work
 	// that waits in the run queue; give the record back to the queue so
 	// that the worker takes that work.

@@ -103,9 +103,9 @@ type LineStatus struct {
 	Why string `json:"why,omitempty"`
 	// Counts: what the breaker counted (nil: disabled).
 	Counts     *BreakerCounts `json:"counts,omitempty"`
-	Guard      bool    `json:"guard"`                // the guard is on
-	RateLimit  float64 `json:"rate_limit,omitempty"` // calls per second, 0: none
-	FailoverTo string  `json:"failover_to,omitempty"`
+	Guard      bool           `json:"guard"`                // the guard is on
+	RateLimit  float64        `json:"rate_limit,omitempty"` // calls per second, 0: none
+	FailoverTo string         `json:"failover_to,omitempty"`
 }
 
 // BreakerCounts is what the circuit breaker counted, so that an outage
