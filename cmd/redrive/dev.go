@@ -157,7 +157,8 @@ pipelines:
         result_field: code
         wait: 10s
       codes:
-        transient: [ERROR_NO_SLOT_AVAILABLE, ERROR_CAPTCHA_UNSOLVABLE]
+        transient: [ERROR_NO_SLOT_AVAILABLE]
+        request_fault: [ERROR_CAPTCHA_UNSOLVABLE]
         not_ready: [CAPCHA_NOT_READY]
         permanent: [ERROR_WRONG_USER_KEY, ERROR_KEY_DOES_NOT_EXIST, ERROR_WRONG_CAPTCHA_ID]
         pause: {ERROR_ZERO_BALANCE: 30s}

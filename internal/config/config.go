@@ -269,10 +269,13 @@ type JSONMode struct {
 
 // Codes override the class of an outcome by its error code.
 type Codes struct {
-	Transient []string            `yaml:"transient"`
-	NotReady  []string            `yaml:"not_ready"`
-	Permanent []string            `yaml:"permanent"`
-	MinDelay  map[string]Duration `yaml:"min_delay"`
+	Transient []string `yaml:"transient"`
+	// RequestFault: transient codes that are the request's own fault; the
+	// circuit breaker never counts them (httphandler.Codes.RequestFault).
+	RequestFault []string            `yaml:"request_fault"`
+	NotReady     []string            `yaml:"not_ready"`
+	Permanent    []string            `yaml:"permanent"`
+	MinDelay     map[string]Duration `yaml:"min_delay"`
 	// Pause: an answer with one of these codes stops the pipeline's calls
 	// for the duration (httphandler.Codes.Pause), whatever its status.
 	Pause map[string]Duration `yaml:"pause"`

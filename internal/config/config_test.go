@@ -191,7 +191,7 @@ func TestParseDesignExample(t *testing.T) {
 // breaker and guard sections: the processor's defaults, enabled.
 func defaultBreaker() Breaker {
 	on := true
-	return Breaker{Enabled: &on, FailureRatio: 0.5, MinCalls: 20, Consecutive: 10, Window: dur("30s"), OpenFor: dur("30s"), MaxOpen: dur("5m"), Probes: 3}
+	return Breaker{Enabled: &on, FailureRatio: 0.5, MinCalls: 100, Consecutive: 20, Window: dur("30s"), OpenFor: dur("30s"), MaxOpen: dur("5m"), Probes: 5}
 }
 
 func defaultGuard() Guard {
@@ -601,6 +601,13 @@ func TestValidationErrors(t *testing.T) {
 		{"json bad path", pipe("handler: {http: {url: 'http://h/', json: {ok_field: a..b, ok_value: 1, code_field: .c}}}"), []string{"json.ok_field: \"a..b\"", "json.code_field: \".c\""}},
 		{"code twice", pipe("handler:", "  codes:", "    transient: [X]", "    permanent: [Y, X]"), []string{"line 7: pipelines[0].handler.codes.permanent[1]: \"X\" is in transient too"}},
 		{"code empty", pipe("handler: {codes: {not_ready: ['']}}"), []string{"pipelines[0].handler.codes.not_ready[0]: empty code"}},
+		{"request_fault code transient too", pipe("handler:", "  codes:", "    transient: [X]", "    request_fault: [Y, X]"),
+			[]string{"line 7: pipelines[0].handler.codes.request_fault[1]: \"X\" is in transient too"}},
+		{"request_fault code permanent too", pipe("handler:", "  codes:", "    request_fault: [X]", "", "    permanent: [X]"),
+			[]string{"line 8: pipelines[0].handler.codes.permanent[0]: \"X\" is in request_fault too"}},
+		{"request_fault code paused too", pipe("handler:", "  codes:", "    request_fault: [X]", "    pause: {X: 1m}"),
+			[]string{"line 7: pipelines[0].handler.codes.pause.X: \"X\" is in request_fault too"}},
+		{"request_fault code empty", pipe("handler: {codes: {request_fault: [A, '']}}"), []string{"line 4: pipelines[0].handler.codes.request_fault[1]: empty code"}},
 		{"sasl bad mechanism", pipe() + "sasl: {mechanism: GSSAPI, user: u, password: p}\n", []string{"line 4: sasl.mechanism: \"GSSAPI\": want PLAIN"}},
 		{"sasl no mechanism", pipe() + "sasl:\n  user: u\n  password: p\n", []string{"line 4: sasl.mechanism: required"}},
 		{"sasl no user", pipe() + "sasl: {mechanism: PLAIN, password: p}\n", []string{"line 4: sasl.user: required"}},
@@ -698,7 +705,7 @@ func TestUnknownKeys(t *testing.T) {
 		{"handler", pipe("handler: {grpc: {}}"), "pipelines[0].handler.grpc: unknown key (known: http, codes, callback)"},
 		{"http", pipe("handler:", "  http:", "    url: http://h/", "    retries: 3"), "line 7: pipelines[0].handler.http.retries: unknown key (known: url, timeout, headers, json, max_body_bytes, query, form, poll)"},
 		{"json", pipe("handler: {http: {url: 'http://h/', json: {ok: 1}}}"), "pipelines[0].handler.http.json.ok: unknown key (known: ok_field, ok_value, code_field)"},
-		{"codes", pipe("handler: {codes: {fatal: [X]}}"), "pipelines[0].handler.codes.fatal: unknown key (known: transient, not_ready, permanent, min_delay, pause)"},
+		{"codes", pipe("handler: {codes: {fatal: [X]}}"), "pipelines[0].handler.codes.fatal: unknown key (known: transient, request_fault, not_ready, permanent, min_delay, pause)"},
 		{"sasl", pipe() + "sasl: {mechanism: PLAIN, user: u, pass: p}\n", "line 4: sasl.pass: unknown key (known: mechanism, user, password)"},
 		{"tls", pipe() + "tls: {enable: true}\n", "tls.enable: unknown key (known: enabled, ca_file, cert_file, key_file, insecure_skip_verify, server_name)"},
 		{"analyzer", pipe() + "analyzer: {addr: x}\n", "analyzer.addr: unknown key (known: http_addr, token, read_token, insecure_public, hide_values, rules, alerts, recent_value_bytes, recent_bytes, response_bytes, max_requests, allowed_hosts)"},
@@ -1199,6 +1206,8 @@ func FuzzParse(f *testing.F) {
 		"  - {kind: oldest, age: 1h, webhook: 'http://u:p@127.0.0.1:1/'}"))
 	f.Add(analyzerDoc("rules: [{action: resend, to: solve.requests.dlq, max_redrives: -1}]", "alerts: [{kind: oldest, threshold: 1, webhook: /x}]"))
 	f.Add("a: &a [*a]\n")
+	f.Add(pipe("handler:", "  codes: {transient: [A], request_fault: [B, '${X}', A], pause: {B: ${D}}}",
+		"  http: {url: 'http://h/', poll: {url: 'http://h/?id={state}', state_field: id, resubmit: [B]}}"))
 	f.Fuzz(func(t *testing.T, doc string) {
 		getenv := env("N", "3", "D", "90s", "B", "h:1,h:2", "X", "${N}")
 		c, err := Parse([]byte(doc), getenv)
@@ -1267,6 +1276,51 @@ func durations(c *Config) []Duration {
 		ds = append(ds, a.Window, a.Age, a.Repeat)
 	}
 	return ds
+}
+
+// handler.codes.request_fault loads, converts to the handler's
+// Codes.RequestFault, and its codes come back transient and marked as the
+// request's fault, also when poll.resubmit lists them.
+func TestRequestFaultCodes(t *testing.T) {
+	c := mustParse(t, pipe(
+		"handler:",
+		"  http:",
+		"    url: http://127.0.0.1:1/in.php",
+		"    json: {ok_field: status, ok_value: 1, code_field: request}",
+		"    poll: {url: 'http://127.0.0.1:1/res.php?id={state}', state_field: request, resubmit: [ERROR_CAPTCHA_UNSOLVABLE]}",
+		"  codes:",
+		"    transient: [ERROR_NO_SLOT_AVAILABLE]",
+		"    request_fault: [ERROR_CAPTCHA_UNSOLVABLE, '${LINK_CODE}']",
+		"    permanent: [ERROR_WRONG_USER_KEY]",
+	), env("LINK_CODE", "http_422"))
+	p := c.Pipelines[0]
+	if want := []string{"ERROR_CAPTCHA_UNSOLVABLE", "http_422"}; !reflect.DeepEqual(p.Handler.Codes.RequestFault, want) {
+		t.Errorf("handler.codes.request_fault = %q, want %q", p.Handler.Codes.RequestFault, want)
+	}
+	o := p.HTTPOptions()
+	if want := []string{"ERROR_CAPTCHA_UNSOLVABLE", "http_422"}; !reflect.DeepEqual(o.Codes.RequestFault, want) ||
+		!reflect.DeepEqual(o.Codes.Transient, []string{"ERROR_NO_SLOT_AVAILABLE"}) {
+		t.Errorf("Codes = %+v, want RequestFault %q", o.Codes, want)
+	}
+	h, err := httphandler.New(o)
+	if err != nil {
+		t.Fatalf("httphandler.New: %v", err)
+	}
+	for _, tt := range []struct {
+		cb           processor.Callback
+		requestFault bool
+	}{
+		{processor.Callback{JobID: "1", Result: []byte("ERROR_CAPTCHA_UNSOLVABLE")}, true},
+		{processor.Callback{JobID: "1", Error: "http_422"}, true},
+		{processor.Callback{JobID: "1", Result: []byte("ERROR_NO_SLOT_AVAILABLE")}, false},
+	} {
+		if out := h.CallbackOutcome(tt.cb); out.Kind != processor.Transient || out.RequestFault != tt.requestFault {
+			t.Errorf("callback %+v: %s, request fault %v; want transient, %v", tt.cb, out.Kind, out.RequestFault, tt.requestFault)
+		}
+	}
+	if got := mustParse(t, pipe(), nil).Pipelines[0].HTTPOptions().Codes.RequestFault; got != nil {
+		t.Errorf("request_fault left out: %q, want none", got)
+	}
 }
 
 // Issue 13: the flow-control keys (breaker, rate_limit, rate_limit_burst,

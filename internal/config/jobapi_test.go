@@ -144,8 +144,9 @@ func TestJobAPIKeyErrors(t *testing.T) {
 // The example's captchaai preset, against a stand-in for res.php that
 // answers what the services document: each answer (and each callback)
 // gets the outcome the preset's comments promise. An unsolvable task is
-// submitted anew (poll.resubmit: no state, an attempt spent); every other
-// failure of a poll keeps the task id.
+// submitted anew (poll.resubmit: no state, an attempt spent) and is the
+// task's fault, which the breaker does not count (request_fault); every
+// other failure of a poll keeps the task id.
 func TestExampleCaptchaPresetOutcomes(t *testing.T) {
 	data, err := os.ReadFile(exampleFile)
 	if err != nil {
@@ -176,27 +177,30 @@ func TestExampleCaptchaPresetOutcomes(t *testing.T) {
 	}
 	rec := &kgo.Record{Topic: p.Topic, Value: []byte("method=userrecaptcha&googlekey=x&pageurl=https://shop.example/")}
 	for _, tc := range []struct {
-		name, body string
-		kind       processor.Kind
-		state      string // the outcome's state: the task id kept, or none
+		name, body   string
+		kind         processor.Kind
+		state        string // the outcome's state: the task id kept, or none
+		requestFault bool
 	}{
-		{"solved", `{"status":1,"request":"03AGdBq2"}`, processor.Success, ""},
-		{"not ready", `{"status":0,"request":"CAPCHA_NOT_READY"}`, processor.NotReady, "2122988149"},
-		{"unsolvable: submitted anew", `{"status":0,"request":"ERROR_CAPTCHA_UNSOLVABLE"}`, processor.Transient, ""},
-		{"wrong task id", `{"status":0,"request":"ERROR_WRONG_CAPTCHA_ID"}`, processor.Permanent, ""},
-		{"no thread or balance: a pause", `{"status":0,"request":"ERROR_ZERO_BALANCE"}`, processor.Paused, "2122988149"},
+		{"solved", `{"status":1,"request":"03AGdBq2"}`, processor.Success, "", false},
+		{"not ready", `{"status":0,"request":"CAPCHA_NOT_READY"}`, processor.NotReady, "2122988149", false},
+		{"unsolvable: submitted anew", `{"status":0,"request":"ERROR_CAPTCHA_UNSOLVABLE"}`, processor.Transient, "", true},
+		{"no slot: polled again", `{"status":0,"request":"ERROR_NO_SLOT_AVAILABLE"}`, processor.Transient, "2122988149", false},
+		{"wrong task id", `{"status":0,"request":"ERROR_WRONG_CAPTCHA_ID"}`, processor.Permanent, "", false},
+		{"no thread or balance: a pause", `{"status":0,"request":"ERROR_ZERO_BALANCE"}`, processor.Paused, "2122988149", false},
 	} {
 		answer.Store(tc.body)
 		out := h.Handle(context.Background(), &processor.Request{Record: rec, ID: "id-1", Attempt: 1, State: []byte("2122988149")})
-		if out.Kind != tc.kind || (tc.kind != processor.Permanent && string(out.State) != tc.state) {
-			t.Errorf("%s: poll outcome %v state %q (%v), want %v state %q", tc.name, out.Kind, out.State, out.Err, tc.kind, tc.state)
+		if out.Kind != tc.kind || (tc.kind != processor.Permanent && string(out.State) != tc.state) || out.RequestFault != tc.requestFault {
+			t.Errorf("%s: poll outcome %v state %q request fault %v (%v), want %v state %q request fault %v",
+				tc.name, out.Kind, out.State, out.RequestFault, out.Err, tc.kind, tc.state, tc.requestFault)
 		}
 	}
 	// The same codes in a callback (CaptchaAI: code=ERROR_CAPTCHA_UNSOLVABLE).
 	for code, kind := range map[string]processor.Kind{"03AGdBq2": processor.Success, "ERROR_CAPTCHA_UNSOLVABLE": processor.Transient} {
 		out := h.CallbackOutcome(processor.Callback{JobID: "2122988149", Result: []byte(code)})
-		if out.Kind != kind || len(out.State) != 0 {
-			t.Errorf("callback %s: %v state %q, want %v without state", code, out.Kind, out.State, kind)
+		if out.Kind != kind || len(out.State) != 0 || out.RequestFault != (kind == processor.Transient) {
+			t.Errorf("callback %s: %v state %q request fault %v, want %v without state, a request fault when transient", code, out.Kind, out.State, out.RequestFault, kind)
 		}
 	}
 }

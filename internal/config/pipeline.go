@@ -146,6 +146,7 @@ func (p Pipeline) HTTPOptions() httphandler.Options {
 	}
 	cr := p.Handler.Codes
 	o.Codes.Transient, o.Codes.NotReady, o.Codes.Permanent = cr.Transient, cr.NotReady, cr.Permanent
+	o.Codes.RequestFault = cr.RequestFault
 	if len(cr.MinDelay) > 0 {
 		o.Codes.MinDelay = make(map[string]time.Duration, len(cr.MinDelay))
 		for k, v := range cr.MinDelay {

@@ -297,6 +297,7 @@ var httpKeys = map[string]string{
 	"Poll.Status.Failed":  "handler.http.poll.status.failed",
 	"Poll.Resubmit":       "handler.http.poll.resubmit",
 	"Codes.Transient":     "handler.codes.transient",
+	"Codes.RequestFault":  "handler.codes.request_fault",
 	"Codes.NotReady":      "handler.codes.not_ready",
 	"Codes.Permanent":     "handler.codes.permanent",
 	"Codes.MinDelay":      "handler.codes.min_delay",

@@ -36,7 +36,8 @@ func (e *CallbackError) Unwrap() error { return ErrCallback }
 //   - cb.Error set: a failure with that code (cleaned as the codes of an
 //     answer are; callback_error when nothing is left): a pause code
 //     pauses; a not_ready code polls the job again after Poll.Every; a
-//     permanent code fails; any other is transient. A transient failure
+//     permanent code fails; any other is transient (marked RequestFault
+//     for a request_fault code, as for an answer). A transient failure
 //     carries no state, so the next attempt submits again: the job itself
 //     is over.
 //   - the result, trimmed, is exactly a configured code (CaptchaAI calls
@@ -60,13 +61,19 @@ func (h *Handler) CallbackOutcome(cb processor.Callback) processor.Outcome {
 	}
 	err := &CallbackError{JobID: cb.JobID, Code: code, Text: text}
 	minDelay := h.minDelay[code]
+	class := h.classOf[code]
+	transient := func() processor.Outcome {
+		out := processor.RetryAfter(code, err, minDelay)
+		out.RequestFault = class.requestFault
+		return out
+	}
 	if h.poll != nil && h.poll.resubmit[code] {
-		return processor.RetryAfter(code, err, minDelay) // the job failed: submitted anew
+		return transient() // the job failed: submitted anew
 	}
 	if d, ok := h.pause[code]; ok {
 		return processor.Pause(code, err, d)
 	}
-	switch h.classOf[code] {
+	switch class.kind {
 	case processor.NotReady:
 		var every = minDelay
 		if h.poll != nil {
@@ -78,7 +85,7 @@ func (h *Handler) CallbackOutcome(cb processor.Callback) processor.Outcome {
 	case processor.Permanent:
 		return processor.Fail(code, err)
 	}
-	return processor.RetryAfter(code, err, minDelay)
+	return transient()
 }
 
 // isCode reports whether code is in the code rules (a class or a pause).

@@ -124,8 +124,9 @@ func (h *Handler) classifyCall(c call, status int, header http.Header, body []by
 	if code == "" {
 		code = fallback
 	}
-	if k, ok := h.classOf[code]; ok {
-		kind = k
+	class, ruled := h.classOf[code]
+	if ruled {
+		kind = class.kind
 	}
 	minDelay, _ := parseRetryAfter(header.Get(HeaderRetryAfter), now)
 	if d := h.minDelay[code]; d > minDelay {
@@ -148,7 +149,11 @@ func (h *Handler) classifyCall(c call, status int, header http.Header, body []by
 	case processor.Permanent:
 		out = processor.Fail(code, rerr)
 	default: // code rules name only transient, not-ready and permanent
-		out = processor.Retry(code, rerr)
+		if class.requestFault {
+			out = processor.RetryRequestFault(code, rerr)
+		} else {
+			out = processor.Retry(code, rerr)
+		}
 	}
 	// Every failure says which code and answer it was, and keeps the delay
 	// asked for (a code rule may have turned it permanent).

@@ -43,8 +43,10 @@
 // http_<status> (http_202 for a bare not-ready), timeout, connect, network,
 // canceled, body_too_large, bad_response, not_ok. Codes are trimmed, made
 // valid UTF-8 and cut to 64 bytes. Code rules (Options.Codes) then set the
-// class of any failure by its code, redrive's own codes included, and raise
-// MinDelay; they never turn a success into a failure or back.
+// class of any failure by its code, redrive's own codes included (a
+// Codes.RequestFault code is transient, marked Outcome.RequestFault so that
+// the circuit breaker does not count it), and raise MinDelay; they never
+// turn a success into a failure or back.
 //
 // JSON mode (Options.JSON), for services that answer 200 with an error in
 // the body (2captcha: {"status":0,"request":"ERROR_NO_SLOT_AVAILABLE"}): a

@@ -162,8 +162,13 @@ type JSONRule struct {
 // minimum delay before the next attempt. Codes match exactly (case matters).
 type Codes struct {
 	Transient []string
-	NotReady  []string
-	Permanent []string
+	// RequestFault codes are transient too, and the outcome is marked
+	// processor.Outcome.RequestFault: the request's own fault (a CAPTCHA
+	// the workers cannot solve), so the circuit breaker, which judges the
+	// service, never counts it.
+	RequestFault []string
+	NotReady     []string
+	Permanent    []string
 	// MinDelay raises the outcome's MinDelay (e.g. above Retry-After).
 	MinDelay map[string]time.Duration
 	// Pause: an answer with one of these codes means the whole account
@@ -184,7 +189,7 @@ type Handler struct {
 	ctypeSet    bool   // Options.Headers has a Content-Type
 	form        string // the Form fields, encoded
 	json        *jsonRule
-	classOf     map[string]processor.Kind
+	classOf     map[string]codeClass
 	minDelay    map[string]time.Duration
 	pause       map[string]time.Duration
 	poll        *poller // nil: no job API
@@ -350,17 +355,38 @@ func ValidateHeaders(headers map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// Validate checks code rules: no empty code, no code in two classes, no
-// negative minimum delay. It reports every problem, each a
-// *processor.FieldError ("Codes.Transient" with its Index,
-// "Codes.MinDelay" with its Key), joined with errors.Join.
+// codeClass is the class a code rule gives an answer's code.
+type codeClass struct {
+	kind         processor.Kind
+	requestFault bool // Codes.RequestFault: kind is Transient
+}
+
+// classList is one class of Codes: its field, its YAML name and its codes.
+type classList struct {
+	field, name string
+	class       codeClass
+	codes       []string
+}
+
+// classes are c's classes, in the order Validate reports a code twice.
+func (c Codes) classes() []classList {
+	return []classList{
+		{"Codes.Transient", "transient", codeClass{kind: processor.Transient}, c.Transient},
+		{"Codes.RequestFault", "request_fault", codeClass{kind: processor.Transient, requestFault: true}, c.RequestFault},
+		{"Codes.NotReady", "not_ready", codeClass{kind: processor.NotReady}, c.NotReady},
+		{"Codes.Permanent", "permanent", codeClass{kind: processor.Permanent}, c.Permanent},
+	}
+}
+
+// Validate checks code rules: no empty code, no code in two classes
+// (transient, request_fault, not_ready, permanent, pause), no negative
+// minimum delay. It reports every problem, each a *processor.FieldError
+// ("Codes.Transient" with its Index, "Codes.MinDelay" with its Key),
+// joined with errors.Join.
 func (c Codes) Validate() error {
 	var errs []error
 	in := map[string]string{}
-	for _, l := range []struct {
-		field, name string
-		codes       []string
-	}{{"Codes.Transient", "transient", c.Transient}, {"Codes.NotReady", "not_ready", c.NotReady}, {"Codes.Permanent", "permanent", c.Permanent}} {
+	for _, l := range c.classes() {
 		for j, code := range l.codes {
 			fe := &processor.FieldError{Field: l.field, Index: j}
 			if code == "" {
@@ -414,7 +440,7 @@ func New(o Options) (*Handler, error) {
 		maxBody:  o.MaxBodyBytes,
 		headers:  http.Header{},
 		ctype:    "application/octet-stream",
-		classOf:  map[string]processor.Kind{},
+		classOf:  map[string]codeClass{},
 		minDelay: map[string]time.Duration{},
 		pause:    map[string]time.Duration{},
 	}
@@ -432,12 +458,9 @@ func New(o Options) (*Handler, error) {
 			return nil, fmt.Errorf("%w: json: %w", ErrOptions, err)
 		}
 	}
-	for _, l := range []struct {
-		codes []string
-		kind  processor.Kind
-	}{{o.Codes.Transient, processor.Transient}, {o.Codes.NotReady, processor.NotReady}, {o.Codes.Permanent, processor.Permanent}} {
+	for _, l := range o.Codes.classes() {
 		for _, c := range l.codes {
-			h.classOf[c] = l.kind
+			h.classOf[c] = l.class
 		}
 	}
 	maps.Copy(h.minDelay, o.Codes.MinDelay)

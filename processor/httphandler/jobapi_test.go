@@ -116,22 +116,23 @@ func mustNew(t *testing.T, o Options) *Handler {
 	return h
 }
 
-// expect checks an outcome's kind, state, code and delay; a result is
-// checked for a success.
+// expect checks an outcome's kind, state, code, delay and request-fault
+// mark; a result is checked for a success.
 type expect struct {
-	kind     processor.Kind
-	state    string
-	code     string
-	minDelay time.Duration
-	result   string
-	err      string // a piece of Err
+	kind         processor.Kind
+	state        string
+	code         string
+	minDelay     time.Duration
+	result       string
+	err          string // a piece of Err
+	requestFault bool
 }
 
 func (e expect) check(t *testing.T, what string, out processor.Outcome) {
 	t.Helper()
-	if out.Kind != e.kind || string(out.State) != e.state || out.Code != e.code || out.MinDelay != e.minDelay {
-		t.Errorf("%s: %v state %q code %q delay %s (%v); want %v state %q code %q delay %s",
-			what, out.Kind, out.State, out.Code, out.MinDelay, out.Err, e.kind, e.state, e.code, e.minDelay)
+	if out.Kind != e.kind || string(out.State) != e.state || out.Code != e.code || out.MinDelay != e.minDelay || out.RequestFault != e.requestFault {
+		t.Errorf("%s: %v state %q code %q delay %s request fault %v (%v); want %v state %q code %q delay %s request fault %v",
+			what, out.Kind, out.State, out.Code, out.MinDelay, out.RequestFault, out.Err, e.kind, e.state, e.code, e.minDelay, e.requestFault)
 	}
 	if e.kind == processor.Success && string(out.Result) != e.result {
 		t.Errorf("%s: result %q, want %q", what, out.Result, e.result)
