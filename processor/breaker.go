@@ -27,8 +27,11 @@ import (
 // retries only when none waits. It opens again once FailureRatio of the
 // Probes have failed (3 of the default 5), and closes once enough have
 // succeeded that this cannot happen; outcomes not counted give their slot
-// back. Outcomes of calls started in an earlier state are ignored: a
-// transition starts a new generation.
+// back. When fresh probes fail while records that failed before wait, the
+// breaker asks those before it opens again (a second round of probes, for
+// them first): if they succeed the service is up, and it is the new
+// requests that fail, for their own reasons. Outcomes of calls started in
+// an earlier state or round are ignored: each starts a new generation.
 type breaker struct {
 	cfg   Breaker
 	state breakerState
@@ -46,8 +49,10 @@ type breaker struct {
 	reopens   int
 	why       string
 	// Half-open: probe slots handed out (outcome pending or counted), and
-	// the counted outcomes.
+	// the counted outcomes; second says the fresh probes failed and the
+	// slots go to records that failed before first.
 	granted, ok, failed int
+	second              bool
 }
 
 type breakerState int
@@ -119,11 +124,15 @@ func judge(out Outcome, prevCode string, probe bool) verdict {
 	return countSuccess
 }
 
+// waiters is who waits for a probe slot besides the caller: records with
+// no failure history (waiting in the line, or queued for a worker) and
+// records that failed before (waiting in the line).
+type waiters struct{ fresh, failed bool }
+
 // admit says whether a call may start at now, and whether it is a probe.
-// fresh: the caller's record has no failure history; freshWaits: such
-// work waits for a probe slot (another caller, or the run queue). tr is
-// the transition admit made (open → half-open when OpenFor is over).
-func (b *breaker) admit(now time.Time, fresh, freshWaits bool) (allow, probe bool, tr *transition) {
+// fresh: the caller's record has no failure history. tr is the transition
+// admit made (open → half-open when OpenFor is over).
+func (b *breaker) admit(now time.Time, fresh bool, w waiters) (allow, probe bool, tr *transition) {
 	if b.state == breakerOpen {
 		if now.Before(b.openUntil) {
 			return false, false, nil
@@ -133,11 +142,22 @@ func (b *breaker) admit(now time.Time, fresh, freshWaits bool) (allow, probe boo
 	if b.state == breakerClosed {
 		return true, false, tr
 	}
-	if b.granted >= b.cfg.Probes || !(fresh || !freshWaits) {
+	if b.granted >= b.cfg.Probes {
+		return false, false, tr
+	}
+	// First round: fresh work first; second round: the records that
+	// failed before first.
+	if (!b.second && !fresh && w.fresh) || (b.second && fresh && w.failed) {
 		return false, false, tr
 	}
 	b.granted++
 	return true, true, tr
+}
+
+// slotFree reports a half-open probe slot of the first round free: a
+// record that failed before gives its worker to queued fresh work.
+func (b *breaker) slotFree() bool {
+	return b.state == breakerHalfOpen && !b.second && b.granted < b.cfg.Probes
 }
 
 // open reports whether no call may start at now because of the breaker
@@ -156,7 +176,9 @@ func (b *breaker) release(gen uint64) {
 
 // record counts the outcome v of a call started in generation gen (probe:
 // it was a half-open probe) and returns the transition it caused, if any.
-func (b *breaker) record(gen uint64, probe bool, v verdict, now time.Time) *transition {
+// failedWait: records that failed before wait for a probe slot (a second
+// round asks them when the fresh probes failed).
+func (b *breaker) record(gen uint64, probe bool, v verdict, now time.Time, failedWait bool) *transition {
 	if gen != b.gen {
 		return nil // a call of an earlier state: it says nothing of this one
 	}
@@ -203,6 +225,11 @@ func (b *breaker) record(gen uint64, probe bool, v verdict, now time.Time) *tran
 		}
 		limit := b.probeFailLimit()
 		switch {
+		case b.failed >= limit && !b.second && failedWait:
+			b.why = fmt.Sprintf("%d of %d fresh probes failed; probing requests that failed before", b.failed, b.cfg.Probes)
+			b.second = true
+			b.gen++
+			b.granted, b.ok, b.failed = 0, 0, 0
 		case b.failed >= limit:
 			b.why = fmt.Sprintf("%d of %d probes failed", b.failed, b.cfg.Probes)
 			return b.to(breakerOpen, now)
@@ -224,7 +251,7 @@ func (b *breaker) to(s breakerState, now time.Time) *transition {
 	tr := &transition{from: b.state, to: s}
 	b.state, b.since = s, now
 	b.gen++
-	b.granted, b.ok, b.failed = 0, 0, 0
+	b.granted, b.ok, b.failed, b.second = 0, 0, 0, false
 	switch s {
 	case breakerOpen:
 		if tr.from == breakerHalfOpen {

@@ -14,7 +14,7 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 	b := newBreaker(Breaker{}.WithDefaults(), time.Now())
 	now := time.Now()
 	for i := range 500 {
-		if tr := b.record(b.gen, false, judge(Retry("http_500", errDown), "http_500", false), now); tr != nil {
+		if tr := b.record(b.gen, false, judge(Retry("http_500", errDown), "http_500", false), now, false); tr != nil {
 			t.Fatalf("retry %d failing with its earlier code opened the breaker: %v", i, b.why)
 		}
 	}
@@ -44,13 +44,13 @@ func TestBreakerConsecutiveDefault(t *testing.T) {
 	cfg := Breaker{}.WithDefaults()
 	b := newBreaker(cfg, time.Now())
 	now := time.Now()
-	fail := func() *transition { return b.record(b.gen, false, countFailure, now) }
+	fail := func() *transition { return b.record(b.gen, false, countFailure, now, false) }
 	for range cfg.Consecutive - 1 {
 		if fail() != nil {
 			t.Fatal("opened before consecutive")
 		}
 	}
-	b.record(b.gen, false, countSuccess, now)
+	b.record(b.gen, false, countSuccess, now, false)
 	for range cfg.Consecutive - 1 {
 		if fail() != nil {
 			t.Fatal("a success did not start the run again")
@@ -71,16 +71,16 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 	}
 	now := time.Now()
 	b := newBreaker(cfg, now)
-	b.record(b.gen, false, countFailure, now)
+	b.record(b.gen, false, countFailure, now, false)
 	if b.state != breakerOpen {
 		t.Fatal("not open")
 	}
 	probe := func(v verdict) *transition {
-		allow, isProbe, _ := b.admit(now.Add(time.Second), true, false)
+		allow, isProbe, _ := b.admit(now.Add(time.Second), true, waiters{})
 		if !allow || !isProbe {
 			t.Fatalf("no probe slot (granted %d)", b.granted)
 		}
-		return b.record(b.gen, true, v, now.Add(time.Second))
+		return b.record(b.gen, true, v, now.Add(time.Second), false)
 	}
 	probe(countFailure)
 	probe(countFailure)
@@ -90,7 +90,7 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 		t.Fatalf("3 of 5 probes succeeded: state %v, want closed", b.state)
 	}
 	// Open again; three failed probes reopen it, doubled.
-	b.record(b.gen, false, countFailure, now)
+	b.record(b.gen, false, countFailure, now, false)
 	probe(countSuccess)
 	probe(countFailure)
 	probe(countFailure)
@@ -98,28 +98,30 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 		t.Fatalf("3 of 5 probes failed: state %v open_for %v, want open for 2s", b.state, b.openFor)
 	}
 	// Probes not counted give their slot back.
-	b.admit(now.Add(time.Hour), true, false)
+	b.admit(now.Add(time.Hour), true, waiters{})
 	for range 20 {
-		allow, isProbe, _ := b.admit(now.Add(time.Hour), true, false)
+		allow, isProbe, _ := b.admit(now.Add(time.Hour), true, waiters{})
 		if !allow || !isProbe {
 			t.Fatal("an uncounted probe kept its slot")
 		}
-		b.record(b.gen, true, skipRequest, now.Add(time.Hour))
+		b.record(b.gen, true, skipRequest, now.Add(time.Hour), false)
 	}
 }
 
-// Half-open probes go to fresh work: a caller whose record failed before
-// waits while a fresh one does, and gives its record back to the run
-// queue (enterYield) while fresh records wait there for a worker.
+// Half-open probes go to fresh work first: a caller whose record failed
+// before waits while a fresh one does, and gives its record back to the
+// run queue (enterYield) while fresh records wait there for a worker and
+// a slot is free. When the fresh probes fail, the records that failed
+// before are asked before the breaker opens again.
 func TestHalfOpenProbesFreshWorkFirst(t *testing.T) {
-	tl := newTestLine(t, Pipeline{Breaker: Breaker{Consecutive: 1, OpenFor: 200 * time.Millisecond, Probes: 1}})
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{Consecutive: 1, OpenFor: 200 * time.Millisecond, MaxOpen: time.Minute, Probes: 1}})
 	var queued bool
 	tl.freshQueued = func() bool { tl.mu.Lock(); defer tl.mu.Unlock(); return queued }
 	tl.call(t, Retry("http_503", errDown))
 	if !tl.notClosed.Load() {
 		t.Fatal("open breaker: the run queue is not told to hand out fresh work first")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 
 	// A retry and a fresh record wait for the open breaker; the fresh
@@ -141,16 +143,35 @@ func TestHalfOpenProbesFreshWorkFirst(t *testing.T) {
 		t.Fatalf("the retry was let through (%v) while the fresh probe was out", r.e)
 	case <-time.After(100 * time.Millisecond):
 	}
-	// The probe fails: open again. Fresh work now waits in the run queue:
-	// at half-open the retry gives its record back.
+	// The fresh probe fails while the retry waits: a second round asks
+	// the retry, which succeeds: the service is up, it closes.
+	tl.leave(f.tk, Retry("http_503", errDown), "", time.Now())
+	r := <-retry
+	if r.e != enterCall || !r.tk.probe {
+		t.Fatalf("retry after the fresh probe failed: %v probe %v, want the second round's probe", r.e, r.tk.probe)
+	}
+	if st := tl.status(time.Now()); st.Breaker != "half-open" || st.Why == "" {
+		t.Fatalf("during the second round: %+v", st)
+	}
+	tl.leave(r.tk, Succeed(nil), "http_500", time.Now())
+	if st := tl.status(time.Now()); st.Breaker != "closed" {
+		t.Fatalf("after the second round's good probe: %+v, want closed", st)
+	}
+	if tl.notClosed.Load() {
+		t.Fatal("closed breaker: the run queue still hands out fresh work first")
+	}
+
+	// Open again. At half-open, fresh work waits in the run queue and no
+	// fresh caller is in the line: the retry gives its worker to it.
+	tl.call(t, Retry("http_503", errDown))
 	tl.mu.Lock()
 	queued = true
 	tl.mu.Unlock()
-	tl.leave(f.tk, Retry("http_503", errDown), "", time.Now())
-	if r := <-retry; r.e != enterYield {
-		t.Fatalf("retry at half-open with fresh work queued: %v, want yield", r.e)
+	if _, e := tl.enter(ctx, time.Now(), failedBefore("http_500")); e != enterYield {
+		t.Fatalf("retry at half-open with fresh work queued: %v, want yield", e)
 	}
-	// No fresh work anywhere: the retry is the probe.
+	// No fresh work anywhere: the retry is the probe; it fails, and no
+	// one else waits: open again, for twice as long.
 	tl.mu.Lock()
 	queued = false
 	tl.mu.Unlock()
@@ -158,15 +179,12 @@ func TestHalfOpenProbesFreshWorkFirst(t *testing.T) {
 	if !ok || !tk.probe {
 		t.Fatal("with no fresh work the retry did not get the probe")
 	}
-	tl.leave(tk, Succeed(nil), "http_500", time.Now())
-	if st := tl.status(time.Now()); st.Breaker != "closed" {
-		t.Fatalf("after a good probe: %+v", st)
+	tl.leave(tk, Retry("http_500", errDown), "http_500", time.Now())
+	if st := tl.status(time.Now()); st.Breaker != "open" || st.OpenFor != "400ms" {
+		t.Fatalf("after the failed probe: %+v, want open for 400ms", st)
 	}
-	if tl.notClosed.Load() {
-		t.Fatal("closed breaker: the run queue still hands out fresh work first")
-	}
-	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "yes", "failure")); got != 2 {
-		t.Fatalf("redrive_breaker_calls_total{counted=yes,outcome=failure} = %v, want 2", got)
+	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "yes", "failure")); got != 4 {
+		t.Fatalf("redrive_breaker_calls_total{counted=yes,outcome=failure} = %v, want 4", got)
 	}
 }
 

@@ -52,9 +52,10 @@ type line struct {
 
 	mu sync.Mutex
 	br *breaker // nil: disabled; a new one on resume
-	// freshWaiting counts callers with no failure history waiting in
-	// enter: while one waits, a half-open probe slot is theirs.
-	freshWaiting int
+	// freshWaiting and failedWaiting count callers with no failure
+	// history, and callers whose record failed before, waiting in enter:
+	// a half-open probe slot goes to the first kind first (breaker.go).
+	freshWaiting, failedWaiting int
 
 	pauseSince, pauseUntil time.Time
 	pauseCode              string
@@ -234,7 +235,7 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 		if !first {
 			now = time.Now()
 		}
-		// Read before l.mu: the run queue has its own lock.
+		// Read before l.mu: the run queue is guarded by pipeline.mu.
 		freshQueued := !c.fresh && l.notClosed.Load() && l.freshQueued()
 		l.mu.Lock()
 		if l.stopped {
@@ -251,9 +252,11 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 			allow, probe, br := true, false, l.br
 			if br != nil {
 				var tr *transition
-				allow, probe, tr = br.admit(now, c.fresh, l.freshWaiting > 0 || freshQueued)
+				allow, probe, tr = br.admit(now, c.fresh, waiters{fresh: l.freshWaiting > 0 || freshQueued, failed: l.failedWaiting > 0})
 				l.onBreakerLocked(tr)
-				if !allow && br.state == breakerHalfOpen && freshQueued {
+				if !allow && freshQueued && l.freshWaiting == 0 && br.slotFree() {
+					// A probe slot is kept for fresh work that no worker
+					// has taken: give this worker to it.
 					l.mu.Unlock()
 					return t, enterYield
 				}
@@ -279,17 +282,17 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 			// work): wait for their outcomes.
 			wake = time.Time{}
 		}
+		n := &l.failedWaiting
 		if c.fresh {
-			l.freshWaiting++
+			n = &l.freshWaiting
 		}
+		*n++
 		l.mu.Unlock()
 		t.waited = true
 		waitChange(ctx, ch, wake)
-		if c.fresh {
-			l.mu.Lock()
-			l.freshWaiting--
-			l.mu.Unlock()
-		}
+		l.mu.Lock()
+		*n--
+		l.mu.Unlock()
 	}
 }
 
@@ -365,7 +368,7 @@ func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hol
 		if c := l.counted[v]; c != nil && t.gen == t.br.gen {
 			c.Inc()
 		}
-		l.onBreakerLocked(t.br.record(t.gen, t.probe, v, now))
+		l.onBreakerLocked(t.br.record(t.gen, t.probe, v, now, l.failedWaiting > 0))
 		if t.probe && v != countSuccess {
 			l.kickLocked() // a slot is free again, or the verdict changed
 		}

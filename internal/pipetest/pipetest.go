@@ -58,11 +58,8 @@ func New(t testing.TB, base string, partitions int32, sched retry.Schedule) *Env
 		Results:  topic + ".results",
 		DLQ:      topic + ".dlq",
 		Schedule: sched,
-		// The retry mechanics are tested with floods of scripted failures,
-		// which the breaker and the guard would stop (that is their job);
-		// tests of the line (processor/line_test.go) turn them on.
-		Breaker: processor.Breaker{Disabled: true},
-		Guard:   processor.Guard{Disabled: true},
+		// The breaker and the guard are on, as they ship: every scenario
+		// runs at the defaults a user gets.
 	}
 	e.CreateTopics(partitions, append([]string{topic, e.P.Results, e.P.DLQ}, e.P.TierTopics()...)...)
 	return e
