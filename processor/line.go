@@ -358,13 +358,14 @@ func (t ticket) abandon(l *line) {
 // outage's, including the one that opened it and failed probes); a
 // permanent failure while the guard holds the line.
 func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hold bool) {
-	v := judge(out, prevCode, t.probe)
 	if out.Kind == Paused {
 		l.pause(out, now)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	v := skipNone
 	if t.br != nil && t.br == l.br {
+		v = t.br.judge(out, prevCode, t.probe, now)
 		if c := l.counted[v]; c != nil && t.gen == t.br.gen {
 			c.Inc()
 		}
@@ -380,7 +381,7 @@ func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hol
 	case Paused:
 		return true
 	case Transient:
-		return v != skipRequest && l.br != nil && l.br.state != breakerClosed
+		return !out.RequestFault && l.br != nil && l.br.state != breakerClosed
 	case Permanent:
 		return l.guardOn
 	}

@@ -54,6 +54,10 @@ type badRun struct {
 func runBadSolver(t *testing.T, opts httphandler.Options, url string, variants map[string]badVariant, per int) {
 	const secret = "s3cr3t-api-key"
 	rg := pipetest.New(t, "badsolver", 3, retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3, Jitter: 0.1})
+	// Every call fails: an outage, which the breaker holds without spending
+	// attempts (TestBadSolverDead's "defaults" case); these runs are about
+	// the dead letters such failures lead to once attempts are spent.
+	rg.P.Breaker = processor.Breaker{Disabled: true}
 	run := &badRun{calls: map[string]int{}}
 	var safeURL string
 	if url == "" {
@@ -344,8 +348,35 @@ func TestBadSolverDead(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	variants := map[string]badVariant{
-		"dead": {code: httphandler.CodeConnect, errText: "cannot connect: dial tcp " + addr},
-	}
-	runBadSolver(t, httphandler.Options{}, "http://"+addr+"/solve?api_key=s3cr3t-api-key", variants, 60)
+	url := "http://" + addr + "/solve?api_key=s3cr3t-api-key"
+	t.Run("dead letters", func(t *testing.T) {
+		t.Parallel()
+		variants := map[string]badVariant{
+			"dead": {code: httphandler.CodeConnect, errText: "cannot connect: dial tcp " + addr},
+		}
+		runBadSolver(t, httphandler.Options{}, url, variants, 60)
+	})
+	// At the shipped defaults a dead service is an outage: the breaker
+	// opens on its 20th failure in a row and nothing is dead-lettered.
+	t.Run("defaults", func(t *testing.T) {
+		t.Parallel()
+		e := pipetest.New(t, "deadsolver", 3, retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3})
+		h, err := httphandler.New(httphandler.Options{URL: url, Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr, _ := pipetest.RunProcessor(t, e.Config(), h)
+		e.Produce(requests(e.P.Topic, "dead", 200)...)
+		if !kafkatest.Eventually(20*time.Second, func() bool { return pr.Status().Pipelines[0].Line.Breaker == "open" }) {
+			t.Fatalf("the breaker did not open on a dead service: %+v", pr.Status().Pipelines[0].Line)
+		}
+		l := pr.Status().Pipelines[0].Line
+		if l.Why != "20 counted failures in a row" {
+			t.Errorf("breaker open because %q, want 20 counted failures in a row", l.Why)
+		}
+		got := e.Collect([]string{e.P.DLQ, e.P.Results}, func(kafkatest.Got) bool { return false }, 5*time.Second, 0)
+		if n := len(got[e.P.DLQ]) + len(got[e.P.Results]); n != 0 {
+			t.Errorf("%d outcomes during the outage at the defaults, want none (records wait, no attempt spent)", n)
+		}
+	})
 }
