@@ -506,11 +506,7 @@ func TestClientsAgainstProcessor(t *testing.T) {
 			t.Fatal(err)
 		}
 		pp := processor.Pipeline{Name: p.name, Topic: p.topic, Results: p.results, DLQ: p.dead, Schedule: sched,
-			TTL: time.Hour, DLQHeaderStyle: p.style, Handler: h,
-			// Half of the requests fail on purpose (the dead-letter
-			// checks); the breaker and the guard would stop that line,
-			// which is not what this test is about.
-			Breaker: processor.Breaker{Disabled: true}, Guard: processor.Guard{Disabled: true}}
+			TTL: time.Hour, DLQHeaderStyle: p.style, Handler: h}
 		for _, tp := range append([]string{p.topic, p.results, p.dead}, pp.TierTopics()...) {
 			c.CreateTopic(t, tp, 3, nil)
 		}

@@ -23,7 +23,10 @@ import (
 // Pause codes and abandoned calls are not counted at all.
 //
 // Closed, it opens on Consecutive counted failures in a row, or on
-// FailureRatio of at least MinCalls counted calls in Window. Open, no call
+// FailureRatio of at least MinCalls counted calls in Window. "In a row"
+// counts calls that started after the last success came back: calls that
+// hang until their timeout end together, and a burst of timeouts of calls
+// started while others were answered is not an outage. Open, no call
 // starts until OpenFor (doubled at every reopening, up to MaxOpen) is
 // over. Half-open, Probes calls go through; the line gives those slots to
 // work with no failure history first (fresh main-topic records), and to
@@ -41,7 +44,7 @@ type breaker struct {
 	since time.Time
 	gen   uint64 // bumped at every transition
 	// Closed: counted calls and failures in the rolling window, and
-	// counted failures in a row.
+	// counted failures in a row (of calls started after lastOK).
 	calls ratioWindow
 	run   int
 	// Uncounted transient failures in the window, for the status.
@@ -185,11 +188,11 @@ func (b *breaker) release(gen uint64) {
 	}
 }
 
-// record counts the outcome v of a call started in generation gen (probe:
-// it was a half-open probe) and returns the transition it caused, if any.
-// failedWait: records that failed before wait for a probe slot (a second
-// round asks them when the fresh probes failed).
-func (b *breaker) record(gen uint64, probe bool, v verdict, now time.Time, failedWait bool) *transition {
+// record counts the outcome v of a call started at start in generation gen
+// (probe: it was a half-open probe) and returns the transition it caused,
+// if any. failedWait: records that failed before wait for a probe slot (a
+// second round asks them when the fresh probes failed).
+func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now time.Time, failedWait bool) *transition {
 	if gen != b.gen {
 		return nil // a call of an earlier state: it says nothing of this one
 	}
@@ -207,6 +210,7 @@ func (b *breaker) record(gen uint64, probe bool, v verdict, now time.Time, faile
 		return nil
 	}
 	failure := v == countFailure
+	lastOK := b.lastOK
 	if !failure {
 		b.lastOK = now
 	}
@@ -217,7 +221,9 @@ func (b *breaker) record(gen uint64, probe bool, v verdict, now time.Time, faile
 			b.run = 0
 			return nil
 		}
-		b.run++
+		if start.After(lastOK) {
+			b.run++
+		}
 		c := b.cfg
 		switch {
 		case b.run >= c.Consecutive:

@@ -19,9 +19,9 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 	if v := b.judge(repeat, "http_500", false, now); v != countFailure {
 		t.Fatalf("a repeat with no success seen: %v, want counted", v)
 	}
-	b.record(b.gen, false, countSuccess, now, false) // the service answers
+	b.record(b.gen, false, now, countSuccess, now, false) // the service answers
 	for i := range 500 {
-		if tr := b.record(b.gen, false, b.judge(repeat, "http_500", false, now), now, false); tr != nil {
+		if tr := b.record(b.gen, false, now, b.judge(repeat, "http_500", false, now), now, false); tr != nil {
 			t.Fatalf("retry %d failing with its earlier code opened the breaker: %v", i, b.why)
 		}
 	}
@@ -50,21 +50,30 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 }
 
 // The defaults open on 20 fresh failures in a row (an outage), not on 19,
-// and a success in between starts the run again.
+// and a success in between starts the run again. Calls that started
+// before the last success came back (timeouts ending together) are not in
+// the run.
 func TestBreakerConsecutiveDefault(t *testing.T) {
 	cfg := Breaker{}.WithDefaults()
 	b := newBreaker(cfg, time.Now())
 	now := time.Now()
-	fail := func() *transition { return b.record(b.gen, false, countFailure, now, false) }
+	tick := func() time.Time { now = now.Add(time.Millisecond); return now }
+	fail := func() *transition { s := tick(); return b.record(b.gen, false, s, countFailure, tick(), false) }
 	for range cfg.Consecutive - 1 {
 		if fail() != nil {
 			t.Fatal("opened before consecutive")
 		}
 	}
-	b.record(b.gen, false, countSuccess, now, false)
+	early := tick() // a call that will time out, started before the success
+	b.record(b.gen, false, tick(), countSuccess, tick(), false)
 	for range cfg.Consecutive - 1 {
 		if fail() != nil {
 			t.Fatal("a success did not start the run again")
+		}
+	}
+	for range 50 {
+		if tr := b.record(b.gen, false, early, countFailure, tick(), false); tr != nil {
+			t.Fatalf("failures of calls started before the last success opened it: %s", b.why)
 		}
 	}
 	if tr := fail(); tr == nil || tr.to != breakerOpen {
@@ -82,17 +91,22 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 	}
 	now := time.Now()
 	b := newBreaker(cfg, now)
-	b.record(b.gen, false, countFailure, now, false)
-	if b.state != breakerOpen {
-		t.Fatal("not open")
+	open := func() {
+		now = now.Add(time.Millisecond)
+		b.record(b.gen, false, now, countFailure, now, false)
+		if b.state != breakerOpen {
+			t.Fatal("not open")
+		}
+		now = b.openUntil
 	}
 	probe := func(v verdict) *transition {
-		allow, isProbe, _ := b.admit(now.Add(time.Second), true, waiters{})
+		allow, isProbe, _ := b.admit(now, true, waiters{})
 		if !allow || !isProbe {
-			t.Fatalf("no probe slot (granted %d)", b.granted)
+			t.Fatalf("no probe slot (state %v, granted %d)", b.state, b.granted)
 		}
-		return b.record(b.gen, true, v, now.Add(time.Second), false)
+		return b.record(b.gen, true, now, v, now, false)
 	}
+	open()
 	probe(countFailure)
 	probe(countFailure)
 	probe(countSuccess)
@@ -101,7 +115,7 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 		t.Fatalf("3 of 5 probes succeeded: state %v, want closed", b.state)
 	}
 	// Open again; three failed probes reopen it, doubled.
-	b.record(b.gen, false, countFailure, now, false)
+	open()
 	probe(countSuccess)
 	probe(countFailure)
 	probe(countFailure)
@@ -109,13 +123,13 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 		t.Fatalf("3 of 5 probes failed: state %v open_for %v, want open for 2s", b.state, b.openFor)
 	}
 	// Probes not counted give their slot back.
-	b.admit(now.Add(time.Hour), true, waiters{})
+	now = b.openUntil
 	for range 20 {
-		allow, isProbe, _ := b.admit(now.Add(time.Hour), true, waiters{})
+		allow, isProbe, _ := b.admit(now, true, waiters{})
 		if !allow || !isProbe {
 			t.Fatal("an uncounted probe kept its slot")
 		}
-		b.record(b.gen, true, skipRequest, now.Add(time.Hour), false)
+		b.record(b.gen, true, now, skipRequest, now, false)
 	}
 }
 

@@ -216,6 +216,7 @@ type ticket struct {
 	gen    uint64   // its generation then
 	probe  bool     // a half-open probe
 	waited bool     // the record waited for the line or a token
+	start  time.Time
 }
 
 // enter waits until a handler call may start and returns its ticket
@@ -262,7 +263,7 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 				}
 			}
 			if allow {
-				t = ticket{br: br, probe: probe, waited: t.waited}
+				t = ticket{br: br, probe: probe, waited: t.waited, start: now}
 				if br != nil {
 					t.gen = br.gen
 				}
@@ -369,7 +370,7 @@ func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hol
 		if c := l.counted[v]; c != nil && t.gen == t.br.gen {
 			c.Inc()
 		}
-		l.onBreakerLocked(t.br.record(t.gen, t.probe, v, now, l.failedWaiting > 0))
+		l.onBreakerLocked(t.br.record(t.gen, t.probe, t.start, v, now, l.failedWaiting > 0))
 		if t.probe && v != countSuccess {
 			l.kickLocked() // a slot is free again, or the verdict changed
 		}
@@ -459,9 +460,9 @@ func (l *line) resume(detail string) {
 }
 
 // run applies the line's state to fetching and to the redrive_paused
-// series until stop: a stopped line pauses the main topic and the tiers
-// (except what may be forwarded); it also turns an open breaker half-open
-// when its time is up, so that probes can start.
+// series until stop: a stopped line pauses the tiers, and the main topic
+// unless only the breaker stops it (or it may be forwarded); it also turns
+// an open breaker half-open when its time is up, so that probes can start.
 func (l *line) run(ctx context.Context) {
 	for {
 		now := time.Now()
@@ -477,7 +478,11 @@ func (l *line) run(ctx context.Context) {
 		ch := l.changed
 		fwd := l.failoverLocked(reasons)
 		stopped := len(reasons) > 0
-		main := stopped && !fwd
+		// An open breaker alone keeps the main topic fetched (up to
+		// max_inflight, the records wait in memory): its half-open probes
+		// are fresh requests, which must be there when it half-opens.
+		onlyBreaker := len(reasons) == 1 && reasons[0] == stopBreaker
+		main := stopped && !fwd && !onlyBreaker
 		tiers := stopped && !(fwd && l.cfg.Breaker.FailoverRetries)
 		apply := main != l.pausedMain || tiers != l.pausedTiers
 		l.pausedMain, l.pausedTiers = main, tiers
