@@ -13,14 +13,13 @@ import (
 // What it counts (verdict): a transient outcome is a failure of the
 // service unless the request owns it — a code listed as a request fault
 // (Outcome.RequestFault), or the same code the record failed with before
-// while the service answers other calls (a counted success within the
-// last tenth of Window): that failure was counted the first time, and a
-// request that fails for its own reasons fails again and again, its
-// retries coming due in runs. With no recent success a repeated failure
-// counts: a replica starting in an outage finds only due retries, and
-// must not spend their attempts. Every answer that is not transient
-// (success, not-ready, permanent, invalid) shows the service working.
-// Pause codes and abandoned calls are not counted at all.
+// (that failure was counted the first time, and a request that fails for
+// its own reasons fails again and again, its retries coming due in runs).
+// Until the service has answered once since the process started, though,
+// a repeated failure counts: a replica starting during an outage finds
+// due retries first, and must not spend their attempts. Every answer that
+// is not transient (success, not-ready, permanent, invalid) shows the
+// service working. Pause codes and abandoned calls are not counted at all.
 //
 // Closed, it opens on Consecutive counted failures in a row, or on
 // FailureRatio of at least MinCalls counted calls in Window. "In a row"
@@ -112,11 +111,11 @@ func newBreaker(cfg Breaker, now time.Time) *breaker {
 		calls: newRatioWindow(cfg.Window), skipped: newRatioWindow(cfg.Window)}
 }
 
-// judge says how an outcome of a call at now counts. prevCode is the code
+// judge says how an outcome of a call counts. prevCode is the code
 // the record failed with before ("" when it has no failure history); probe
 // says the call was a half-open probe, whose failures count whatever the
 // record did before (a probe is asked whether the service is back).
-func (b *breaker) judge(out Outcome, prevCode string, probe bool, now time.Time) verdict {
+func (b *breaker) judge(out Outcome, prevCode string, probe bool) verdict {
 	switch out.Kind {
 	case Paused:
 		return skipNone
@@ -124,18 +123,12 @@ func (b *breaker) judge(out Outcome, prevCode string, probe bool, now time.Time)
 		switch {
 		case out.RequestFault:
 			return skipRequest
-		case !probe && prevCode != "" && prevCode == out.Code && b.answering(now):
+		case !probe && prevCode != "" && prevCode == out.Code && !b.lastOK.IsZero():
 			return skipRepeat
 		}
 		return countFailure
 	}
 	return countSuccess
-}
-
-// answering reports a counted success within the last tenth of Window (a
-// bucket of the rolling window, 3s at the defaults).
-func (b *breaker) answering(now time.Time) bool {
-	return !b.lastOK.IsZero() && now.Sub(b.lastOK) < b.calls.bucket
 }
 
 // waiters is who waits for a probe slot besides the caller: records with

@@ -16,12 +16,12 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 	repeat := Retry("http_500", errDown)
 	// No success seen yet (a replica starting in an outage): a repeated
 	// failure counts.
-	if v := b.judge(repeat, "http_500", false, now); v != countFailure {
+	if v := b.judge(repeat, "http_500", false); v != countFailure {
 		t.Fatalf("a repeat with no success seen: %v, want counted", v)
 	}
 	b.record(b.gen, false, now, countSuccess, now, false) // the service answers
 	for i := range 500 {
-		if tr := b.record(b.gen, false, now, b.judge(repeat, "http_500", false, now), now, false); tr != nil {
+		if tr := b.record(b.gen, false, now, b.judge(repeat, "http_500", false), now, false); tr != nil {
 			t.Fatalf("retry %d failing with its earlier code opened the breaker: %v", i, b.why)
 		}
 	}
@@ -29,23 +29,19 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 		t.Fatalf("counts %+v, want 1 counted, 500 not counted", c)
 	}
 	// A retry failing with another code than before counts: something changed.
-	if v := b.judge(Retry("connect", errDown), "http_500", false, now); v != countFailure {
+	if v := b.judge(Retry("connect", errDown), "http_500", false); v != countFailure {
 		t.Fatalf("a new code on a retry: %v, want counted as a failure", v)
 	}
 	// A request-fault code never counts, fresh or not, probe or not.
 	for _, probe := range []bool{false, true} {
-		if v := b.judge(RetryRequestFault("ERROR_CAPTCHA_UNSOLVABLE", errDown), "", probe, now); v != skipRequest {
+		if v := b.judge(RetryRequestFault("ERROR_CAPTCHA_UNSOLVABLE", errDown), "", probe); v != skipRequest {
 			t.Fatalf("request fault (probe %v): %v, want not counted", probe, v)
 		}
 	}
 	// A probe's failure counts even with its earlier code: a probe asks
 	// whether the service is back.
-	if v := b.judge(repeat, "http_500", true, now); v != countFailure {
+	if v := b.judge(repeat, "http_500", true); v != countFailure {
 		t.Fatalf("a probe failing with its earlier code: %v, want counted", v)
-	}
-	// No success for a tenth of the window (3s): repeats count again.
-	if v := b.judge(repeat, "http_500", false, now.Add(3*time.Second)); v != countFailure {
-		t.Fatalf("a repeat 3s after the last success: %v, want counted", v)
 	}
 }
 

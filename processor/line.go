@@ -366,7 +366,7 @@ func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hol
 	defer l.mu.Unlock()
 	v := skipNone
 	if t.br != nil && t.br == l.br {
-		v = t.br.judge(out, prevCode, t.probe, now)
+		v = t.br.judge(out, prevCode, t.probe)
 		if c := l.counted[v]; c != nil && t.gen == t.br.gen {
 			c.Inc()
 		}
