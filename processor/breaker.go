@@ -243,6 +243,7 @@ func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now
 			b.second = true
 			b.gen++
 			b.granted, b.ok, b.failed = 0, 0, 0
+			return &transition{from: breakerHalfOpen, to: breakerHalfOpen}
 		case b.failed >= limit:
 			b.why = fmt.Sprintf("%d of %d probes failed", b.failed, b.cfg.Probes)
 			return b.to(breakerOpen, now)

@@ -101,6 +101,12 @@ func (l *line) onBreakerLocked(tr *transition) {
 		return
 	}
 	b := l.br
+	if tr.from == tr.to {
+		// A second round of probes: not a transition.
+		l.log.Info("breaker half-open: the fresh probes failed; probing requests that failed before", "why", b.why)
+		l.kickLocked()
+		return
+	}
 	switch tr.to {
 	case breakerOpen:
 		l.log.Warn("breaker open: handler calls stopped, fetching paused, no attempts spent", "why", b.why, "open_for", b.openFor, "failover_to", l.cfg.Breaker.FailoverTo)

@@ -141,17 +141,22 @@ func flowEnv(t *testing.T, base string, parts int32) *pipetest.Env {
 }
 
 // TestOutageBreaker: the solver answers 503 to every call for 20 s in the
-// middle of 3,000 requests (tiers 1s, 2s; 3 attempts). With the breaker:
-// no dead letter, every request ends in results, few calls during the
-// outage, calls resume soon after recovery. With the breaker disabled the
-// same run dead-letters requests as exhausted: the test can fail.
+// middle of 3,000 requests (tiers 1s, 2s; 3 attempts). With the breaker
+// (short open times, and the shipped defaults): no dead letter, every
+// request ends in results, few calls during the outage, calls resume soon
+// after recovery. With the breaker disabled the same run dead-letters
+// requests as exhausted: the test can fail.
 func TestOutageBreaker(t *testing.T) {
-	for _, on := range []bool{true, false} {
-		t.Run(map[bool]string{true: "breaker", false: "disabled"}[on], func(t *testing.T) {
+	for _, mode := range []string{"breaker", "defaults", "disabled"} {
+		on := mode != "disabled"
+		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
 			const n, span, outFrom, outFor = 3000, 30 * time.Second, 5 * time.Second, 20 * time.Second
 			e := flowEnv(t, "outage", 4)
-			if !on {
+			switch mode {
+			case "defaults":
+				e.P.Breaker = processor.Breaker{}
+			case "disabled":
 				e.P.Breaker = processor.Breaker{Disabled: true}
 			}
 			var begin time.Time
@@ -232,16 +237,21 @@ func TestOutageBreaker(t *testing.T) {
 				}
 			}
 			// Before it opens: at most `consecutive` failures answered and
-			// `concurrency` calls in flight; while open: `probes` per
-			// open period.
-			b := e.P.Breaker
-			bound := b.Consecutive + e.P.Concurrency + b.Probes*int(outFor/b.OpenFor+1)
+			// `concurrency` calls in flight; while open: two rounds of
+			// `probes` per open period (fresh requests, then those that
+			// failed before).
+			b := e.P.Breaker.WithDefaults()
+			periods := int(outFor/b.OpenFor + 1)
+			bound := b.Consecutive + e.P.Concurrency + 2*b.Probes*periods
 			if during > bound {
-				t.Errorf("%d solver calls during the outage, want at most consecutive %d + concurrency %d + probes %d × %d open periods = %d",
-					during, b.Consecutive, e.P.Concurrency, b.Probes, int(outFor/b.OpenFor+1), bound)
+				t.Errorf("%d solver calls during the outage, want at most consecutive %d + concurrency %d + 2 × probes %d × %d open periods = %d",
+					during, b.Consecutive, e.P.Concurrency, b.Probes, periods, bound)
 			}
-			if resumedAt.IsZero() || resumedAt.Sub(recovered) > b.MaxOpen+time.Second {
-				t.Errorf("calls resumed %v after recovery, want within max_open (%v) + 1s", resumedAt.Sub(recovered), b.MaxOpen)
+			// It half-opens at most max_open after it last opened, at
+			// most open_for after recovery while the open time had not
+			// doubled to more than that.
+			if limit := min(b.MaxOpen, 2*b.OpenFor) + time.Second; resumedAt.IsZero() || resumedAt.Sub(recovered) > limit {
+				t.Errorf("calls resumed %v after recovery, want within %v", resumedAt.Sub(recovered), limit)
 			}
 		})
 	}
