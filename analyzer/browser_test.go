@@ -752,6 +752,15 @@ func TestBrowserFlow(t *testing.T) {
 	if e, ok := browserFirst(lines, "span", map[string]string{"data-breaker": wl.Breaker}); !ok || !strings.HasPrefix(e.text, "breaker "+wl.Breaker) {
 		t.Errorf("the breaker shows %q (present %v), want breaker %s", e.text, ok, wl.Breaker)
 	}
+	// What the breaker counted, as the API served it.
+	if wc := wl.Counts; wc == nil {
+		t.Errorf("the API serves no breaker counts for a processor at the defaults: %+v", wl)
+	} else if e, ok := browserFirst(lines, "span", map[string]string{"class": "hint breaker-counts"}); !ok ||
+		e.attrs["data-calls"] != strconv.Itoa(wc.Calls) || e.attrs["data-failures"] != strconv.Itoa(wc.Failures) ||
+		e.attrs["data-not-counted"] != strconv.Itoa(wc.NotCounted) ||
+		!strings.HasPrefix(e.text, fmt.Sprintf("counted %d calls, %d failed (%d in a row), %d not counted in %s", wc.Calls, wc.Failures, wc.InARow, wc.NotCounted, wc.Window)) {
+		t.Errorf("the breaker's counts show %q %v (present %v), the API says %+v", e.text, e.attrs, ok, *wc)
+	}
 	var shown []string
 	for _, li := range browserAll(lines, "li") {
 		if r, ok := li.attrs["data-reason"]; ok {

@@ -91,10 +91,30 @@ type ProcessorLine struct {
 	Breaker      string    `json:"breaker"`
 	BreakerSince time.Time `json:"breaker_since,omitzero"`
 	// OpenFor is how long an open breaker stays open this time ("30s").
-	OpenFor    string  `json:"open_for,omitempty"`
-	Guard      bool    `json:"guard"`                // the guard is on
+	OpenFor string `json:"open_for,omitempty"`
+	// Why the breaker is not closed ("20 counted failures in a row").
+	Why string `json:"why,omitempty"`
+	// Counts: what the breaker counted (absent: disabled, or an older
+	// processor).
+	Counts     *BreakerCounts `json:"counts,omitempty"`
+	Guard      bool           `json:"guard"`                // the guard is on
 	RateLimit  float64 `json:"rate_limit,omitempty"` // handler calls per second, 0: none
 	FailoverTo string  `json:"failover_to,omitempty"`
+}
+
+// BreakerCounts is what a processor's breaker counted (the processor
+// package's BreakerCounts): counted calls and failures of the service in
+// its window, failures in a row, transient failures it put on the
+// requests (not counted), and while half-open its probes.
+type BreakerCounts struct {
+	Window       string `json:"window"`
+	Calls        int    `json:"calls"`
+	Failures     int    `json:"failures"`
+	InARow       int    `json:"in_a_row"`
+	NotCounted   int    `json:"not_counted"`
+	Probes       int    `json:"probes,omitempty"`
+	ProbesOK     int    `json:"probes_ok,omitempty"`
+	ProbesFailed int    `json:"probes_failed,omitempty"`
 }
 
 // LineReason is one reason a processor's line is stopped.
@@ -249,6 +269,10 @@ func (a *Analyzer) addProcessors(f *Flow) {
 				if p.Line != nil {
 					l := *p.Line
 					l.Reasons = slices.Clone(l.Reasons) // the answer is kept; f is the caller's
+					if l.Counts != nil {
+						c := *l.Counts
+						l.Counts = &c
+					}
 					fp.Line = &l
 					if f.Line == "" || lineRank(l.State) > lineRank(f.Line) {
 						f.Line = l.State

@@ -314,6 +314,23 @@
         ? "breaker off"
         : `breaker ${l.breaker}` + (l.breaker === "open" && l.open_for ? ` for ${l.open_for}` : "") + (l.breaker_since ? ` since ${fmtTime(l.breaker_since).slice(11)} UTC` : "");
     const facts = [];
+    // What the breaker counted: an outage shows counted failures, a few
+    // bad requests show failures not counted (their own, again).
+    const c = l.counts;
+    const counts = c
+      ? el("span", {
+          class: "hint breaker-counts",
+          "data-calls": String(c.calls),
+          "data-failures": String(c.failures),
+          "data-in-a-row": String(c.in_a_row),
+          "data-not-counted": String(c.not_counted),
+          title: "transient failures the breaker counted against the service, and those it put on the requests (a code they failed with before, or a request_fault code)",
+          text:
+            `counted ${c.calls} calls, ${c.failures} failed (${c.in_a_row} in a row), ${c.not_counted} not counted in ${c.window}` +
+            (c.probes ? `; probes ${c.probes_ok} ok, ${c.probes_failed} failed of ${c.probes}` : "") +
+            (l.why ? ` · ${l.why}` : ""),
+        })
+      : null;
     facts.push(l.guard ? "guard on" : "guard off");
     if (l.rate_limit) facts.push(`rate limit ${l.rate_limit}/s`);
     if (l.failover_to) facts.push(`fails over to ${l.failover_to}`);
@@ -327,7 +344,8 @@
         lineBadge(l.state, { title: l.state === "probing" ? "the breaker is half-open: a few calls go through" : null }),
         el("span", { class: "fline-who mono", title: p.url, text: who }),
         el("span", { class: "badge breaker " + (BREAKER_CLASS[l.breaker] || ""), "data-breaker": l.breaker, title: l.breaker_since ? fmtTime(l.breaker_since) + " UTC" : null, text: breaker }),
-        el("span", { class: "hint", text: facts.join(" · ") })
+        el("span", { class: "hint", text: facts.join(" · ") }),
+        counts
       ),
       reasons.length
         ? el(
