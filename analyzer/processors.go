@@ -98,8 +98,8 @@ type ProcessorLine struct {
 	// processor).
 	Counts     *BreakerCounts `json:"counts,omitempty"`
 	Guard      bool           `json:"guard"`                // the guard is on
-	RateLimit  float64 `json:"rate_limit,omitempty"` // handler calls per second, 0: none
-	FailoverTo string  `json:"failover_to,omitempty"`
+	RateLimit  float64        `json:"rate_limit,omitempty"` // handler calls per second, 0: none
+	FailoverTo string         `json:"failover_to,omitempty"`
 }
 
 // BreakerCounts is what a processor's breaker counted (the processor
