@@ -135,8 +135,9 @@ func idsOf(recs []*kgo.Record) map[string]int {
 func flowEnv(t *testing.T, base string, parts int32) *pipetest.Env {
 	e := pipetest.New(t, base, parts, retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3})
 	e.P.Concurrency = 16
-	e.P.Breaker = processor.Breaker{Consecutive: 10, MinCalls: 20, FailureRatio: 0.5, Window: 10 * time.Second,
-		OpenFor: 3 * time.Second, MaxOpen: 3 * time.Second, Probes: 3}
+	// Open periods of 3s, so a test waits seconds, not minutes; how the
+	// breaker counts and probes is the shipped default.
+	e.P.Breaker = processor.Breaker{OpenFor: 3 * time.Second, MaxOpen: 3 * time.Second}
 	return e
 }
 
@@ -421,14 +422,14 @@ func TestPauseCodeZeroBalance(t *testing.T) {
 }
 
 // TestGuardWrongKey: a solver answering 400 ERROR_WRONG_USER_KEY to
-// everything costs at most min_calls + concurrency dead letters; the line
+// everything costs at most min_calls (the default 50) + concurrency dead
+// letters; the line
 // is stopped; resume (POST with the token) restarts it and the rest is
 // handled once the key is fixed.
 func TestGuardWrongKey(t *testing.T) {
 	const n, token = 500, "test-token"
 	e := flowEnv(t, "guard", 2)
 	e.P.Concurrency = 8
-	e.P.Guard = processor.Guard{PermanentRatio: 0.9, MinCalls: 20, Window: time.Minute}
 	s := newScriptedSolver(t, func(string, time.Time) (int, string) {
 		return http.StatusBadRequest, `{"status":0,"request":"ERROR_WRONG_USER_KEY"}`
 	})
@@ -447,7 +448,7 @@ func TestGuardWrongKey(t *testing.T) {
 	if len(line.Reasons) != 1 || line.Reasons[0].Reason != "guard" || !strings.Contains(line.Reasons[0].Detail, "ERROR_WRONG_USER_KEY") {
 		t.Errorf("line %+v, want stopped by the guard naming the code", line)
 	}
-	if max := 20 + e.P.Concurrency; len(dead) > max {
+	if max := processor.DefaultGuardMinCalls + e.P.Concurrency; len(dead) > max {
 		t.Errorf("%d dead letters, want at most min_calls + concurrency = %d", len(dead), max)
 	}
 	time.Sleep(time.Second)
