@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,5 +108,35 @@ func TestRunQueueBoundsTheDueShare(t *testing.T) {
 	}
 	if q.len() != 0 || q.pop() != nil {
 		t.Fatal("queue not empty after taking everything")
+	}
+}
+
+// While the breaker is not closed the run queue hands out fresh work
+// first (the half-open probes are fresh requests), and records given back
+// by the line (pushDue) wait behind it; closed, due work goes first again.
+func TestRunQueueFreshFirstWhileBreakerNotClosed(t *testing.T) {
+	var notClosed atomic.Bool
+	q := runQueue{freshFirst: &notClosed}
+	mainPS, tierPS := &partState{tier: -1}, &partState{tier: 0}
+	retry1, fresh1, yielded := &work{ps: tierPS}, &work{ps: mainPS}, &work{ps: mainPS}
+	q.push(retry1)
+	q.push(fresh1)
+	q.pushDue(yielded)
+	if !q.freshWaiting() {
+		t.Fatal("freshWaiting false with a main-topic record queued")
+	}
+	notClosed.Store(true)
+	if w := q.pop(); w != fresh1 {
+		t.Fatal("breaker not closed: the fresh record was not handed out first")
+	}
+	if q.freshWaiting() {
+		t.Fatal("freshWaiting true with no main-topic record queued (the yielded one waits as due work)")
+	}
+	notClosed.Store(false)
+	if w := q.pop(); w != retry1 {
+		t.Fatal("closed: due work did not go first")
+	}
+	if w := q.pop(); w != yielded {
+		t.Fatal("the yielded record was lost")
 	}
 }
