@@ -85,20 +85,7 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 	}
 	const n, kills = 2000, 3
 	want := produceMix(t, c, topic, n)
-	var killedAt []int
-	for k := range kills {
-		p := startProc(t, bin, cfg)
-		target := distinct(s) + n/(kills+2)
-		deadline := time.Now().Add(60 * time.Second)
-		for distinct(s) < target {
-			if time.Now().After(deadline) {
-				t.Fatalf("run %d handled %d of %d in 60s:\n%s", k+1, distinct(s), n, p.log.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		p.kill(t)
-		killedAt = append(killedAt, distinct(s))
-	}
+	killedAt, _ := killRuns(t, bin, cfg, n, kills, func() int { return distinct(s) })
 	if killedAt[len(killedAt)-1] >= n {
 		t.Fatalf("all %d handled before the last kill; the test proves nothing", n)
 	}
@@ -117,6 +104,28 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 			t.Errorf("after SIGTERM the group's lag on %s is %d, want 0 (everything committed)", tp, lag)
 		}
 	}
+}
+
+// killRuns starts `redrive process -c cfg` kills times and SIGKILLs each
+// run once handled() (the distinct requests the service saw) has grown by
+// n/(kills+2); it returns handled() at each kill and each run's log.
+func killRuns(t *testing.T, bin, cfg string, n, kills int, handled func() int) (killedAt []int, logs []*syncBuf) {
+	t.Helper()
+	for k := range kills {
+		p := startProc(t, bin, cfg)
+		logs = append(logs, p.log)
+		target := handled() + n/(kills+2)
+		deadline := time.Now().Add(60 * time.Second)
+		for handled() < target {
+			if time.Now().After(deadline) {
+				t.Fatalf("run %d handled %d of %d in 60s:\n%s", k+1, handled(), n, p.log.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		p.kill(t)
+		killedAt = append(killedAt, handled())
+	}
+	return killedAt, logs
 }
 
 func countTo(want map[string]string, topic string) int {

@@ -111,7 +111,6 @@ func TestRequestFailuresWithKillsAtDefaults(t *testing.T) {
 			Headers: []kgo.RecordHeader{{Key: "idempotency-key", Value: []byte(id)}}})
 	}
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
-	var logs []*syncBuf
 	// Produced over 6 s, so the kills land while first calls and retries
 	// interleave.
 	go func() {
@@ -123,21 +122,7 @@ func TestRequestFailuresWithKillsAtDefaults(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}()
-	var killedAt []int
-	for k := range kills {
-		p := startProc(t, bin, cfg)
-		logs = append(logs, p.log)
-		target := s.distinct() + n/(kills+2)
-		deadline := time.Now().Add(60 * time.Second)
-		for s.distinct() < target {
-			if time.Now().After(deadline) {
-				t.Fatalf("run %d handled %d of %d in 60s:\n%s", k+1, s.distinct(), n, p.log.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		p.kill(t)
-		killedAt = append(killedAt, s.distinct())
-	}
+	killedAt, logs := killRuns(t, bin, cfg, n, kills, s.distinct)
 	last := startProc(t, bin, cfg)
 	logs = append(logs, last.log)
 	missing, wrong, dups := terminal(t, c, topic, want)
