@@ -8,12 +8,25 @@
 //
 // -only runs some scenarios instead of all (comma-separated: ceiling,
 // happy, happy-eos, failure, failure-eos, paced, slow, analyzer, scaling,
-// outage); ratios to the ceiling need "ceiling" among them. happy-eos and
-// failure-eos are the happy and failure paths with delivery exactly-once
-// (-bench.delivery exactly-once), printed below their at-least-once rows
-// with the ratio to them too. For example the outage scenario alone:
+// outage, flow); ratios to the ceiling need "ceiling" among them.
+// happy-eos and failure-eos are the happy and failure paths with delivery
+// exactly-once (-bench.delivery exactly-once), printed below their
+// at-least-once rows with the ratio to them too. For example the outage
+// scenario alone:
 //
 //	REDRIVE_TEST_BROKERS=127.0.0.1:9092 go run ./bench -only outage
+//
+// flow (BenchmarkFlow, processor/flowbench_test.go) is what the flow
+// control defaults, the circuit breaker and the guard, do: the real
+// processor and HTTP handler against a local service scripted to fail in
+// one way per scenario (an outage, 10 % of requests always failing, every
+// request failing once, a few failing requests ahead of healthy ones, a
+// mix of failures, a slowdown past the handler's timeout, a rate limit
+// answering 429, a rotated API key), each run with the line off and at the
+// defaults; it prints a table of its own, one row per scenario. It takes
+// about 15 minutes; -flow-scale 0.25 is a quicker trial (the counts
+// scale, the offered rates do not, and the scenarios' times scale with
+// the offered duration).
 //
 // The benchmarks themselves are ordinary Go benchmarks
 // (processor/bench_test.go, analyzer/bench_test.go); this command only
@@ -37,6 +50,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive/internal/hostinfo"
+	"github.com/redrive/redrive/processor"
 )
 
 var (
@@ -57,9 +71,10 @@ var (
 	slowFail    = flag.Int("slowfail-records", 100000, "records of the failure path with a 5 ms handler at default settings")
 	maxBatch    = flag.Int("maxbatch", 0, "MaxBatch of the exactly-once runs (happy-eos, failure-eos; 0: the default)")
 	eosDefRecs  = flag.Int("eos-default-records", 200000, "records of the exactly-once happy path with the default MaxInflight")
+	flowScale   = flag.Float64("flow-scale", 1, "multiplies the requests offered by the flow scenarios (-bench.flowscale): 0.25 for a quick trial")
 )
 
-var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage"}
+var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage", "flow"}
 
 // defaults are the flags of a run at the processor's default settings
 // (concurrency 64, max_inflight the larger of 4096 and 4 × concurrency).
@@ -150,6 +165,8 @@ func main() {
 	scaling := run("scaling", procBin, "^BenchmarkScaling$", append([]string{"-bench.records", strconv.Itoa(*scaleRecs)}, tuned...)...)
 	outage := run("outage", procBin, "^BenchmarkOutage$", "-bench.concurrency", strconv.Itoa(*conc), "-bench.outagerun", outageRun.String(), "-bench.outage", outageLen.String(),
 		"-bench.outagerate", strconv.Itoa(*outageRate), "-bench.openfor", outageOpen.String(), "-bench.maxopen", outageMax.String())
+	// Sixteen runs of up to offered + 120 s each: past the default timeout.
+	flow := run("flow", procBin, "^BenchmarkFlow$", "-bench.flowscale", strconv.FormatFloat(*flowScale, 'g', -1, 64), "-test.timeout", "90m")
 	ceil2 := one(run("ceiling", procBin, "^BenchmarkCeiling$", "-bench.records", n))
 
 	ceiling := (ceil1["records/s"] + ceil2["records/s"]) / 2
@@ -178,7 +195,7 @@ func main() {
 	fmt.Printf("\nredrive benchmarks, %s, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), hostinfo.Describe())
 	mainTable := false
 	for _, name := range scenarios {
-		mainTable = mainTable || (name != "outage" && selected(name))
+		mainTable = mainTable || (name != "outage" && name != "flow" && selected(name))
 	}
 	fmt.Printf("broker %s", os.Getenv("REDRIVE_TEST_BROKERS"))
 	if mainTable {
@@ -239,6 +256,9 @@ func main() {
 	if selected("outage") {
 		outageTable(outage)
 	}
+	if selected("flow") {
+		flowTable(flow)
+	}
 	fmt.Printf("\nTook %s; full output in %s.\n", time.Since(began).Round(time.Second), *logPath)
 }
 
@@ -246,8 +266,8 @@ func main() {
 func outageTable(rs map[string]result) {
 	from := (*outageRun - *outageLen) / 2
 	fmt.Printf("7 outage: %s offered at %d rec/s (a batch every 100 ms, 6 partitions), handler concurrency %d, default MaxInflight; the in-process handler answers Retry(\"http_503\") from %s to %s and succeeds otherwise; "+
-		"tiers 1s, 5s, 3 attempts, no jitter (a record's attempts span 6 s, less than the outage); breaker on: OpenFor %s, MaxOpen %s, the rest default (10 in a row, or 50%% of ≥ 20 calls in 30 s; 3 probes)\n\n",
-		*outageRun, *outageRate, *conc, from, from+*outageLen, *outageOpen, *outageMax)
+		"tiers 1s, 5s, 3 attempts, no jitter (a record's attempts span 6 s, less than the outage); breaker on: OpenFor %s, MaxOpen %s, the rest default (%s)\n\n",
+		*outageRun, *outageRate, *conc, from, from+*outageLen, *outageOpen, *outageMax, breakerTrips())
 	fmt.Println("| # | breaker | offered | results | dead letters | lost | wasted calls | first success after recovery | full rate after recovery | backlog cleared after recovery | longest wait | CPU s / M records | peak RSS MB | other |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, on := range []string{"off", "on"} {
@@ -272,6 +292,150 @@ func outageTable(rs map[string]result) {
 	fmt.Println("\nlost = offered − (results + dead letters), must be 0; wasted calls: handler calls during the outage; first success: the first handler call after the outage that succeeded; " +
 		"full rate: the first 100 ms interval after the outage with results acknowledged at ≥ 90 % of the offered rate; backlog cleared: every record offered before the outage ended has its result or dead letter acknowledged; " +
 		"longest wait: offered → final outcome acknowledged. Times in seconds, from kgo acknowledgements and handler call times.")
+}
+
+// breakerTrips is when the default breaker opens, and its probes.
+func breakerTrips() string {
+	return fmt.Sprintf("%d counted failures in a row, or %.0f%% of ≥ %d counted calls in %s; %d probes",
+		processor.DefaultBreakerConsecutive, 100*processor.DefaultBreakerFailureRatio, processor.DefaultBreakerMinCalls,
+		processor.DefaultBreakerWindow, processor.DefaultBreakerProbes)
+}
+
+// flowRows are BenchmarkFlow's scenarios in table order, and what the
+// service does in each; d is the offered duration (the times in
+// BenchmarkFlow scale with it), lead the failing requests produced ahead
+// of the healthy ones.
+var flowRows = []struct {
+	name string
+	what func(d time.Duration, lead, healthy int) string
+}{
+	{"outage", func(d time.Duration, _, _ int) string {
+		return fmt.Sprintf("503 ERROR_NO_SLOT_AVAILABLE to every call from %s to %s, 200 otherwise", d/4, d*3/4)
+	}},
+	{"ten-percent", func(time.Duration, int, int) string {
+		return "10 % of the requests (the same ones every run) always get 500, the rest 200"
+	}},
+	{"fail-once", func(time.Duration, int, int) string { return "every request's first call gets 503, later calls 200" }},
+	{"fail-twice-then-healthy", func(_ time.Duration, lead, healthy int) string {
+		return fmt.Sprintf("%d requests whose first two calls get 503, produced at once; 1 s later %d healthy ones, at once", lead, healthy)
+	}},
+	{"mix-40", func(time.Duration, int, int) string {
+		return "10 % each get 503, 500, 429 (Retry-After: 1) or 400 ERROR_BAD_PARAMETERS on the first call; a transient failure fails the second call too one time in four; a 400 stays a 400; the rest 200"
+	}},
+	{"slowdown", func(d time.Duration, _, _ int) string {
+		return fmt.Sprintf("every call from %s to %s takes 3 s, past the handler's 2 s timeout (code timeout)", d/4, d*3/4)
+	}},
+	{"rate-limit-429", func(time.Duration, int, int) string {
+		return "the service takes 100 calls/s (a token bucket, burst 10) and answers 429 with Retry-After: 1 beyond"
+	}},
+	{"rotated-key", func(d time.Duration, _, _ int) string {
+		return fmt.Sprintf("from %s on every call gets 401 ERROR_WRONG_USER_KEY (permanent)", d/2)
+	}},
+}
+
+// flowTable prints scenario 8: BenchmarkFlow, one row per scenario with
+// its line=off and line=defaults runs side by side.
+func flowTable(rs map[string]result) {
+	g := processor.Guard{}.WithDefaults()
+	fmt.Printf("\n8 flow: the real processor and HTTP handler against a service scripted per row (httptest on 127.0.0.1); requests offered in batches every 100 ms; "+
+		"tiers 1s, 2s, 5s (short so that runs are quick; they are not flow control), max_attempts 4, jitter 10 %%, 6 partitions, handler concurrency 64 and timeout 10 s (slowdown: 2 s), the rest default. "+
+		"Each cell: line=off (breaker and guard disabled) / line=defaults (the zero Breaker and Guard as shipped: breaker %s, open %s doubling up to %s; guard: %.0f%% permanent of ≥ %d calls in %s). Flow scale %g.\n\n",
+		breakerTrips(), processor.DefaultBreakerOpenFor, processor.DefaultBreakerMaxOpen, 100*g.PermanentRatio, g.MinCalls, g.Window, *flowScale)
+	fmt.Println("| # | scenario | offered | results | dead letters (exhausted + permanent) | calls | finish (s) | healthy (s) | breaker opens | guard | early retries | CPU s / M offered | peak RSS MB |")
+	fmt.Println("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, row := range flowRows {
+		off, okOff := rs["BenchmarkFlow/"+row.name+"/line=off"]
+		def, okDef := rs["BenchmarkFlow/"+row.name+"/line=defaults"]
+		// both is a cell: the off run's value / the defaults run's.
+		both := func(cell func(r result, off bool) string) string {
+			c := func(r result, ok, off bool) string {
+				if !ok {
+					return "failed"
+				}
+				return cell(r, off)
+			}
+			return c(off, okOff, true) + " / " + c(def, okDef, false)
+		}
+		count := func(unit string) func(result, bool) string {
+			return func(r result, _ bool) string { return n0(r[unit]) }
+		}
+		ref := def
+		if !okDef {
+			ref = off
+		}
+		offered, rate, lead := ref["offered"], ref["offered-records/s"], int(ref["lead"])
+		desc := row.name
+		switch {
+		case !okOff && !okDef:
+		case rate > 0:
+			d := time.Duration((offered - float64(lead)) / rate * float64(time.Second)).Round(100 * time.Millisecond)
+			desc = fmt.Sprintf("%s: %s/s for %s; %s", row.name, n0(rate), d, row.what(d, lead, int(offered)-lead))
+		default:
+			desc = fmt.Sprintf("%s: %s", row.name, row.what(0, lead, int(offered)-lead))
+		}
+		fmt.Printf("| 8 | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", desc, n0(offered),
+			both(count("results")),
+			both(func(r result, _ bool) string {
+				if r["dead-letters"] == 0 {
+					return "0"
+				}
+				return fmt.Sprintf("%s (%s + %s)", n0(r["dead-letters"]), n0(r["dead-letters-exhausted"]), n0(r["dead-letters-permanent"]))
+			}),
+			both(count("calls")),
+			both(func(r result, _ bool) string { return flowFinish(r) }),
+			both(func(r result, _ bool) string { return secs1(r, "healthy-s") }),
+			both(func(r result, off bool) string {
+				if off {
+					return "–"
+				}
+				return n0(r["breaker-opens"])
+			}),
+			both(func(r result, off bool) string {
+				switch {
+				case off:
+					return "–"
+				case r["guard-stopped"] > 0:
+					return "stopped"
+				}
+				return "no"
+			}),
+			both(count("early-retries")),
+			both(func(r result, _ bool) string { return f0(r["cpu-s/M"]) }),
+			both(func(r result, _ bool) string { return f0(r["peak-rss-MB"]) }))
+	}
+	fmt.Println("\nresults and dead letters: requests whose result or dead letter the processor's client had acknowledged (exhausted: max_attempts transient failures; permanent: the service said never); " +
+		"calls: HTTP requests the service got; finish: from the first batch to the last request's result or dead letter acknowledged (\"cap\": not all after the offered time + 120 s, how many not; " +
+		"\"held\": the guard stopped the line, these wait for an operator's resume; \"lost\": no outcome, yet the group's lag is 0, must never happen); " +
+		"healthy: until every request the service lets succeed at some point had its result (ten-percent: all but the 10 %; mix-40: all but the 400s; fail-twice-then-healthy: the healthy ones, from their produce); " +
+		"breaker opens: transitions into open in 100 ms samples of the line's status (– : disabled); guard: whether a sample showed the line stopped by the guard; " +
+		"early retries: calls of attempt n+1 that reached the service less than tier n's delay after attempt n's failing call returned, must be 0; CPU: the benchmark process (processor, clients, the service) per million requests offered. " +
+		"A run that failed (an early retry, a lost request, an unknown id) prints \"failed\": see the log.")
+}
+
+// flowFinish is a flow run's finish cell: seconds, or why it has none.
+func flowFinish(r result) string {
+	switch {
+	case r["lost"] > 0:
+		return n0(r["lost"]) + " lost"
+	case r["held"] > 0:
+		return n0(r["held"]) + " held"
+	case r["unfinished"] > 0:
+		return "cap, " + n0(r["unfinished"]) + " unfinished"
+	}
+	return secs1(r, "finish-s")
+}
+
+// secs1 is seconds with one decimal (two below 1 s) and no unit, "–"
+// when not reported.
+func secs1(r result, unit string) string {
+	v, ok := r[unit]
+	switch {
+	case !ok:
+		return "–"
+	case v < 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
 }
 
 // n0 is a count, 0 included.
