@@ -24,9 +24,10 @@
 // mix of failures, a slowdown past the handler's timeout, a rate limit
 // answering 429, a rotated API key), each run with the line off and at the
 // defaults; it prints a table of its own, one row per scenario. It takes
-// about 15 minutes; -flow-scale 0.25 is a quicker trial (the counts
-// scale, the offered rates do not, and the scenarios' times scale with
-// the offered duration).
+// about 11 minutes on 2 cores (two runs wait out their cap of the offered
+// time + 120 s); -flow-scale 0.25 is a quicker trial (the counts scale,
+// the offered rates do not, and the scenarios' times scale with the
+// offered duration).
 //
 // The benchmarks themselves are ordinary Go benchmarks
 // (processor/bench_test.go, analyzer/bench_test.go); this command only
