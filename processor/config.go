@@ -130,9 +130,11 @@ type Breaker struct {
 	FailoverRetries bool
 }
 
-// Guard stops the line when Permanent outcomes reach PermanentRatio of at
-// least MinCalls calls in Window, until an operator resumes it (or
-// AutoResumeAfter, when set).
+// Guard stops the line when Permanent outcomes reach PermanentRatio of the
+// last MinCalls calls with an answer, all made within Window, until an
+// operator resumes it (or AutoResumeAfter, when set). The last calls, not
+// a time span: a key rotated after a busy hour is caught within MinCalls
+// calls.
 type Guard struct {
 	// Disabled turns the guard off (YAML: enabled: false).
 	Disabled        bool

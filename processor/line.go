@@ -63,7 +63,7 @@ type line struct {
 	guardOn      bool
 	guardSince   time.Time
 	guardDetail  string
-	guardCalls   ratioWindow
+	guardCalls   lastCalls
 	manualOn     bool
 	manualSince  time.Time
 	manualDetail string
@@ -90,7 +90,7 @@ func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, t
 		}
 	}
 	if g := cfg.Guard; !g.Disabled {
-		l.guardCalls = newRatioWindow(g.Window)
+		l.guardCalls = newLastCalls(g.MinCalls)
 	}
 	return l
 }
@@ -418,7 +418,7 @@ func (l *line) pause(out Outcome, now time.Time) {
 // window and stops the line at the ratio. l.mu held.
 func (l *line) countGuardLocked(out Outcome, now time.Time) {
 	g := l.cfg.Guard
-	calls, perm := l.guardCalls.add(now, out.Kind == Permanent)
+	calls, perm := l.guardCalls.add(now, out.Kind == Permanent, g.Window)
 	if l.guardOn || out.Kind != Permanent || calls < g.MinCalls || float64(perm) < g.PermanentRatio*float64(calls) {
 		return
 	}
@@ -568,6 +568,48 @@ func (l *line) status(now time.Time) LineStatus {
 		s.State = "probing"
 	}
 	return s
+}
+
+// lastCalls is the guard's window: the last n calls with an answer, and
+// which failed permanently. A count, not a time span: a key rotated after
+// an hour of successes is caught within n calls, not once the successes
+// of the last minute have aged out.
+type lastCalls struct {
+	at   []time.Time
+	perm []bool
+	next int // where the next call goes
+	full bool
+}
+
+func newLastCalls(n int) lastCalls {
+	return lastCalls{at: make([]time.Time, max(n, 1)), perm: make([]bool, max(n, 1))}
+}
+
+// add records a call at now and returns how many of the last n calls
+// came within span of now, and how many of those failed permanently.
+func (c *lastCalls) add(now time.Time, perm bool, span time.Duration) (calls, perms int) {
+	c.at[c.next], c.perm[c.next] = now, perm
+	c.next = (c.next + 1) % len(c.at)
+	c.full = c.full || c.next == 0
+	n := c.next
+	if c.full {
+		n = len(c.at)
+	}
+	for i := range n {
+		if now.Sub(c.at[i]) < span {
+			calls++
+			if c.perm[i] {
+				perms++
+			}
+		}
+	}
+	return calls, perms
+}
+
+func (c *lastCalls) reset() {
+	clear(c.at)
+	clear(c.perm)
+	c.next, c.full = 0, false
 }
 
 // ratioWindow counts calls and the failures among them over a rolling

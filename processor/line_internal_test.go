@@ -397,3 +397,25 @@ func TestResumeIgnoresTheOldBreaker(t *testing.T) {
 		t.Fatalf("after resume and a late failure of the old breaker's probe: %+v, want running and closed", st)
 	}
 }
+
+// A key rotated after many successes: the guard looks at the last
+// min_calls calls, so it stops the line within them, whatever came before.
+func TestGuardStopsARotatedKey(t *testing.T) {
+	tl := newTestLine(t, Pipeline{})
+	for range 2000 {
+		tl.call(t, Succeed(nil))
+	}
+	min := DefaultGuardMinCalls
+	for i := range min {
+		held := tl.call(t, Fail("ERROR_WRONG_USER_KEY", errors.New("401")))
+		if stop := i+1 >= int(DefaultGuardPermanentRatio*float64(min)+0.999); held != stop {
+			t.Fatalf("permanent failure %d after 2,000 successes: held %v, want %v", i+1, held, stop)
+		}
+		if held {
+			break
+		}
+	}
+	if st := tl.status(time.Now()); st.State != "stopped" || st.Reasons[0].Reason != stopGuard {
+		t.Fatalf("status %+v, want stopped by the guard", st)
+	}
+}
