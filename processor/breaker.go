@@ -35,8 +35,12 @@ import (
 // back. When fresh probes fail while records that failed before wait, the
 // breaker asks those before it opens again (a second round of probes, for
 // them first): if they succeed the service is up, and it is the new
-// requests that fail, for their own reasons. Outcomes of calls started in
-// an earlier state or round are ignored: each starts a new generation.
+// requests that fail, for their own reasons. It then closes having learned
+// the codes the fresh probes failed with: until it opens again, a new
+// request failing with one of them is not counted, and a retry failing
+// with it again is (so an outage answering with that code is still caught,
+// by the retries). Outcomes of calls started in an earlier state or round
+// are ignored: each starts a new generation.
 type breaker struct {
 	cfg   Breaker
 	state breakerState
@@ -60,6 +64,10 @@ type breaker struct {
 	// slots go to records that failed before first.
 	granted, ok, failed int
 	second              bool
+	// probeCodes are the codes fresh probes of the first round failed
+	// with; learned, those a second round's success showed to be the new
+	// requests' own (until it opens again).
+	probeCodes, learned map[string]bool
 }
 
 type breakerState int
@@ -88,6 +96,7 @@ const (
 	countFailure                // counted: the service failed
 	skipRepeat                  // not counted: the record's earlier failure, again
 	skipRequest                 // not counted: a request-fault code
+	skipLearned                 // not counted: a new request failing with a learned code
 	skipNone                    // not counted, not a call (pause code, abandoned)
 )
 
@@ -97,6 +106,7 @@ var verdicts = [...]struct{ counted, outcome string }{
 	countFailure: {"yes", "failure"},
 	skipRepeat:   {"no", "repeat"},
 	skipRequest:  {"no", "request_fault"},
+	skipLearned:  {"no", "learned"},
 	skipNone:     {}, // not a call the breaker judges: no series
 }
 
@@ -120,15 +130,34 @@ func (b *breaker) judge(out Outcome, prevCode string, probe bool) verdict {
 	case Paused:
 		return skipNone
 	case Transient:
+		learned := b.learned[out.Code]
 		switch {
 		case out.RequestFault:
 			return skipRequest
-		case !probe && prevCode != "" && prevCode == out.Code && !b.lastOK.IsZero():
+		case probe:
+			return countFailure
+		case learned && prevCode == "":
+			return skipLearned
+		case learned:
+			return countFailure // the request failed before: now it is the service
+		case prevCode != "" && prevCode == out.Code && !b.lastOK.IsZero():
 			return skipRepeat
 		}
 		return countFailure
 	}
 	return countSuccess
+}
+
+// noteProbe remembers the code a fresh probe of the first round failed
+// with (learned if a second round then closes the breaker).
+func (b *breaker) noteProbe(gen uint64, code string) {
+	if gen != b.gen || b.state != breakerHalfOpen || b.second {
+		return
+	}
+	if b.probeCodes == nil {
+		b.probeCodes = map[string]bool{}
+	}
+	b.probeCodes[code] = true
 }
 
 // waiters is who waits for a probe slot besides the caller: records with
@@ -190,7 +219,7 @@ func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now
 		return nil // a call of an earlier state: it says nothing of this one
 	}
 	switch v {
-	case skipRepeat, skipRequest:
+	case skipRepeat, skipRequest, skipLearned:
 		b.skipped.add(now, false)
 		if probe {
 			b.release(gen)
@@ -263,6 +292,7 @@ func (b *breaker) probeFailLimit() int {
 // to moves the breaker to state s at now, starting a new generation.
 func (b *breaker) to(s breakerState, now time.Time) *transition {
 	tr := &transition{from: b.state, to: s}
+	second := b.second
 	b.state, b.since = s, now
 	b.gen++
 	b.granted, b.ok, b.failed, b.second = 0, 0, 0, false
@@ -279,7 +309,14 @@ func (b *breaker) to(s breakerState, now time.Time) *transition {
 		b.reopens, b.openFor, b.run = 0, b.cfg.OpenFor, 0
 		b.calls.reset()
 		b.skipped.reset()
+		if second {
+			b.learned = b.probeCodes
+		}
 	}
+	if s != breakerClosed {
+		b.learned = nil
+	}
+	b.probeCodes = nil
 	return tr
 }
 

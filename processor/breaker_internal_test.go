@@ -182,9 +182,21 @@ func TestHalfOpenProbesFreshWorkFirst(t *testing.T) {
 		t.Fatal("closed breaker: the run queue still hands out fresh work first")
 	}
 
-	// Open again. At half-open, fresh work waits in the run queue and no
-	// fresh caller is in the line: the retry gives its worker to it.
-	tl.call(t, Retry("http_503", errDown))
+	// It learned that new requests failing with http_503 fail for their
+	// own reasons: such a failure no longer counts; a retry failing with
+	// it again does.
+	if tl.call(t, Retry("http_503", errDown)) || tl.status(time.Now()).Breaker != "closed" {
+		t.Fatal("a new request failing with the learned code opened the breaker")
+	}
+	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "no", "learned")); got != 1 {
+		t.Fatalf("redrive_breaker_calls_total{counted=no,outcome=learned} = %v, want 1", got)
+	}
+	if tk, _ := tl.try(ctx, failedBefore("http_503")); !tl.leave(tk, Retry("http_503", errDown), "http_503", time.Now()) {
+		t.Fatal("a retry failing again with the learned code did not count (and open it)")
+	}
+	// Open again: what it learned is forgotten. At half-open, fresh work
+	// waits in the run queue and no fresh caller is in the line: the
+	// retry gives its worker to it.
 	tl.mu.Lock()
 	queued = true
 	tl.mu.Unlock()
@@ -206,6 +218,9 @@ func TestHalfOpenProbesFreshWorkFirst(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "yes", "failure")); got != 4 {
 		t.Fatalf("redrive_breaker_calls_total{counted=yes,outcome=failure} = %v, want 4", got)
+	}
+	if tl.br.learned != nil {
+		t.Fatalf("learned codes %v kept after opening again", tl.br.learned)
 	}
 }
 

@@ -373,6 +373,9 @@ func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hol
 	v := skipNone
 	if t.br != nil && t.br == l.br {
 		v = t.br.judge(out, prevCode, t.probe)
+		if t.probe && v == countFailure && prevCode == "" {
+			t.br.noteProbe(t.gen, out.Code)
+		}
 		if c := l.counted[v]; c != nil && t.gen == t.br.gen {
 			c.Inc()
 		}
