@@ -12,7 +12,8 @@ import (
 //
 // What it counts (verdict): a transient outcome is a failure of the
 // service unless the request owns it — a code listed as a request fault
-// (Outcome.RequestFault), or the same code the record failed with before
+// (Outcome.RequestFault), a request to slow down (Outcome.Throttled, a
+// 429), or the same code the record failed with before
 // (that failure was counted the first time, and a request that fails for
 // its own reasons fails again and again, its retries coming due in runs).
 // Until the service has answered once since the process started, though,
@@ -92,22 +93,24 @@ func (s breakerState) String() string {
 type verdict int
 
 const (
-	countSuccess verdict = iota // counted: the service answered
-	countFailure                // counted: the service failed
-	skipRepeat                  // not counted: the record's earlier failure, again
-	skipRequest                 // not counted: a request-fault code
-	skipLearned                 // not counted: a new request failing with a learned code
-	skipNone                    // not counted, not a call (pause code, abandoned)
+	countSuccess  verdict = iota // counted: the service answered
+	countFailure                 // counted: the service failed
+	skipRepeat                   // not counted: the record's earlier failure, again
+	skipRequest                  // not counted: a request-fault code
+	skipLearned                  // not counted: a new request failing with a learned code
+	skipThrottled                // not counted: the service asked to slow down (429)
+	skipNone                     // not counted, not a call (pause code, abandoned)
 )
 
 // verdicts are the label values of redrive_breaker_calls_total{counted, outcome}.
 var verdicts = [...]struct{ counted, outcome string }{
-	countSuccess: {"yes", "success"},
-	countFailure: {"yes", "failure"},
-	skipRepeat:   {"no", "repeat"},
-	skipRequest:  {"no", "request_fault"},
-	skipLearned:  {"no", "learned"},
-	skipNone:     {}, // not a call the breaker judges: no series
+	countSuccess:  {"yes", "success"},
+	countFailure:  {"yes", "failure"},
+	skipRepeat:    {"no", "repeat"},
+	skipRequest:   {"no", "request_fault"},
+	skipLearned:   {"no", "learned"},
+	skipThrottled: {"no", "throttled"},
+	skipNone:      {}, // not a call the breaker judges: no series
 }
 
 // transition is a state change for the line to log and count.
@@ -134,6 +137,8 @@ func (b *breaker) judge(out Outcome, prevCode string, probe bool) verdict {
 		switch {
 		case out.RequestFault:
 			return skipRequest
+		case out.Throttled:
+			return skipThrottled
 		case probe:
 			return countFailure
 		case learned && prevCode == "":
@@ -219,7 +224,7 @@ func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now
 		return nil // a call of an earlier state: it says nothing of this one
 	}
 	switch v {
-	case skipRepeat, skipRequest, skipLearned:
+	case skipRepeat, skipRequest, skipLearned, skipThrottled:
 		b.skipped.add(now, false)
 		if probe {
 			b.release(gen)

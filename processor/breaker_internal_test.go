@@ -38,6 +38,10 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 			t.Fatalf("request fault (probe %v): %v, want not counted", probe, v)
 		}
 	}
+	// A 429 is the service asking to slow down: never counted.
+	if v := b.judge(Throttled("http_429", errDown, time.Second), "", false); v != skipThrottled {
+		t.Fatalf("a 429: %v, want not counted", v)
+	}
 	// A probe's failure counts even with its earlier code: a probe asks
 	// whether the service is back.
 	if v := b.judge(repeat, "http_500", true); v != countFailure {

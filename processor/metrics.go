@@ -31,6 +31,7 @@ type metrics struct {
 	breakerState   *prometheus.GaugeVec     // pipeline
 	breakerTrans   *prometheus.CounterVec   // pipeline, to
 	breakerCalls   *prometheus.CounterVec   // pipeline, counted, outcome
+	throttleWaits  *prometheus.CounterVec   // pipeline
 	paused         *prometheus.GaugeVec     // pipeline, reason
 	rateLimited    *prometheus.CounterVec   // pipeline
 	failovers      *prometheus.CounterVec   // pipeline
@@ -106,6 +107,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		breakerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_breaker_calls_total", Help: "Handler calls the circuit breaker judged: counted=yes outcome=success|failure (the service answered, or failed), counted=no outcome=repeat (the record failed with the same code before) or request_fault (a handler.codes.request_fault code).",
 		}, []string{"pipeline", "counted", "outcome"}),
+		throttleWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redrive_throttle_waits_total", Help: "Waits records took in their worker because the service answered 429 (Retry-After, at most 5s, at most 10 per record), before calling again with the same attempt.",
+		}, []string{"pipeline"}),
 		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_paused", Help: "1 while the pipeline's handler calls are stopped for that reason (breaker, pause_code, guard, manual), else 0.",
 		}, []string{"pipeline", "reason"}),
@@ -142,7 +146,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
 		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped,
-		m.breakerState, m.breakerTrans, m.breakerCalls, m.paused, m.rateLimited, m.failovers,
+		m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.failovers,
 		m.callbacks, m.callbacksHeld, m.polls, m.jobSeconds, m.txns, m.txnHeld, m.txnSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -183,9 +187,10 @@ type hotMetrics struct {
 
 	clamped [len(clampedTimes)]prometheus.Counter // by clampedTimes index
 
-	polls    prometheus.Counter
-	mainHeld prometheus.Counter
-	job      [len(jobVias)]prometheus.Observer // by jobVia - 1
+	polls     prometheus.Counter
+	mainHeld  prometheus.Counter
+	throttled prometheus.Counter
+	job       [len(jobVias)]prometheus.Observer // by jobVia - 1
 }
 
 type outcomeKey struct {
@@ -198,6 +203,7 @@ func (h *hotMetrics) init(m *metrics, pipeline string) {
 	h.m, h.pipeline = m, pipeline
 	h.inflight = m.inflight.WithLabelValues(pipeline)
 	h.waiting = m.waiting.WithLabelValues(pipeline)
+	h.throttled = m.throttleWaits.WithLabelValues(pipeline)
 	h.txnHeld = m.txnHeld.WithLabelValues(pipeline)
 	h.txnSeconds = m.txnSeconds.WithLabelValues(pipeline)
 	for i, l := range clampedTimes {

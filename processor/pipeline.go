@@ -100,6 +100,9 @@ type work struct {
 	held              bool
 	heldCode          string
 	yielded, yieldNow bool
+	// throttles counts the waits a 429 made this record take in its
+	// worker (Outcome.Throttled), at most MaxThrottleWaits.
+	throttles int
 }
 
 // pipeline runs one Pipeline: a consumer group over the main topic and the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -159,6 +160,22 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 				w.held, w.heldCode = true, out.Code
 				c.fresh, c.prevCode = false, out.Code
 			}
+			continue
+		}
+		if out.Kind == Transient && out.Throttled && out.MinDelay <= MaxThrottleWait && w.throttles < MaxThrottleWaits {
+			// The service asked to slow down: this worker waits, then
+			// calls again with the same attempt (the others go on).
+			w.throttles++
+			p.hot.throttled.Inc()
+			// Up to half again, at random: workers refused together must
+			// not come back together, or only the service's burst gets
+			// through each time.
+			d := max(out.MinDelay, time.Second)
+			d += time.Duration(rand.Int64N(int64(d/2) + 1))
+			if !p.line.sleep(ctx, d, w.ps.leaving.Load) {
+				return decision{}, false // revoked, shutdown: redelivered as it was
+			}
+			now = time.Now()
 			continue
 		}
 		d := decide(meta, out, p.pol, now)

@@ -149,9 +149,14 @@ func (h *Handler) classifyCall(c call, status int, header http.Header, body []by
 	case processor.Permanent:
 		out = processor.Fail(code, rerr)
 	default: // code rules name only transient, not-ready and permanent
-		if class.requestFault {
+		switch {
+		case class.requestFault:
 			out = processor.RetryRequestFault(code, rerr)
-		} else {
+		case status == http.StatusTooManyRequests:
+			// The service asks us to slow down: neither it nor the
+			// request failed.
+			out = processor.Throttled(code, rerr, minDelay)
+		default:
 			out = processor.Retry(code, rerr)
 		}
 	}

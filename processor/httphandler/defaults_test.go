@@ -3,12 +3,14 @@ package httphandler_test
 import (
 	"hash/fnv"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
@@ -197,5 +199,56 @@ func noEarlyRetry(t *testing.T, calls []lineCall, sched retry.Schedule) {
 	}
 	if early > 5 {
 		t.Errorf("%d retries early in all", early)
+	}
+}
+
+// TestDefaultsRateLimited429: the service takes 50 calls/s and answers 429
+// with Retry-After: 1 beyond. At the defaults the records wait in their
+// workers and are called again with the same attempt: every request ends
+// in results on its first attempt, nothing is dead-lettered, the breaker
+// never opens.
+func TestDefaultsRateLimited429(t *testing.T) {
+	t.Parallel()
+	const n = 600
+	e := pipetest.New(t, "ratelimited", 4, shortTiers)
+	lim := rate.NewLimiter(50, 5)
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		if !lim.Allow() {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = w.Write([]byte(`{"status":0,"request":"ERROR_TOO_MUCH_REQUESTS"}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"status":1,"request":"ok"}`))
+	}))
+	t.Cleanup(srv.Close)
+	cfg := e.Config()
+	reg := cfg.Registerer.(*prometheus.Registry)
+	pr, _ := pipetest.RunProcessor(t, cfg, captchaHandler(t, srv.URL, httphandler.Codes{}))
+	opened := watchBreaker(t, pr)
+	<-producePaced(t, e, requests(e.P.Topic, "rl", n), 3*time.Second)
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool {
+		return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n
+	}, 90*time.Second, time.Second)
+	waits := promtest.Sum(t, reg, "redrive_throttle_waits_total", nil)
+	t.Logf("%d results, %d dead letters, %d calls, %v throttle waits, breaker opened %d times",
+		len(got[e.P.Results]), len(got[e.P.DLQ]), calls.Load(), waits, opened.Load())
+	if r := idsOf(got[e.P.Results]); len(r) != n || len(got[e.P.DLQ]) != 0 {
+		t.Errorf("%d of %d requests in results, %d dead letters; want all in results", len(r), n, len(got[e.P.DLQ]))
+	}
+	for _, r := range got[e.P.Results] {
+		if a, _ := kafkatest.Header(r, retry.HeaderAttempt); a != "1" {
+			t.Errorf("a result after attempt %s: a 429 spent an attempt", a)
+			break
+		}
+	}
+	if waits == 0 {
+		t.Error("no throttle wait: the service never refused, the test proves nothing")
+	}
+	if o := opened.Load(); o != 0 {
+		t.Errorf("the breaker opened %d times on 429s", o)
 	}
 }

@@ -301,8 +301,31 @@ func TestRetryAfterDate(t *testing.T) {
 		w.WriteHeader(429)
 	})
 	out := h.Handle(context.Background(), request("v"))
-	if out.Kind != processor.Transient || out.Code != "http_429" || out.MinDelay < 85*time.Second || out.MinDelay > 90*time.Second {
-		t.Fatalf("%+v", out)
+	if out.Kind != processor.Transient || out.Code != "http_429" || out.MinDelay < 85*time.Second || out.MinDelay > 90*time.Second || !out.Throttled {
+		t.Fatalf("%+v, want a throttled transient outcome with the Retry-After's delay", out)
+	}
+}
+
+// A 429 is the service asking to slow down (Throttled: the breaker does
+// not count it); another transient status is not, and neither is a 429
+// whose code a rule made permanent or a request fault.
+func TestTooManyRequestsIsThrottled(t *testing.T) {
+	for _, c := range []struct {
+		status    int
+		codes     Codes
+		throttled bool
+		kind      processor.Kind
+	}{
+		{429, Codes{}, true, processor.Transient},
+		{503, Codes{}, false, processor.Transient},
+		{429, Codes{Permanent: []string{"http_429"}}, false, processor.Permanent},
+		{429, Codes{RequestFault: []string{"http_429"}}, false, processor.Transient},
+	} {
+		h := serve(t, Options{Codes: c.codes}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(c.status) })
+		out := h.Handle(context.Background(), request("v"))
+		if out.Throttled != c.throttled || out.Kind != c.kind {
+			t.Errorf("status %d with %+v: %+v, want kind %v throttled %v", c.status, c.codes, out, c.kind, c.throttled)
+		}
 	}
 }
 
