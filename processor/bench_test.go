@@ -782,8 +782,9 @@ func (o *outageRun) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 	}
 }
 
-// watch samples the line's state every 100 ms until ctx ends.
-func (o *outageRun) watch(ctx context.Context, pr *processor.Processor) {
+// sampleStatus calls f with the first pipeline's status every 100 ms
+// until ctx ends.
+func sampleStatus(ctx context.Context, pr *processor.Processor, f func(processor.PipelineStatus)) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -792,16 +793,21 @@ func (o *outageRun) watch(ctx context.Context, pr *processor.Processor) {
 			return
 		case <-t.C:
 		}
-		st := pr.Status()
-		if len(st.Pipelines) == 0 {
-			continue
+		if st := pr.Status(); len(st.Pipelines) > 0 {
+			f(st.Pipelines[0])
 		}
-		l := st.Pipelines[0].Line
+	}
+}
+
+// watch samples the line's state every 100 ms until ctx ends.
+func (o *outageRun) watch(ctx context.Context, pr *processor.Processor) {
+	sampleStatus(ctx, pr, func(p processor.PipelineStatus) {
+		l := p.Line
 		s := breakerSample{at: o.since(), state: l.State, open: l.Breaker == "open", since: l.BreakerSince}
 		o.mu.Lock()
 		o.breakerSamples = append(o.breakerSamples, s)
 		o.mu.Unlock()
-	}
+	})
 }
 
 // report adds the outage metrics:

@@ -493,19 +493,7 @@ func (f *flowRun) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 
 // watch samples the line every 100 ms until ctx ends.
 func (f *flowRun) watch(ctx context.Context, pr *processor.Processor) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		st := pr.Status()
-		if len(st.Pipelines) == 0 {
-			continue
-		}
-		p := st.Pipelines[0]
+	sampleStatus(ctx, pr, func(p processor.PipelineStatus) {
 		l := p.Line
 		at := f.since()
 		var reasons []string
@@ -535,7 +523,7 @@ func (f *flowRun) watch(ctx context.Context, pr *processor.Processor) {
 			f.lastLine = key
 		}
 		f.mu.Unlock()
-	}
+	})
 }
 
 // earlyRetries counts calls with attempt n+1 that reached the service less
