@@ -1,6 +1,6 @@
 package analyzer_test
 
-// Tests of issue 12 (hostile input): the replay body, query parse errors,
+// Tests of hostile input: the replay body, query parse errors,
 // the HTTP server's guards, bounded metric labels, future timestamps and
 // undecodable dead letters.
 

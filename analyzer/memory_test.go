@@ -65,7 +65,7 @@ func (e *env) fillBig(n, valueSize int) {
 	}
 }
 
-// TestDeadLettersMemoryBoundedByBytes is issue 12 point 2's probe, scaled
+// TestDeadLettersMemoryBoundedByBytes is a probe of many large dead letters, scaled
 // down for CI: 2,000 dead letters with 64 KiB values (128 MiB of values),
 // then four parallel GET /api/deadletters?limit=10000. The analyzer's heap
 // (over what the test and an in-process broker held before it started)

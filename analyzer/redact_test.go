@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// Issue 12 point 8: a processor's URL or an alert's webhook with a
+// A processor's URL or an alert's webhook with a
 // password or a token shows neither in the flow view nor in errors (logs).
 func TestProcessorAndWebhookURLsShowNoSecrets(t *testing.T) {
 	const u = "http://user:s3cret@127.0.0.1:1/?token=T0KEN"

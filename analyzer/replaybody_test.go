@@ -12,7 +12,7 @@ import (
 )
 
 // The body of POST /api/replay is exactly one JSON object with known
-// fields and a limit that is not negative (issue 12 point 5).
+// fields and a limit that is not negative.
 func TestDecodeReplayRequest(t *testing.T) {
 	req, err := decodeReplayRequest(strings.NewReader(` {"codes":["http_503"],"limit":7,"dry_run":true} ` + "\n"))
 	if err != nil || len(req.Codes) != 1 || req.Limit != 7 || !req.DryRun {

@@ -219,7 +219,7 @@ func ExampleNewView() {
 	// }
 }
 
-// Issue 12 point 12: a field a spreadsheet would evaluate starts with a
+// A field a spreadsheet would evaluate starts with a
 // single quote; ordinary fields are unchanged.
 func TestViewCSVSpreadsheetSafe(t *testing.T) {
 	for _, c := range []struct{ in, want string }{

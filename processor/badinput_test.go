@@ -30,7 +30,7 @@ func TestMalformedRedriveHeadersAreDeadLetteredInvalid(t *testing.T) {
 		{retry.HeaderErrorClass, "sometimes"},
 		{retry.HeaderOriginPartition, "x"},
 		{retry.HeaderPolls, "1e3"},
-		// Issue 12 point 10: canonical decimal within a range, bounded ids.
+		// Canonical decimal within a range, bounded ids.
 		{retry.HeaderAttempt, "9223372036854775807"},
 		{retry.HeaderAttempt, "+3"},
 		{retry.HeaderAttempt, " 3"},

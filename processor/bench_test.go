@@ -158,7 +158,7 @@ func (m *meter) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 // begin starts the clock, the CPU count and the peak-RSS window.
 func (m *meter) begin() {
 	// The preload's garbage is the harness's, not the scenario's: return
-	// it to the kernel before the peak is reset (issue 17).
+	// it to the kernel before the peak is reset.
 	debug.FreeOSMemory()
 	resetPeakRSS()
 	m.cpu0 = cpuTime()
@@ -951,6 +951,7 @@ func BenchmarkOutage(b *testing.B) {
 			e := newEnv(b, []time.Duration{time.Second, 5 * time.Second}, 6)
 			tune(e)
 			e.P.Schedule.Jitter = 0
+			// off: the baseline the breaker's row is measured against.
 			e.P.Breaker = processor.Breaker{Disabled: true}
 			if on {
 				e.P.Breaker = processor.Breaker{OpenFor: *benchOpenFor, MaxOpen: *benchMaxOpen}

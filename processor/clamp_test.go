@@ -13,7 +13,7 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// Issue 12 point 4: times from records that drive waits and ages are
+// Times from records that drive waits and ages are
 // clamped to now when they lie in the future, and counted in
 // redrive_future_times_clamped_total{time}.
 

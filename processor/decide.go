@@ -75,9 +75,9 @@ func identify(meta retry.Meta, r *kgo.Record) retry.Meta {
 // redrive header (DLQ invalid, decodeErr or outOfRange names it), past the
 // TTL or the not-ready deadline (DLQ expired), a tier record not due yet
 // (hop to the tier covering the rest). Expiry is checked before the hop, so
-// that a record past its TTL is dead-lettered, not hopped (issue 12 point
-// 3). call is true when none applies. tier is the consumed record's tier
-// index, -1 for the main topic.
+// that a record past its TTL is dead-lettered, not hopped. call is true
+// when none applies. tier is the consumed record's tier index, -1 for the
+// main topic.
 func screen(meta retry.Meta, decodeErr error, tier int, p policy, now time.Time) (d decision, call bool) {
 	if decodeErr == nil {
 		decodeErr = outOfRange(meta, tier, p, now)
@@ -116,7 +116,7 @@ const DefaultDueHorizon = 24 * time.Hour
 const dueSkew = time.Minute
 
 // dueLimit is how far ahead of now a retry record with headers meta may be
-// due (issue 12 point 3): max_due when configured; else the largest tier
+// due: max_due when configured; else the largest tier
 // with its jitter plus what bounds the record's life: ttl when set, and
 // for a not-ready record not_ready_deadline, whichever is smaller, or
 // DefaultDueHorizon when neither applies. A record due later would never be
@@ -170,10 +170,10 @@ func (p policy) capDue(meta retry.Meta, now, due time.Time) time.Time {
 	return due
 }
 
-// outOfRange says why meta, decoded without error, cannot be handled
-// (issue 12 points 3 and 10), or nil: a count at the top of its range (the
-// next one would not be readable), or a tier record due further ahead than
-// dueLimit (plus dueSkew).
+// outOfRange says why meta, decoded without error, cannot be handled, or
+// nil: a count at the top of its range (the next one would not be
+// readable), or a tier record due further ahead than dueLimit (plus
+// dueSkew).
 func outOfRange(meta retry.Meta, tier int, p policy, now time.Time) error {
 	if meta.Attempt >= retry.MaxAttempt {
 		return &retry.BadHeaderError{Header: retry.HeaderAttempt, Value: strconv.Itoa(meta.Attempt),
@@ -209,7 +209,7 @@ const (
 )
 
 // clampFuture sets the times in meta that drive ages to now when they lie
-// more than clockSkew ahead of it (issue 12 point 4): the origin timestamp
+// more than clockSkew ahead of it: the origin timestamp
 // (ttl counts from it) and redrive-not-ready-since (not_ready_deadline
 // counts from it). A future one would make the age negative, so the
 // request would never expire; clamped, the age counts from the first time

@@ -109,7 +109,7 @@ func TestDecide(t *testing.T) {
 			toTier(errored(failed(2, retry.ClassTransient), retry.ClassTransient, "http_429", "http_429"), 1, 30*time.Second)},
 		{"retry-after beyond the last tier: last tier, due after the delay", fresh(), RetryAfter("http_429", nil, time.Hour), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, time.Hour)},
-		// Issue 12 point 3: redrive never writes a due time it would refuse.
+		// redrive never writes a due time it would refuse.
 		{"retry-after beyond the due limit is cut to it (ttl)", fresh(), RetryAfter("http_429", nil, 48*time.Hour), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, 5*time.Minute+time.Hour)},
 		{"retry-after beyond the due limit is cut to it (no ttl: 24h)", fresh(), RetryAfter("http_429", nil, 1000*time.Hour), policy{sched: sched, notReadyDeadline: 10 * time.Minute},
@@ -168,7 +168,7 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-// TestDecideJobs is issue 14's part of the table: a transient or paused
+// TestDecideJobs is the job APIs' part of the table: a transient or paused
 // outcome that keeps its State (a failed poll of a job API), the submit
 // of a pipeline with callbacks waiting for its callback, and an outcome
 // given by a callback (decideCallback: not a poll).
@@ -310,7 +310,7 @@ func TestScreen(t *testing.T) {
 				"still not ready 11m0s after the first not-ready answer (not_ready_deadline 10m0s)"), reasonExpired),
 				func(d *decision) { d.early = "expired" })},
 		{"not-ready within the deadline: poll", polled(), nil, 0, pol, true, decision{}},
-		// Issue 12 point 3: expiry is checked before a hop.
+		// Expiry is checked before a hop.
 		{"past the ttl and not due: expired, not hopped", with(failed(1, retry.ClassTransient), func(m *retry.Meta) {
 			m.OriginTimestamp, m.Due = t0.Add(-2*time.Hour), t0.Add(20*time.Second)
 		}), nil, 0, pol, false,
@@ -323,7 +323,7 @@ func TestScreen(t *testing.T) {
 			with(toDead(marked(with(polled(), func(m *retry.Meta) { m.NotReadySince, m.Due = t0.Add(-11*time.Minute), t0.Add(2*time.Minute) }),
 				retry.ClassExpired, CodeNotReadyDeadline, "still not ready 11m0s after the first not-ready answer (not_ready_deadline 10m0s)"), reasonExpired),
 				func(d *decision) { d.early = "expired" })},
-		// Issue 12 point 3: a due time within the limit (plus the skew
+		// A due time within the limit (plus the skew
 		// allowance) hops; further ahead it is invalid (TestScreenDueLimit).
 		{"due at the limit plus the skew: hop", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.Due = t0.Add(65*time.Minute + dueSkew) }),
 			nil, 2, pol, false,
@@ -331,7 +331,7 @@ func TestScreen(t *testing.T) {
 		{"a far due time on the main topic is not looked at", with(fresh(), func(m *retry.Meta) { m.Due = t0.AddDate(100, 0, 0) }), nil, -1, pol, true, decision{}},
 		{"the deadline only counts for not-ready records", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.NotReadySince = t0.Add(-time.Hour) }),
 			nil, 0, pol, true, decision{}},
-		// Issue 12 point 10: a count at the top of its range is invalid, so
+		// A count at the top of its range is invalid, so
 		// that the next one is never out of range (or negative).
 		{"attempt at its maximum: invalid", failed(retry.MaxAttempt, retry.ClassTransient), nil, 1, pol, false,
 			with(toDead(marked(failed(retry.MaxAttempt, retry.ClassTransient), retry.ClassInvalid, CodeBadHeader,
@@ -355,9 +355,8 @@ func TestScreen(t *testing.T) {
 }
 
 // TestScreenDueLimit: a tier record due further ahead than the largest
-// tier plus ttl / not_ready_deadline / 24h, or max_due, is invalid (issue 12
-// point 3): before, a record due in 100 years hopped through the last tier
-// forever.
+// tier plus ttl / not_ready_deadline / 24h, or max_due, is invalid:
+// before, a record due in 100 years hopped through the last tier forever.
 func TestScreenDueLimit(t *testing.T) {
 	noTTL := policy{sched: sched, notReadyDeadline: 10 * time.Minute}
 	maxDue := policy{sched: with(sched, func(s *retry.Schedule) { s.MaxDue = 2 * time.Hour }), ttl: time.Hour, notReadyDeadline: 10 * time.Minute}
@@ -415,7 +414,7 @@ func TestScreenDueLimit(t *testing.T) {
 
 // Whatever the handler answers, the retry record redrive writes passes
 // screen when it is read back: redrive never writes a due time it would
-// call invalid (issue 12 point 3).
+// call invalid.
 func TestWrittenDueIsAlwaysReadable(t *testing.T) {
 	pols := map[string]policy{
 		"ttl":              pol,
@@ -454,7 +453,7 @@ func TestWrittenDueIsAlwaysReadable(t *testing.T) {
 }
 
 // TestClampFuture: times from a record that drive ages are taken as now
-// when more than clockSkew ahead (issue 12 point 4), so that a request with
+// when more than clockSkew ahead, so that a request with
 // a future origin timestamp still expires ttl after redrive first saw it.
 func TestClampFuture(t *testing.T) {
 	cases := []struct {
@@ -496,7 +495,7 @@ func TestAttemptOf(t *testing.T) {
 	}{
 		{"first", fresh(), 1, false, ""},
 		{"after two failures", failed(2, retry.ClassTransient), 3, false, ""},
-		// Issue 14: a failed poll keeps its job id; the next attempt polls it again.
+		// A failed poll keeps its job id; the next attempt polls it again.
 		{"state of a failed attempt is passed on", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.State = []byte("s") }), 2, false, "s"},
 		{"state of a paused record is passed on", with(failed(1, retry.ClassTransient), func(m *retry.Meta) { m.State, m.ErrorCode = []byte("job-7"), "ERROR_ZERO_BALANCE" }), 2, false, "job-7"},
 		{"poll keeps the accepted attempt", polled(), 1, true, "task-9"},

@@ -225,7 +225,7 @@ func TestShutdownWhileTierRecordsComeDue(t *testing.T) {
 	t.Logf("%d results for %d requests (%d duplicates)", len(res), n, len(res)-n)
 }
 
-// Issue 12 point 3: a tier record due far ahead (year 2262: beyond the
+// A tier record due far ahead (year 2262: beyond the
 // header's range; now + 100 years: beyond the due limit) is dead-lettered
 // as invalid at its first look instead of hopping through the last tier
 // forever, and a record past its ttl is expired, not hopped. The partition

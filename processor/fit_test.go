@@ -54,7 +54,7 @@ func waitCommitted(t *testing.T, e *pipetest.Env, topic string, want int64) {
 	}
 }
 
-// Issue 12 point 1: a record is only written when it fits the smaller of
+// A record is only written when it fits the smaller of
 // its topic's max.message.bytes and the producer's batch limit. Records
 // whose user headers, key or value alone are over that limit — and the
 // retry and results records of requests with large headers — all become

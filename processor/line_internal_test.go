@@ -187,6 +187,7 @@ func TestBreakerRatioOverWindow(t *testing.T) {
 	}
 }
 
+// enabled: false is a user's choice; this is what it gives: nothing held.
 func TestBreakerDisabledNeverHolds(t *testing.T) {
 	tl := newTestLine(t, Pipeline{Breaker: Breaker{Disabled: true}, Guard: Guard{Disabled: true}})
 	for i := range 200 {
@@ -333,7 +334,7 @@ func TestEnterLeavesOnRevokeAndStop(t *testing.T) {
 }
 
 func TestRateLimitSpacesCalls(t *testing.T) {
-	tl := newTestLine(t, Pipeline{RateLimit: 20, Breaker: Breaker{Disabled: true}})
+	tl := newTestLine(t, Pipeline{RateLimit: 20})
 	start := time.Now()
 	var wg sync.WaitGroup
 	for range 8 {

@@ -247,7 +247,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		// polled only as the in-flight bound frees room, so a large
 		// buffered fetch of the main topic delays the tier records fetched
 		// with it (and holds memory). franz-go's default is 1 MiB;
-		// measured in BENCHMARKS.md (issue 17).
+		// measured in BENCHMARKS.md.
 		kgo.FetchMaxPartitionBytes(fetchPartitionBytes),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordDeliveryTimeout(20 * time.Second),
@@ -635,8 +635,8 @@ func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, end int64
 // due later than that (a minimum delay longer than the largest tier, or a
 // foreign producer's far due time) is looked at then and hops through the
 // tier again, so it never holds up the records behind it. A record
-// timestamp more than clockSkew in the future counts as now (issue 12
-// point 4; counted in redrive_future_times_clamped_total), or it would
+// timestamp more than clockSkew in the future counts as now (counted in
+// redrive_future_times_clamped_total), or it would
 // hold the record, and the partition's commit point, until then.
 func (p *pipeline) waitUntil(tier int, w *work, now time.Time) time.Time {
 	d := p.cfg.Schedule.Tiers[tier]

@@ -7,7 +7,7 @@ import "sync/atomic"
 // most dueBurst worker picks in a row, then a main-topic record takes one.
 // So due work never waits behind fresh work, and the main topic keeps at
 // least 1/(dueBurst+1) of the workers however much is due. Measured
-// (BENCHMARKS.md, issue 17): with 3 a saturated failure path (every request
+// (BENCHMARKS.md): with 3 a saturated failure path (every request
 // retried once) handled retries up to 375 ms late at p99, as the retries of
 // a burst of fresh work came due faster than three quarters of the workers
 // took them; with 7, 194 ms.

@@ -457,7 +457,7 @@ func TestDecodeMalformed(t *testing.T) {
 		{"attempt hex", []kgo.RecordHeader{h(retry.HeaderAttempt, "0x2")}, retry.HeaderAttempt, "decimal"},
 		{"attempt negative", []kgo.RecordHeader{h(retry.HeaderAttempt, "-1")}, retry.HeaderAttempt, "negative"},
 		{"attempt overflows", []kgo.RecordHeader{h(retry.HeaderAttempt, "99999999999999999999")}, retry.HeaderAttempt, "decimal"},
-		// Issue 12 point 10: numbers are canonical decimal within a range.
+		// Numbers are canonical decimal within a range.
 		{"attempt at int64's maximum", []kgo.RecordHeader{h(retry.HeaderAttempt, "9223372036854775807")}, retry.HeaderAttempt, "out of range; want a decimal integer from 0 to 10000"},
 		{"attempt above its maximum", []kgo.RecordHeader{h(retry.HeaderAttempt, "10001")}, retry.HeaderAttempt, "out of range"},
 		{"attempt with a plus sign", []kgo.RecordHeader{h(retry.HeaderAttempt, "+3")}, retry.HeaderAttempt, "signed"},
@@ -708,7 +708,7 @@ func TestRequestID(t *testing.T) {
 		{"header names are case-sensitive", rec(h("Idempotency-Key", "upper")), fallback},
 		{"first usable key wins", rec(h("idempotency-key", ""), h("idempotency-key", "second"), h("idempotency-key", "third")), "second"},
 		{"redrive-id is not consulted", rec(h(retry.HeaderID, "from-header")), fallback},
-		// Issue 12 point 10: the id is sent as Idempotency-Key; a key that
+		// The id is sent as Idempotency-Key; a key that
 		// cannot be an id (CheckID) is not used.
 		{"key of 200 KB falls back", rec(h("idempotency-key", strings.Repeat("k", 200<<10))), fallback},
 		{"key one byte too long falls back", rec(h("idempotency-key", strings.Repeat("k", retry.MaxIDBytes+1))), fallback},
@@ -887,7 +887,7 @@ func fuzzSeeds() [][]kgo.RecordHeader {
 		{h(retry.HeaderOriginPartition, "1"), h(retry.HeaderOriginOffset, "2")},
 		{h(retry.HeaderErrorClass, "sometimes"), {Key: retry.HeaderError, Value: []byte{0xff}}},
 		{h(retry.HeaderTruncated, "-1"), h("redrive-future", "x"), {Key: "nil"}},
-		// Issue 12 point 10: non-canonical and out-of-range numbers, long ids.
+		// Non-canonical and out-of-range numbers, long ids.
 		{h(retry.HeaderAttempt, "9223372036854775807")},
 		{h(retry.HeaderAttempt, " 3")},
 		{h(retry.HeaderAttempt, "00003"), h(retry.HeaderPolls, "0")},

@@ -160,7 +160,6 @@ func TestValidate(t *testing.T) {
 		{"jitter above 1", with(func(s *retry.Schedule) { s.Jitter = 1.5 }), "jitter"},
 		{"jitter +Inf", with(func(s *retry.Schedule) { s.Jitter = math.Inf(1) }), "jitter"},
 		{"jitter NaN (YAML .nan)", with(func(s *retry.Schedule) { s.Jitter = math.NaN() }), "jitter"},
-		// Issue 12 points 3 and 10.
 		{"max_attempts at its maximum", with(func(s *retry.Schedule) { s.MaxAttempts = retry.MaxMaxAttempts }), ""},
 		{"max_attempts above its maximum", with(func(s *retry.Schedule) { s.MaxAttempts = retry.MaxMaxAttempts + 1 }), "max_attempts: 1001: must be at most 1000"},
 		{"max_attempts int's maximum", with(func(s *retry.Schedule) { s.MaxAttempts = int(^uint(0) >> 1) }), "must be at most 1000"},
@@ -491,7 +490,7 @@ func FuzzParseDelay(f *testing.F) {
 	})
 }
 
-// Issue 12 point 13: at most MaxTiers tiers, reported once (not once per
+// At most MaxTiers tiers, reported once (not once per
 // tier).
 func TestValidateBoundsTiers(t *testing.T) {
 	tiers := func(n int) []time.Duration {

@@ -654,7 +654,7 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// Issue 12 point 13: the tiers topics are created for are bounded by
+// The tiers topics are created for are bounded by
 // retry.MaxTiers, the bound Schedule.Validate holds the config to.
 func TestEnsureBoundsTiers(t *testing.T) {
 	tiers := func(n int) []time.Duration {

@@ -20,7 +20,7 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// Issue 16: `redrive analyze` without a token refuses an address that is
+// `redrive analyze` without a token refuses an address that is
 // not loopback (exit 2, naming the keys), before it connects to anything.
 func TestAnalyzeRefusesPublicAddressWithoutToken(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:9091", ":9091", "[::]:9091", "10.0.0.1:9091", "analyzer.example.com:9091"} {

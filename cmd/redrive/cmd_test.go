@@ -529,7 +529,7 @@ func devBanner(t *testing.T, args ...string) string {
 	return out.String()
 }
 
-// Issue 12 point 8: a replay token from the environment is a secret; dev
+// A replay token from the environment is a secret; dev
 // says where it is set, not what it is. The one dev picks itself is shown
 // (README: "replay token `dev`").
 func TestDevDoesNotPrintTheTokenFromTheEnvironment(t *testing.T) {

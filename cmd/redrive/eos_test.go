@@ -18,7 +18,7 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// Process-level exactly-once tests (issue 15): `redrive process` with
+// Process-level exactly-once tests: `redrive process` with
 // `delivery: exactly-once`, killed, joined, left and paused, read back
 // read_committed.
 

@@ -17,7 +17,7 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// Issue 12 point 12: `dlq export --format csv` writes no cell a spreadsheet
+// `dlq export --format csv` writes no cell a spreadsheet
 // evaluates. A dead letter whose key, value, error or header value starts
 // with =, +, -, @, a tab or a carriage return exports those cells with a
 // leading single quote; ordinary cells are exported as they are.

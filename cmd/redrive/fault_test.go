@@ -18,7 +18,7 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// The fault suite (issue 16): `redrive process` against a real broker
+// The fault suite: `redrive process` against a real broker
 // while something breaks. Each test asserts that nothing is lost (every
 // request reaches the terminal topic the solver's answers dictate), the
 // log line an operator sees, and, where the fault blocks writes, /readyz
@@ -570,6 +570,8 @@ func TestFaultSolverNeverAnswersNoBreaker(t *testing.T) {
 	s := newFaultSolver(t)
 	s.hang(true)
 	const conc, n = 8, 16
+	// Off, as a user who turned it off runs it: the tiers and the DLQ are
+	// all that is left (TestFaultSolverNeverAnswers runs the defaults).
 	cfg, _ := faultConfig(t, c.Brokers, topic, s.url, time.Second,
 		"{tiers: [1s], max_attempts: 2, jitter: 0}",
 		fmt.Sprintf("    concurrency: %d\n    breaker: {enabled: false}\n", conc))

@@ -14,7 +14,7 @@ import (
 	"github.com/redrive/redrive/processor"
 )
 
-// Issue 13: `redrive process` serves GET /api/pipelines as before and
+// `redrive process` serves GET /api/pipelines as before and
 // POST /api/pipelines/<name>/pause|resume with processor.token (here from
 // REDRIVE_PROCESSOR_TOKEN).
 func TestProcessorTokenConfigGuardsPauseResume(t *testing.T) {

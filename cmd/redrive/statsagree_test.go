@@ -29,7 +29,7 @@ func withHeader(r *kgo.Record, k, v string) *kgo.Record {
 	return &c
 }
 
-// Issue 12 point 7: /api/stats counted rule republishes for undecodable
+// /api/stats counted rule republishes for undecodable
 // dead letters that were never republished, and `redrive dlq stats`
 // skipped them. Now both count them in "undecodable", and the rules'
 // republished counts are what the worker republishes.

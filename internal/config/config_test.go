@@ -1323,7 +1323,7 @@ func TestRequestFaultCodes(t *testing.T) {
 	}
 }
 
-// Issue 13: the flow-control keys (breaker, rate_limit, rate_limit_burst,
+// The flow-control keys (breaker, rate_limit, rate_limit_burst,
 // guard, handler.codes.pause, processor.token) reach the processor's and
 // the handler's fields.
 func TestFlowControlKeys(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// Issue 12 point 13: a problem is reported once, at the key the user
+// A problem is reported once, at the key the user
 // wrote; a default derived from a bad value is not a second problem.
 func TestErrorsOnlyForKeysTheUserWrote(t *testing.T) {
 	for _, c := range []struct {
@@ -40,7 +40,7 @@ func TestErrorsOnlyForKeysTheUserWrote(t *testing.T) {
 	}
 }
 
-// Issue 12 point 13: the number of tiers is bounded (each is a topic).
+// The number of tiers is bounded (each is a topic).
 func TestTiersBounded(t *testing.T) {
 	var b strings.Builder
 	b.WriteString("[")
@@ -58,7 +58,7 @@ func TestTiersBounded(t *testing.T) {
 	mustParse(t, pipe("retry: {tiers: [1s, 2s, 3s, 4s, 5s, 6s, 7s, 8s, 9s, 10s, 11s, 12s, 13s, 14s, 15s, 16s]}"), nil)
 }
 
-// Issue 12 point 13: a character YAML refuses is reported with its line
+// A character YAML refuses is reported with its line
 // and column.
 func TestBadCharacterHasLineAndColumn(t *testing.T) {
 	for _, c := range []struct{ doc, want string }{

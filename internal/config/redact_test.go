@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// Issue 12 point 8: no error quotes a URL's password, a secret-looking
+// No error quotes a URL's password, a secret-looking
 // query value (also one from ${ENV}) or a value that is a secret.
 func TestErrorsShowNoSecrets(t *testing.T) {
 	secrets := []string{"s3cret", "K3Y", "T0KEN"}

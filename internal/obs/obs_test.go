@@ -82,7 +82,7 @@ func TestServeBadAddr(t *testing.T) {
 	}
 }
 
-// Issue 12 point 11: every server redrive runs has timeouts (500 idle
+// Every server redrive runs has timeouts (500 idle
 // connections stayed open on the analyzer's) and the security headers.
 func TestServerLimitsAndHeaders(t *testing.T) {
 	srv := HTTPServer(http.NotFoundHandler(), Limits{})

@@ -20,7 +20,7 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// End to end (issue 14): records → the processor with the real HTTP
+// End to end: records → the processor with the real HTTP
 // handler, configured as the captchaai preset → the fake CaptchaAI
 // (in.php with a pingback, res.php) → its pingback to the real callback
 // intake (processor/callback on 127.0.0.1) → <topic>.callbacks on the

@@ -250,7 +250,7 @@ func TestBadRequestID(t *testing.T) {
 	if out := h.Handle(context.Background(), req); out.Kind != processor.Invalid || out.Code != CodeBadID {
 		t.Fatalf("%+v", out)
 	}
-	// Issue 12 point 10: a 200 KB id is never sent as Idempotency-Key.
+	// A 200 KB id is never sent as Idempotency-Key.
 	req.ID = strings.Repeat("k", 200<<10)
 	out := h.Handle(context.Background(), req)
 	if out.Kind != processor.Invalid || out.Code != CodeBadID || !strings.Contains(out.Err.Error(), "longer than 512 bytes") {

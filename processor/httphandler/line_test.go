@@ -22,7 +22,7 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// The tests of the line (issue 13) against a real broker and a scripted
+// The tests of the line against a real broker and a scripted
 // solver speaking a CAPTCHA API's JSON: {"status":1,"request":"<answer>"}
 // on success, {"status":0,"request":"ERROR_..."} on failure.
 
