@@ -21,7 +21,8 @@ import (
 //
 // Every processor reads Topic (all partitions, no consumer group, from
 // Wait+CallbackMargin before it started) into a map by job id bounded by
-// MaxEntries. The callback intake (processor/callback) writes the records.
+// MaxEntries and MaxBytes. The callback intake (processor/callback) writes
+// the records.
 type Callbacks struct {
 	// Topic holds the callbacks: key = job id, value = the result,
 	// HeaderCallbackError = the service's error (CallbackRecord).
@@ -33,12 +34,27 @@ type Callbacks struct {
 	// MaxEntries bounds the callbacks held in memory per pipeline (oldest
 	// dropped first: its record is polled). Default DefaultCallbackEntries.
 	MaxEntries int
+	// MaxBytes bounds the memory those callbacks take: each counts its job
+	// id, result and error plus CallbackEntryOverhead; a used callback
+	// keeps only its job id (to tell a duplicate), and the jobs finished by
+	// polling count too. Past it the oldest go first, as at MaxEntries.
+	// The callbacks topic can be written by anyone who reaches the intake,
+	// so this is what bounds a replica's memory. Default
+	// DefaultCallbackBytes; at least MinCallbackBytes.
+	MaxBytes int64
 }
 
 // Defaults of Callbacks.
 const (
 	DefaultCallbackWait    = 2 * time.Minute
 	DefaultCallbackEntries = 100_000
+	DefaultCallbackBytes   = 16 << 20 // 16 MiB
+	// MinCallbackBytes is the least MaxBytes: room for a few callbacks of
+	// the largest size the intake takes.
+	MinCallbackBytes = 1 << 20
+	// CallbackEntryOverhead is what a held callback costs besides its
+	// bytes: the map slot, the list element and the entry.
+	CallbackEntryOverhead = 160
 	// CallbackMargin is added to Wait for how long a callback is kept
 	// and how far back a processor reads the callbacks topic at start.
 	CallbackMargin = 5 * time.Minute

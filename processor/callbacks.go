@@ -35,7 +35,7 @@ const (
 	cbMatched                  // a record finished by its callback
 	cbDuplicate                // a second callback for a job in the store
 	cbLate                     // a callback for a job finished by a poll
-	cbEvicted                  // dropped unmatched at MaxEntries
+	cbEvicted                  // dropped unmatched at MaxEntries or MaxBytes
 	cbBad                      // a record without a valid job id
 	nCBEvents
 )
@@ -56,6 +56,7 @@ type cbEntry struct {
 	cb      Callback
 	expires time.Time
 	state   cbState
+	cost    int64 // what it adds to cbStore.bytes
 }
 
 type polledJob struct {
@@ -63,28 +64,42 @@ type polledJob struct {
 	expires time.Time
 }
 
+// cbCost is what a callback held with its result and error costs.
+func cbCost(cb Callback) int64 {
+	return int64(len(cb.JobID)+len(cb.Result)+len(cb.Error)) + CallbackEntryOverhead
+}
+
+// polledCost is what a job remembered as finished by polling costs.
+func polledCost(job string) int64 { return int64(len(job)) + CallbackEntryOverhead }
+
 // cbStore holds a pipeline's callbacks by job id, oldest first, bounded by
-// max entries (the oldest dropped first) and by age (from the callback's
-// timestamp). It also remembers, within the same bounds, the jobs this
-// process finished by polling, so that their callbacks count as late.
-// Safe for concurrent use; its lock is taken last (after pipeline.mu).
+// max entries and maxBytes (the oldest dropped first) and by age (from
+// the callback's timestamp). It also remembers, within the same bounds,
+// the jobs this process finished by polling, so that their callbacks
+// count as late. Safe for concurrent use; its lock is taken last (after
+// pipeline.mu).
 type cbStore struct {
-	max int
-	age time.Duration
+	max      int
+	maxBytes int64
+	age      time.Duration
 
 	mu     sync.Mutex
 	byJob  map[string]*list.Element // of *cbEntry, in order
 	order  list.List                // *cbEntry, oldest first
 	polled map[string]*list.Element // of polledJob, in polledOrder
 	pOrder list.List                // polledJob, oldest first
+	// bytes is what the callbacks and the polled jobs held cost
+	// (cbCost, polledCost); polledBytes is the polled jobs' part.
+	bytes, polledBytes int64
 
 	counts [nCBEvents]atomic.Uint64
 	prom   [nCBEvents]prometheus.Counter // nil: not exported (tests)
 	held   prometheus.Gauge              // nil: not exported
+	heldB  prometheus.Gauge              // nil: not exported
 }
 
-func newCBStore(max int, age time.Duration) *cbStore {
-	return &cbStore{max: max, age: age, byJob: map[string]*list.Element{}, polled: map[string]*list.Element{}}
+func newCBStore(max int, maxBytes int64, age time.Duration) *cbStore {
+	return &cbStore{max: max, maxBytes: maxBytes, age: age, byJob: map[string]*list.Element{}, polled: map[string]*list.Element{}}
 }
 
 func (s *cbStore) count(ev cbEvent) {
@@ -103,10 +118,20 @@ func (s *cbStore) len() int {
 	return len(s.byJob)
 }
 
+// size is what the store's callbacks and polled jobs cost, in bytes.
+func (s *cbStore) size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bytes
+}
+
 // heldLocked publishes the size. s.mu held.
 func (s *cbStore) heldLocked() {
 	if s.held != nil {
 		s.held.Set(float64(len(s.byJob)))
+	}
+	if s.heldB != nil {
+		s.heldB.Set(float64(s.bytes))
 	}
 }
 
@@ -134,16 +159,53 @@ func (s *cbStore) add(cb Callback, now time.Time) (added bool) {
 	if !expires.After(now) {
 		return false // older than a record can wait for it
 	}
-	s.byJob[cb.JobID] = s.order.PushBack(&cbEntry{cb: cb, expires: expires})
+	e := &cbEntry{cb: cb, expires: expires, cost: cbCost(cb)}
+	s.byJob[cb.JobID] = s.order.PushBack(e)
+	s.bytes += e.cost
+	s.boundLocked()
+	s.heldLocked()
+	_, kept := s.byJob[cb.JobID]
+	return kept
+}
+
+// boundLocked drops the oldest until the store is within its bounds: the
+// polled jobs first while they take more than a quarter of the bytes (the
+// callbacks are what waiting records need), else the oldest callback. s.mu
+// held.
+func (s *cbStore) boundLocked() {
 	for len(s.byJob) > s.max {
-		e := s.order.Remove(s.order.Front()).(*cbEntry)
-		delete(s.byJob, e.cb.JobID)
-		if e.state == cbPending {
-			s.count(cbEvicted) // its record is polled
+		s.dropOldestLocked()
+	}
+	for len(s.polled) > s.max {
+		s.dropPolledLocked()
+	}
+	for s.bytes > s.maxBytes {
+		switch {
+		case s.polledBytes > s.maxBytes/4 || s.order.Len() == 0:
+			s.dropPolledLocked()
+		default:
+			s.dropOldestLocked()
 		}
 	}
-	s.heldLocked()
-	return true
+}
+
+// dropOldestLocked drops the oldest callback. s.mu held, one held.
+func (s *cbStore) dropOldestLocked() {
+	e := s.order.Remove(s.order.Front()).(*cbEntry)
+	delete(s.byJob, e.cb.JobID)
+	s.bytes -= e.cost
+	if e.state == cbPending {
+		s.count(cbEvicted) // its record is polled
+	}
+}
+
+// dropPolledLocked forgets the oldest polled job. s.mu held, one held.
+func (s *cbStore) dropPolledLocked() {
+	j := s.pOrder.Remove(s.pOrder.Front()).(polledJob)
+	delete(s.polled, j.job)
+	c := polledCost(j.job)
+	s.bytes -= c
+	s.polledBytes -= c
 }
 
 // take attaches the pending callback of job to the caller's record: no
@@ -169,8 +231,21 @@ func (s *cbStore) setState(job string, st cbState) {
 	defer s.mu.Unlock()
 	if el := s.byJob[job]; el != nil {
 		if e := el.Value.(*cbEntry); e.state == cbTaken {
-			e.state = st
+			s.setLocked(e, st)
 		}
+	}
+}
+
+// setLocked moves e to st; a done callback keeps only its job id, which
+// is all a duplicate is told by. s.mu held.
+func (s *cbStore) setLocked(e *cbEntry, st cbState) {
+	e.state = st
+	if st == cbDone {
+		e.cb.Result, e.cb.Error = nil, ""
+		c := cbCost(e.cb)
+		s.bytes -= e.cost - c
+		e.cost = c
+		s.heldLocked()
 	}
 }
 
@@ -187,7 +262,7 @@ func (s *cbStore) forget(job string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el := s.byJob[job]; el != nil {
-		s.order.Remove(el)
+		s.bytes -= s.order.Remove(el).(*cbEntry).cost
 		delete(s.byJob, job)
 		s.heldLocked()
 	}
@@ -201,7 +276,7 @@ func (s *cbStore) finishedByPoll(job string, now time.Time) {
 	defer s.mu.Unlock()
 	if el := s.byJob[job]; el != nil {
 		if e := el.Value.(*cbEntry); e.state == cbPending {
-			e.state = cbDone
+			s.setLocked(e, cbDone)
 			s.count(cbLate)
 		}
 		return
@@ -210,9 +285,11 @@ func (s *cbStore) finishedByPoll(job string, now time.Time) {
 		return
 	}
 	s.polled[job] = s.pOrder.PushBack(polledJob{job: job, expires: now.Add(s.age)})
-	for len(s.polled) > s.max {
-		delete(s.polled, s.pOrder.Remove(s.pOrder.Front()).(polledJob).job)
-	}
+	c := polledCost(job)
+	s.bytes += c
+	s.polledBytes += c
+	s.boundLocked()
+	s.heldLocked()
 }
 
 // sweep drops what is older than the age bound.
@@ -225,13 +302,14 @@ func (s *cbStore) sweep(now time.Time) {
 
 // sweepLocked drops entries from the front while they are past their
 // age: arrival order is nearly timestamp order, so an entry behind a
-// younger one may outlive its age by a little, never the MaxEntries bound.
+// younger one may outlive its age by a little, never the MaxEntries and
+// MaxBytes bounds.
 func (s *cbStore) sweepLocked(now time.Time) {
 	for f := s.order.Front(); f != nil && !f.Value.(*cbEntry).expires.After(now); f = s.order.Front() {
-		delete(s.byJob, s.order.Remove(f).(*cbEntry).cb.JobID)
+		s.dropOldestLocked()
 	}
 	for f := s.pOrder.Front(); f != nil && !f.Value.(polledJob).expires.After(now); f = s.pOrder.Front() {
-		delete(s.polled, s.pOrder.Remove(f).(polledJob).job)
+		s.dropPolledLocked()
 	}
 }
 
@@ -247,8 +325,8 @@ type callbacks struct {
 }
 
 func newCallbacks(cfg Callbacks, m *metrics, pipeline string) *callbacks {
-	s := newCBStore(cfg.MaxEntries, cfg.Wait+CallbackMargin)
-	s.prom, s.held = m.callbackCounters(pipeline)
+	s := newCBStore(cfg.MaxEntries, cfg.MaxBytes, cfg.Wait+CallbackMargin)
+	s.prom, s.held, s.heldB = m.callbackCounters(pipeline)
 	return &callbacks{cfg: cfg, store: s, caughtUp: make(chan struct{})}
 }
 
@@ -324,6 +402,9 @@ func (p *pipeline) readCallbacks(ctx context.Context, start time.Time) {
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: offsets}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(200*time.Millisecond),
+		// What a fetch buffers counts beside the store: anyone who
+		// reaches the intake writes this topic.
+		kgo.FetchMaxBytes(callbackFetchBytes),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -367,6 +448,10 @@ func (p *pipeline) readCallbacks(ctx context.Context, start time.Time) {
 		}
 	}
 }
+
+// callbackFetchBytes bounds one fetch of the callbacks reader (a larger
+// record still comes, alone).
+const callbackFetchBytes = 4 << 20
 
 // callbackRetry is how often the callbacks reader tries again to list
 // the offsets of a callbacks topic it could not list at start.

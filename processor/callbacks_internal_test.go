@@ -1,11 +1,13 @@
 package processor
 
 import (
+	"bytes"
 	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +28,7 @@ func cbAt(job string, at time.Time) Callback {
 // room for the job's next callback.
 func TestCBStoreLifecycle(t *testing.T) {
 	now := time.Now()
-	s := newCBStore(10, time.Minute)
+	s := newCBStore(10, DefaultCallbackBytes, time.Minute)
 	if !s.add(cbAt("a", now), now) {
 		t.Fatal("first callback for a: not added")
 	}
@@ -87,7 +89,7 @@ func TestCBStoreLifecycle(t *testing.T) {
 // same bounds.
 func TestCBStoreBounds(t *testing.T) {
 	now := time.Now()
-	s := newCBStore(3, time.Minute)
+	s := newCBStore(3, DefaultCallbackBytes, time.Minute)
 	for i := range 5 {
 		s.add(cbAt(fmt.Sprint(i), now.Add(time.Duration(i)*time.Millisecond)), now)
 	}
@@ -110,7 +112,7 @@ func TestCBStoreBounds(t *testing.T) {
 		t.Errorf("evicted %d, want 4 (a matched one dropped is not counted)", s.stat(cbEvicted))
 	}
 
-	a := newCBStore(100, time.Minute)
+	a := newCBStore(100, DefaultCallbackBytes, time.Minute)
 	a.add(cbAt("old", now.Add(-50*time.Second)), now)
 	a.add(cbAt("new", now), now)
 	if a.add(cbAt("ancient", now.Add(-2*time.Minute)), now) {
@@ -130,7 +132,7 @@ func TestCBStoreBounds(t *testing.T) {
 	}
 
 	// The finished-by-poll set: bounded, and forgotten after the age.
-	p := newCBStore(2, time.Minute)
+	p := newCBStore(2, DefaultCallbackBytes, time.Minute)
 	p.finishedByPoll("x", now)
 	p.finishedByPoll("y", now)
 	p.finishedByPoll("z", now) // drops x
@@ -329,5 +331,50 @@ func TestMatchAfterPop(t *testing.T) {
 	}
 	if p.sched.remove(w) {
 		t.Error("remove of a popped record reported true")
+	}
+}
+
+// MaxBytes: whatever the callbacks carry, the store holds at most its byte
+// bound, oldest dropped first; a matched callback keeps only its job id,
+// so duplicates are still told after its result is gone; jobs finished by
+// polling count against the same bound.
+func TestCBStoreBytes(t *testing.T) {
+	now := time.Now()
+	const bound = 1 << 20
+	s := newCBStore(100_000, bound, time.Hour)
+	big := func(id string) Callback {
+		return Callback{JobID: id + strings.Repeat("i", 4000), Result: bytes.Repeat([]byte("r"), 60_000), Error: strings.Repeat("e", 60_000), At: now}
+	}
+	for i := range 100 {
+		s.add(big(fmt.Sprint(i)), now)
+		if got := s.size(); got > bound {
+			t.Fatalf("after %d callbacks the store holds %d bytes, more than its bound %d", i+1, got, bound)
+		}
+	}
+	if s.len() == 0 || s.len() > bound/124_000 {
+		t.Errorf("held %d callbacks of ~124KB in %d bytes", s.len(), bound)
+	}
+	if _, ok := s.take(fmt.Sprint(0) + strings.Repeat("i", 4000)); ok {
+		t.Error("the oldest callback outlived the byte bound")
+	}
+	newest := fmt.Sprint(99) + strings.Repeat("i", 4000)
+	if _, ok := s.take(newest); !ok {
+		t.Fatal("the newest callback was dropped")
+	}
+	before := s.size()
+	s.done(newest)
+	if freed := before - s.size(); freed < 120_000 {
+		t.Errorf("a matched callback freed %d bytes, want its result and error (~120KB)", freed)
+	}
+	if s.add(big("99"), now) || s.stat(cbDuplicate) != 1 {
+		t.Error("a second callback for a matched job was not a duplicate")
+	}
+
+	p := newCBStore(100_000, bound, time.Hour)
+	for i := range 1000 {
+		p.finishedByPoll(fmt.Sprint(i)+strings.Repeat("j", 4000), now)
+	}
+	if got := p.size(); got > bound {
+		t.Errorf("polled jobs hold %d bytes, more than the bound %d", got, bound)
 	}
 }

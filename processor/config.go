@@ -392,7 +392,8 @@ func (p Pipeline) WithDefaults() Pipeline {
 
 // WithDefaults fills the zero settings of a pipeline's Callbacks: Topic
 // (topics.CallbacksTopic(main), "<main>.callbacks"), Wait
-// (DefaultCallbackWait), MaxEntries (DefaultCallbackEntries).
+// (DefaultCallbackWait), MaxEntries (DefaultCallbackEntries), MaxBytes
+// (DefaultCallbackBytes).
 func (c Callbacks) WithDefaults(main string) Callbacks {
 	if c.Topic == "" && main != "" {
 		c.Topic = topics.CallbacksTopic(main)
@@ -402,6 +403,9 @@ func (c Callbacks) WithDefaults(main string) Callbacks {
 	}
 	if c.MaxEntries == 0 {
 		c.MaxEntries = DefaultCallbackEntries
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultCallbackBytes
 	}
 	return c
 }
@@ -544,6 +548,9 @@ func (p Pipeline) validate() []error {
 		}
 		if c.MaxEntries < 1 {
 			errs.add("Callbacks.MaxEntries", "%d: must be at least 1", c.MaxEntries)
+		}
+		if c.MaxBytes < MinCallbackBytes {
+			errs.add("Callbacks.MaxBytes", "%d: must be at least %d (1MiB)", c.MaxBytes, MinCallbackBytes)
 		}
 	}
 	if b := p.Breaker; b.FailoverRetries && b.FailoverTo == "" {

@@ -37,6 +37,7 @@ type metrics struct {
 	failovers      *prometheus.CounterVec   // pipeline
 	callbacks      *prometheus.CounterVec   // pipeline, event (cbEventNames)
 	callbacksHeld  *prometheus.GaugeVec     // pipeline
+	callbackBytes  *prometheus.GaugeVec     // pipeline
 	polls          *prometheus.CounterVec   // pipeline
 	jobSeconds     *prometheus.HistogramVec // pipeline, via (callback, poll)
 	txns           *prometheus.CounterVec   // pipeline, result (committed, aborted)
@@ -120,10 +121,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "redrive_failovers_total", Help: "Records forwarded to breaker.failover_to while the line was stopped (acknowledged).",
 		}, []string{"pipeline"}),
 		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_callbacks_total", Help: "Callbacks read from the callbacks topic by event: received, matched (a record finished by its callback), duplicate (a second callback for a job), late (a callback for a job this process finished by polling), evicted (dropped unmatched at max_entries), bad (no valid job id).",
+			Name: "redrive_callbacks_total", Help: "Callbacks read from the callbacks topic by event: received, matched (a record finished by its callback), duplicate (a second callback for a job), late (a callback for a job this process finished by polling), evicted (dropped unmatched at max_entries or max_bytes), bad (no valid job id).",
 		}, []string{"pipeline", "event"}),
 		callbacksHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "redrive_callbacks_held", Help: "Callbacks held in memory (waiting for their record, or matched and kept to spot duplicates).",
+		}, []string{"pipeline"}),
+		callbackBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "redrive_callbacks_held_bytes", Help: "What the callbacks held in memory cost, in bytes, as handler.callback.max_bytes counts it (job ids, results, errors, a fixed overhead each; jobs finished by polling included).",
 		}, []string{"pipeline"}),
 		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redrive_polls_total", Help: "Handler calls that polled a job (a record with redrive-state), fallback polls of a pipeline with callbacks included.",
@@ -147,7 +151,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
 		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped,
 		m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.failovers,
-		m.callbacks, m.callbacksHeld, m.polls, m.jobSeconds, m.txns, m.txnHeld, m.txnSeconds} {
+		m.callbacks, m.callbacksHeld, m.callbackBytes, m.polls, m.jobSeconds, m.txns, m.txnHeld, m.txnSeconds} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -229,11 +233,11 @@ func (h *hotMetrics) observeJob(via jobVia, d time.Duration) {
 
 // callbackCounters are the pipeline's redrive_callbacks_total series, by
 // event, and its redrive_callbacks_held.
-func (m *metrics) callbackCounters(pipeline string) (events [nCBEvents]prometheus.Counter, held prometheus.Gauge) {
+func (m *metrics) callbackCounters(pipeline string) (events [nCBEvents]prometheus.Counter, held, heldBytes prometheus.Gauge) {
 	for i, e := range cbEventNames {
 		events[i] = m.callbacks.WithLabelValues(pipeline, e)
 	}
-	return events, m.callbacksHeld.WithLabelValues(pipeline)
+	return events, m.callbacksHeld.WithLabelValues(pipeline), m.callbackBytes.WithLabelValues(pipeline)
 }
 
 // clampedTimes are the time label values of
