@@ -1,7 +1,6 @@
 package analyzer
 
 import (
-	"crypto/subtle"
 	"io/fs"
 	"net"
 	"net/http"
@@ -9,6 +8,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/redrive/redrive/internal/bearer"
 )
 
 // The guards every request to the analyzer's dashboard and API passes
@@ -77,22 +78,11 @@ func (a *Analyzer) guard(h http.Handler) http.Handler {
 	})
 }
 
-// bearerToken is the token of an "Authorization: Bearer <token>" header;
-// the scheme is matched in any case (RFC 9110), ok false without one.
-func bearerToken(r *http.Request) (token string, ok bool) {
-	scheme, token, found := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	return strings.TrimLeft(token, " "), true
-}
-
 // validBearer reports whether r carries "Authorization: Bearer <token>"
-// with token, compared in constant time; never with token empty (the
-// mutating endpoints are off then).
+// with token (bearer.Valid: the scheme in any case, compared in constant
+// time); never with token empty (the mutating endpoints are off then).
 func validBearer(r *http.Request, token string) bool {
-	got, ok := bearerToken(r)
-	return token != "" && ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+	return bearer.Valid(r.Header.Get("Authorization"), token)
 }
 
 // sameOrigin reports whether a browser sent r from a page of this

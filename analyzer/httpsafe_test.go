@@ -44,12 +44,14 @@ func FuzzHostAllowed(f *testing.F) {
 	})
 }
 
-func TestBearerToken(t *testing.T) {
-	for auth, want := range map[string]string{"Bearer tok": "tok", "bearer tok": "tok", "BEARER  tok": "tok", "Basic tok": "", "tok": "", "Bearer": ""} {
+func TestValidBearer(t *testing.T) {
+	const tok = "analyzer-token-0123456789"
+	for auth, want := range map[string]bool{"Bearer " + tok: true, "bearer " + tok: true, "BEARER  " + tok: true,
+		"Basic " + tok: false, tok: false, "Bearer": false, "Bearer " + tok[1:]: false, "": false} {
 		r, _ := http.NewRequest("GET", "/", nil)
 		r.Header.Set("Authorization", auth)
-		if got, ok := bearerToken(r); got != want || ok != (want != "") {
-			t.Errorf("bearerToken(%q) = %q, %v; want %q", auth, got, ok, want)
+		if got := validBearer(r, tok); got != want {
+			t.Errorf("validBearer(%q) = %t, want %t", auth, got, want)
 		}
 	}
 }

@@ -1,20 +1,20 @@
 package processor
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/redrive/redrive/internal/bearer"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -161,13 +161,40 @@ func (pr *Processor) Status() Status {
 	return s
 }
 
-// StatusHandler serves Status as JSON.
+// StatusHandler serves Status as JSON as anyone may see it (Public): a
+// manual pause without who paused and why.
 func (pr *Processor) StatusHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(pr.Status())
+		writeStatus(w, pr.Status().Public())
 	})
+}
+
+func writeStatus(w http.ResponseWriter, s Status) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Vary", "Authorization")
+	_ = json.NewEncoder(w).Encode(s)
+}
+
+// ManualDetailHidden is a manual pause's Detail in Status.Public.
+const ManualDetailHidden = "by hand; who and why: GET /api/pipelines with processor.token"
+
+// Public is s without what only an operator should read: a manual
+// pause's Detail (the pauser's address and the reason they gave, free
+// text) is ManualDetailHidden. That the line is paused by hand, and
+// since when, stays.
+func (s Status) Public() Status {
+	s.Pipelines = slices.Clone(s.Pipelines)
+	for i := range s.Pipelines {
+		l := &s.Pipelines[i].Line
+		l.Reasons = slices.Clone(l.Reasons)
+		for j := range l.Reasons {
+			if l.Reasons[j].Reason == stopManual {
+				l.Reasons[j].Detail = ManualDetailHidden
+			}
+		}
+	}
+	return s
 }
 
 // ErrNoPipeline is returned by Pause and Resume for a name no pipeline has.
@@ -213,22 +240,38 @@ func (pr *Processor) Resume(name, detail string) error {
 // they are refused (403). A pause or resume answers with the pipeline's
 // status; errors are JSON ({"error": "..."}), as the analyzer's.
 //
-// GET /api/pipelines needs no token: the live state holds no record's
-// key, value or headers (names, topics, counts, p99s, breaker and pause
-// states), and `redrive dev`'s analyzer reads it. That is also why the
-// processor, unlike the analyzer, listens on any address without a token:
-// its http_addr serves /metrics, /healthz and /readyz to Prometheus and
-// the kubelet, and its writes are off without processor.token.
+// GET /api/pipelines needs no token and then shows Status.Public: the
+// live state holds no record's key, value or headers (names, topics,
+// counts, p99s, breaker and pause states), and the analyzer reads it
+// without one. Who paused a line by hand and why (their address, their
+// free-text reason) are only for a GET with the token; a GET with a wrong
+// one is a 401, so that a caller does not mistake it for the full view.
+// That is also why the processor, unlike the analyzer, listens on any
+// address without a token: its http_addr serves /metrics, /healthz and
+// /readyz to Prometheus and the kubelet, and its writes are off without
+// processor.token.
 func (pr *Processor) PipelinesHandler(token string) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /api/pipelines", pr.StatusHandler())
+	mux.HandleFunc("GET /api/pipelines", func(w http.ResponseWriter, r *http.Request) {
+		auth := r.Header.Get("Authorization")
+		switch {
+		case auth == "" || token == "":
+			writeStatus(w, pr.Status().Public())
+		case bearer.Valid(auth, token):
+			writeStatus(w, pr.Status())
+		default:
+			w.Header().Set("Cache-Control", "no-store")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
+			jsonError(w, http.StatusUnauthorized, "wrong bearer token: send Authorization: Bearer <processor.token>, or none for the public view")
+		}
+	})
 	act := func(w http.ResponseWriter, r *http.Request, pause bool) {
 		w.Header().Set("Cache-Control", "no-store")
 		if token == "" {
 			jsonError(w, http.StatusForbidden, "pause and resume are off: set processor.token (REDRIVE_PROCESSOR_TOKEN)")
 			return
 		}
-		if !ValidBearer(r.Header.Get("Authorization"), token) {
+		if !bearer.Valid(r.Header.Get("Authorization"), token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
 			jsonError(w, http.StatusUnauthorized, "missing or wrong bearer token: send Authorization: Bearer <processor.token>")
 			return
@@ -259,15 +302,11 @@ func (pr *Processor) PipelinesHandler(token string) http.Handler {
 
 // ValidBearer reports whether the Authorization header value auth is
 // "Bearer <token>" with token: the scheme in any case (RFC 9110), spaces
-// after it skipped, the token compared in constant time; never with
-// token empty.
-func ValidBearer(auth, token string) bool {
-	scheme, got, found := strings.Cut(auth, " ")
-	if token == "" || !found || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), []byte(token)) == 1
-}
+// after it skipped, the token compared in constant time (as SHA-256
+// hashes, so its length does not show); never with token empty. It is
+// the check PipelinesHandler uses, for callers of this package that
+// serve their own endpoints.
+func ValidBearer(auth, token string) bool { return bearer.Valid(auth, token) }
 
 func jsonError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
