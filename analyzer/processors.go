@@ -124,8 +124,13 @@ type LineReason struct {
 	Since  time.Time `json:"since"`
 	// Until is when it ends by itself; absent: when an operator resumes
 	// or the breaker's probes succeed.
-	Until  time.Time `json:"until,omitzero"`
-	Detail string    `json:"detail"`
+	Until time.Time `json:"until,omitzero"`
+	// Detail is as the processor shows it without a token: for a manual
+	// pause, not who paused nor why (the processor keeps those for
+	// processor.token, which the analyzer neither has nor needs; an older
+	// processor sends them, and they reach only who passes this
+	// analyzer's own access rules).
+	Detail string `json:"detail"`
 }
 
 // maxLineReasons bounds the reasons of one line a processor may report
