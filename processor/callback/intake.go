@@ -31,6 +31,10 @@ const (
 	DefaultIDField      = "id"
 	DefaultResultField  = "code"
 	DefaultMaxBodyBytes = 64 << 10 // 64 KiB
+	// DefaultMaxResultBytes bounds a callback's result: room for the
+	// longest CAPTCHA tokens, while a held callback stays small
+	// (processor.Callbacks.MaxBytes counts them).
+	DefaultMaxResultBytes = 32 << 10 // 32 KiB
 	// MaxMaxBodyBytes bounds MaxBodyBytes, so that a callback's record
 	// fits a topic's default max.message.bytes (1 MiB).
 	MaxMaxBodyBytes = 512 << 10
@@ -68,6 +72,12 @@ type Options struct {
 	// DefaultMaxBodyBytes; at most MaxMaxBodyBytes): a longer one is
 	// answered 413.
 	MaxBodyBytes int64
+	// MaxResultBytes bounds the result field (default
+	// DefaultMaxResultBytes; at most MaxBodyBytes): a callback with a
+	// longer one is answered 413 and not written, as one whose error is
+	// longer than MaxErrorBytes; its job is polled after the wait. The job
+	// id is bounded by retry.MaxStateBytes (a longer one is invalid).
+	MaxResultBytes int
 	// AckTimeout bounds the wait for the broker's acknowledgement
 	// (default AckTimeout).
 	AckTimeout time.Duration
@@ -97,7 +107,7 @@ func ProducerOpts() []kgo.Opt {
 }
 
 // WithDefaults fills the zero values: IDField, ResultField, MaxBodyBytes,
-// AckTimeout and Logger.
+// MaxResultBytes, AckTimeout and Logger.
 func (o Options) WithDefaults() Options {
 	if o.IDField == "" {
 		o.IDField = DefaultIDField
@@ -107,6 +117,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.MaxBodyBytes == 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if o.MaxResultBytes == 0 {
+		o.MaxResultBytes = int(min(DefaultMaxResultBytes, o.MaxBodyBytes))
 	}
 	if o.AckTimeout == 0 {
 		o.AckTimeout = AckTimeout
@@ -167,6 +180,8 @@ func (o Options) Validate() error {
 	}
 	if o.MaxBodyBytes < 1 || o.MaxBodyBytes > MaxMaxBodyBytes {
 		add("MaxBodyBytes", "%d: want 1 to %d (512KiB)", o.MaxBodyBytes, MaxMaxBodyBytes)
+	} else if o.MaxResultBytes < 1 || int64(o.MaxResultBytes) > o.MaxBodyBytes {
+		add("MaxResultBytes", "%d: want 1 to max_body_bytes (%d)", o.MaxResultBytes, o.MaxBodyBytes)
 	}
 	if o.AckTimeout <= 0 {
 		add("AckTimeout", "%s: must be more than 0", o.AckTimeout)
@@ -309,6 +324,14 @@ func (in *Intake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	p, perr := Parse(req, in.fields())
+	if errors.Is(perr, ErrTooLarge) {
+		// Not written: the store would hold it, on every replica. The
+		// job is polled after the wait.
+		in.count(ResultTooLarge)
+		in.o.Logger.Info("callback refused: a field is too large (answered 413; its job is polled)", "pipeline", in.o.Pipeline, "err", perr)
+		answer(w, http.StatusRequestEntityTooLarge, bodyTooLarge)
+		return
+	}
 	rec, result := in.record(p, perr)
 	if err := in.write(rec); err != nil {
 		in.count(ResultUnavailable)
@@ -324,7 +347,8 @@ func (in *Intake) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (in *Intake) fields() Fields {
-	return Fields{ID: in.o.IDField, Result: in.o.ResultField, Error: in.o.ErrorField, Token: in.o.Token}
+	return Fields{ID: in.o.IDField, Result: in.o.ResultField, Error: in.o.ErrorField, Token: in.o.Token,
+		MaxResult: in.o.MaxResultBytes, MaxError: MaxErrorBytes}
 }
 
 func (in *Intake) count(result string) { in.requests[result].Inc() }

@@ -11,7 +11,7 @@ const (
 	ResultAccepted    = "accepted"    // written to the callbacks topic and acknowledged: 200
 	ResultInvalid     = "invalid"     // no job id or a bad body: dead letter acknowledged, 200
 	ResultForbidden   = "forbidden"   // wrong or missing token: 403
-	ResultTooLarge    = "too_large"   // query or body over max_body_bytes: 413
+	ResultTooLarge    = "too_large"   // query or body over max_body_bytes, or a result or error over its limit: 413
 	ResultUnavailable = "unavailable" // the write failed or was not acknowledged in time: 503
 	ResultMethod      = "method"      // neither GET nor POST: 405
 )

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/processor"
@@ -21,10 +22,14 @@ const (
 	// processor.CheckJobID refuses (too long, not UTF-8).
 	CodeNoID = "callback_no_id"
 	// CodeBadBody: the query or body does not parse (a form with a bad
-	// escape, JSON that is not one object, a content type the intake does
-	// not read).
+	// escape, JSON that is not one object or not UTF-8, a content type the
+	// intake does not read).
 	CodeBadBody = "callback_bad_body"
 )
+
+// MaxErrorBytes bounds a callback's error field (Fields.MaxError as the
+// intake sets it): a dead letter keeps 1 KiB of an error anyway.
+const MaxErrorBytes = 4 << 10
 
 // Errors of Parse. Code maps them to the dead letter's code.
 var (
@@ -34,10 +39,15 @@ var (
 	ErrBadBody = errors.New("callback query or body does not parse")
 	// ErrMethod: neither GET nor POST.
 	ErrMethod = errors.New("callback method not GET or POST")
+	// ErrTooLarge: the result or the error is longer than its limit
+	// (Fields.MaxResult, Fields.MaxError). The intake answers 413 and
+	// writes nothing: the job is polled after the wait.
+	ErrTooLarge = errors.New("callback field too large")
 )
 
 // Code is the dead-letter code of a Parse error: CodeNoID or CodeBadBody
-// ("" for nil and ErrMethod, which is answered 405 and never written).
+// ("" for nil, ErrMethod and ErrTooLarge, which are answered 405 and 413
+// and never written).
 func Code(err error) string {
 	switch {
 	case errors.Is(err, ErrNoID):
@@ -56,8 +66,12 @@ type Fields struct {
 	Error  string // the service's error field; "": none is read
 	// Token is the shared secret. The token query parameter (and a form
 	// body's token field) is dropped from Parsed.Raw and Parsed.Query, and
-	// any other occurrence of its text there is replaced.
+	// any other occurrence of its text there and in the result and the
+	// error is replaced.
 	Token string
+	// MaxResult and MaxError bound the result's and the error's length in
+	// bytes (0: no bound); a longer one is ErrTooLarge.
+	MaxResult, MaxError int
 }
 
 // Request is what Parse reads of an HTTP request: its method, its
@@ -104,7 +118,8 @@ const (
 //
 // The error is ErrMethod for another method, ErrBadBody when the query or
 // body does not parse, ErrNoID when the job id is missing or fails
-// processor.CheckJobID. Raw, Query and ContentType are set whatever the
+// processor.CheckJobID, ErrTooLarge when the result or the error is longer
+// than its bound. Raw, Query and ContentType are set whatever the
 // error (but ErrMethod), so that an invalid callback can be kept; they
 // never hold f.Token's text. Parse never panics, and a Callback it returns
 // without error always has a JobID that passes processor.CheckJobID.
@@ -136,19 +151,33 @@ func Parse(req Request, f Fields) (Parsed, error) {
 	}
 
 	id, ok := vals[f.ID]
+	id = scrubText(id, f.Token) // the key of the callback record
 	if !ok || id == "" {
 		return p, fmt.Errorf("%w: no %q field", ErrNoID, f.ID)
 	}
 	if err := processor.CheckJobID(id); err != nil {
 		return p, fmt.Errorf("%w: the %q field: %v", ErrNoID, f.ID, strings.TrimPrefix(err.Error(), processor.ErrBadCallback.Error()+": "))
 	}
-	p.Callback.JobID = id
-	if r, ok := vals[f.Result]; ok && f.Result != "" {
-		p.Callback.Result = []byte(r)
+	var result, errText string
+	if f.Result != "" {
+		result = vals[f.Result]
 	}
 	if f.Error != "" {
-		p.Callback.Error = vals[f.Error]
+		errText = vals[f.Error]
 	}
+	if f.MaxResult > 0 && len(result) > f.MaxResult {
+		return p, fmt.Errorf("%w: the %q field has %d bytes, more than %d", ErrTooLarge, f.Result, len(result), f.MaxResult)
+	}
+	if f.MaxError > 0 && len(errText) > f.MaxError {
+		return p, fmt.Errorf("%w: the %q field has %d bytes, more than %d", ErrTooLarge, f.Error, len(errText), f.MaxError)
+	}
+	// A service that echoes what it was sent must not put the token into
+	// the callbacks topic, which more people read than hold the token.
+	p.Callback.JobID = id
+	if _, ok := vals[f.Result]; ok && f.Result != "" {
+		p.Callback.Result = []byte(scrubText(result, f.Token))
+	}
+	p.Callback.Error = scrubText(errText, f.Token)
 	return p, nil
 }
 
@@ -219,6 +248,11 @@ func bodyFields(contentType string, body []byte) (map[string]string, error) {
 // absent, anything else as its JSON text (a number as written). Where a
 // member repeats, the first counts, as in a form.
 func jsonFields(body []byte) (map[string]string, error) {
+	if !utf8.Valid(body) {
+		// encoding/json would read invalid bytes as U+FFFD: a job id that
+		// a query could not carry (CheckJobID refuses it there).
+		return nil, fmt.Errorf("%w: the JSON body is not UTF-8", ErrBadBody)
+	}
 	bad := fmt.Errorf("%w: the body is not one JSON object", ErrBadBody)
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

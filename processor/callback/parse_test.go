@@ -1,9 +1,12 @@
 package callback
 
 import (
+	"encoding/json"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/redrive/redrive/processor"
 )
@@ -136,12 +139,26 @@ func FuzzParseCallback(f *testing.F) {
 	f.Add("GET", "", "id=%ff&code=d]xx", []byte(nil), "d]x")
 	f.Add("DELETE", "", "id=1", []byte(nil), "t")
 	f.Fuzz(func(t *testing.T, method, contentType, query string, body []byte, token string) {
-		fields := Fields{ID: "id", Result: "code", Error: "error", Token: token}
+		fields := Fields{ID: "id", Result: "code", Error: "error", Token: token, MaxResult: 64, MaxError: 32}
 		p, err := Parse(Request{Method: method, ContentType: contentType, Query: query, Body: body}, fields)
 		switch {
 		case err == nil:
 			if cerr := processor.CheckJobID(p.Callback.JobID); cerr != nil {
 				t.Fatalf("accepted job id %q: %v", p.Callback.JobID, cerr)
+			}
+			if len(p.Callback.Result) > 64 || len(p.Callback.Error) > 32 {
+				t.Fatalf("accepted a result of %d bytes and an error of %d, bounds 64 and 32", len(p.Callback.Result), len(p.Callback.Error))
+			}
+			if token != "" {
+				for what, s := range map[string]string{"JobID": p.Callback.JobID, "Result": string(p.Callback.Result), "Error": p.Callback.Error} {
+					if strings.Contains(s, token) {
+						t.Fatalf("accepted %s %q holds the token %q", what, s, token)
+					}
+				}
+			}
+		case errors.Is(err, ErrTooLarge):
+			if p.Callback.JobID != "" {
+				t.Fatalf("job id %q with error %v", p.Callback.JobID, err)
 			}
 		case errors.Is(err, ErrMethod):
 			if method == "GET" || method == "POST" {
@@ -162,4 +179,85 @@ func FuzzParseCallback(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The same fields mean the same callback whether they come in a GET's
+// query, a POST's form or a POST's JSON object: the same job id, result
+// and error, or the same refusal. A service switching from pingback URLs
+// to JSON posts must not see callbacks accepted one way and refused the
+// other.
+func FuzzBodyAndQueryAgree(f *testing.F) {
+	f.Add("23501", "03AGdBq2", "")
+	f.Add("", "x", "")
+	f.Add(strings.Repeat("9", 5000), "x", "")
+	f.Add("id with spaces & = ;", "a+b", "ERROR_ZERO_BALANCE")
+	f.Add("1", strings.Repeat("r", 65), "")
+	f.Add("\u00e9t\u00e9", "\"", "\x00")
+	f.Fuzz(func(t *testing.T, id, result, errText string) {
+		if !utf8.ValidString(id) || !utf8.ValidString(result) || !utf8.ValidString(errText) {
+			t.Skip("JSON carries UTF-8 only; FuzzParseCallback covers other bytes")
+		}
+		fields := Fields{ID: "id", Result: "code", Error: "error", Token: "tok-secret", MaxResult: 64, MaxError: 32}
+		form := url.Values{"id": {id}, "code": {result}, "error": {errText}}.Encode()
+		js, err := json.Marshal(map[string]string{"id": id, "code": result, "error": errText})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ways := []Request{
+			{Method: "GET", Query: form},
+			{Method: "POST", ContentType: "application/x-www-form-urlencoded", Body: []byte(form)},
+			{Method: "POST", ContentType: "application/json", Body: js},
+		}
+		type got struct {
+			id, result, errText string
+			code                string
+			tooLarge            bool
+		}
+		var first got
+		for i, req := range ways {
+			p, err := Parse(req, fields)
+			g := got{code: Code(err), tooLarge: errors.Is(err, ErrTooLarge)}
+			if err == nil {
+				g.id, g.result, g.errText = p.Callback.JobID, string(p.Callback.Result), p.Callback.Error
+			}
+			if i == 0 {
+				first = g
+				continue
+			}
+			if g != first {
+				t.Fatalf("%s %s gives %+v, the query gives %+v", req.Method, req.ContentType, g, first)
+			}
+		}
+	})
+}
+
+// JSON is UTF-8: a body with other bytes is refused, never read with
+// U+FFFD in their place (a job id that a query could not carry).
+func TestJSONBodyMustBeUTF8(t *testing.T) {
+	body := []byte("{\"id\":\"job-\xff\",\"code\":\"ok\"}")
+	_, err := Parse(Request{Method: "POST", ContentType: "application/json", Body: body}, Fields{ID: "id", Result: "code"})
+	if !errors.Is(err, ErrBadBody) {
+		t.Fatalf("invalid UTF-8 in a JSON body: %v, want ErrBadBody", err)
+	}
+	_, err = Parse(Request{Method: "GET", Query: "id=job-%ff&code=ok"}, Fields{ID: "id", Result: "code"})
+	if !errors.Is(err, ErrNoID) {
+		t.Fatalf("the same id in a query: %v, want ErrNoID", err)
+	}
+}
+
+// A result or an error over its bound is ErrTooLarge, whatever carries it.
+func TestFieldBounds(t *testing.T) {
+	fields := Fields{ID: "id", Result: "code", Error: "error", MaxResult: 10, MaxError: 5}
+	for _, req := range []Request{
+		{Method: "GET", Query: "id=1&code=" + strings.Repeat("r", 11)},
+		{Method: "POST", ContentType: "application/json", Body: []byte(`{"id":"1","error":"` + strings.Repeat("e", 6) + `"}`)},
+	} {
+		if _, err := Parse(req, fields); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("%s %s: %v, want ErrTooLarge", req.Method, req.Query, err)
+		}
+	}
+	p, err := Parse(Request{Method: "GET", Query: "id=1&code=" + strings.Repeat("r", 10) + "&error=eeeee"}, fields)
+	if err != nil || len(p.Callback.Result) != 10 || p.Callback.Error != "eeeee" {
+		t.Errorf("fields at their bounds: %+v %v", p.Callback, err)
+	}
 }
