@@ -99,10 +99,11 @@ func startIntake(ctx context.Context, c *config.Config, o *obs.Server) (*intakeS
 		co := p.CallbackOptions()
 		co.Client, co.Logger, co.Registerer, co.Instance = cl, slog.Default(), o.Registry, instance
 		if co.Token == "" {
-			// Optional by the contract, but without it anyone who reaches
-			// callback_addr and guesses a job id can finish that job.
-			slog.Warn("callback intake without a token: anyone who can reach callback_addr can post a result for a job; set handler.callback.token (\"${CB_TOKEN}\") and put it in the pingback URL",
-				"pipeline", p.Name, "path", co.Path, "addr", c.CallbackAddr)
+			// The config refuses this on an address others reach unless
+			// insecure_public says so; on loopback (a proxy in front, a
+			// test) it is allowed, and said.
+			slog.Warn("callback intake without a token: anyone who can reach callback_addr can post a result for any job; set handler.callback.token (\"${CB_TOKEN}\") and put it in the pingback URL",
+				"pipeline", p.Name, "path", co.Path, "addr", c.CallbackAddr, "insecure_public", p.Handler.Callback.InsecurePublic)
 		}
 		in, err := callback.New(co)
 		if err != nil {

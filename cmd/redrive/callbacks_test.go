@@ -17,7 +17,7 @@ import (
 )
 
 // callbackConfig writes a config whose pipeline has a callback intake at
-// /cb (token tok-cmd) on cbAddr.
+// /cb (token tok-cmd-0123456789abcdef) on cbAddr.
 func callbackConfig(t *testing.T, brokers []string, topic, httpAddr, cbAddr string) string {
 	t.Helper()
 	y := fmt.Sprintf(`brokers: [%q]
@@ -35,7 +35,7 @@ pipelines:
       http:
         url: "http://127.0.0.1:1/in"
         poll: {url: "http://127.0.0.1:1/res?id={state}", state_field: request}
-      callback: {path: /cb, token: tok-cmd, error_field: error}
+      callback: {path: /cb, token: tok-cmd-0123456789abcdef, error_field: error}
 `, brokers[0], httpAddr, cbAddr, topic, topic)
 	p := filepath.Join(t.TempDir(), "redrive.yaml")
 	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
@@ -83,7 +83,7 @@ func TestCallbacksCommand(t *testing.T) {
 		go func() { done <- runCtx(ctx, []string{command, "-c", cfg}, io.Discard, &out) }()
 
 		id := fmt.Sprintf("job-%d", i)
-		status, body := callUntilOK(t, "http://"+cbAddr+"/cb?id="+id+"&code=answer-"+id+"&token=tok-cmd")
+		status, body := callUntilOK(t, "http://"+cbAddr+"/cb?id="+id+"&code=answer-"+id+"&token=tok-cmd-0123456789abcdef")
 		if status != http.StatusOK || body != "OK\n" {
 			cancel()
 			t.Fatalf("%s: callback answered %d %q, want 200 OK\n%s", command, status, body, out.String())
@@ -140,6 +140,10 @@ func TestCallbacksCommandConfigErrorsExit2(t *testing.T) {
 	}
 	noPath := write("nopath.yaml", "brokers: [\"127.0.0.1:1\"]\npipelines:\n  - topic: x\n    handler:\n      callback: {token: t}\n")
 	none := write("none.yaml", "brokers: [\"127.0.0.1:1\"]\npipelines:\n  - topic: x\n")
+	// A callback path without a token where others reach it: refused
+	// before anything starts, at the default address too.
+	public := write("public.yaml", "brokers: [\"127.0.0.1:1\"]\ncallback_addr: 0.0.0.0:8443\npipelines:\n  - topic: x\n    handler:\n      callback: {path: /cb}\n")
+	publicDefault := write("default.yaml", "brokers: [\"127.0.0.1:1\"]\npipelines:\n  - topic: x\n    handler:\n      callback: {path: /cb}\n")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -148,6 +152,9 @@ func TestCallbacksCommandConfigErrorsExit2(t *testing.T) {
 		{[]string{"callbacks", "-c", noPath}, "pipelines[0].handler.callback.path: required"},
 		{[]string{"callbacks", "-c", none}, "no pipeline has handler.callback"},
 		{[]string{"callbacks", "-c", none, "--nosuch"}, "unknown flag"},
+		{[]string{"callbacks", "-c", public}, "pipelines[0].handler.callback.token: required"},
+		{[]string{"process", "-c", public}, "pipelines[0].handler.callback.token: required"},
+		{[]string{"process", "-c", publicDefault}, "pipelines[0].handler.callback.token: required"},
 	} {
 		code, out := runOut(context.Background(), tc.args...)
 		if code != 2 || !strings.Contains(out, tc.want) {

@@ -58,6 +58,7 @@ func (p Pipeline) CallbackOptions() callback.Options {
 		DLQ:            p.DLQTopic(),
 		DLQHeaderStyle: p.DLQ.HeaderStyle,
 		MaxBodyBytes:   cb.MaxBodyBytes,
+		MaxResultBytes: int(cb.MaxResultBytes),
 	}
 }
 
@@ -68,16 +69,20 @@ func (p Pipeline) processorCallbacks() *processor.Callbacks {
 	if cb == nil {
 		return nil
 	}
-	return &processor.Callbacks{Topic: p.CallbacksTopic(), Wait: cb.Wait.D(), MaxEntries: cb.MaxEntries}
+	return &processor.Callbacks{Topic: p.CallbacksTopic(), Wait: cb.Wait.D(), MaxEntries: cb.MaxEntries, MaxBytes: cb.MaxBytes}
 }
 
 // setDefaults fills handler.callback from the packages' defaults:
-// id_field, result_field and max_body_bytes (callback.Options.WithDefaults),
-// wait and max_entries (processor.DefaultCallbackWait,
-// DefaultCallbackEntries) and topic (topics.CallbacksTopic).
+// id_field, result_field, max_body_bytes and max_result_bytes
+// (callback.Options.WithDefaults), wait, max_entries and max_bytes
+// (processor.DefaultCallbackWait, DefaultCallbackEntries,
+// DefaultCallbackBytes) and topic (topics.CallbacksTopic).
 func (cb *Callback) setDefaults(mainTopic string) {
-	o := callback.Options{IDField: cb.IDField, ResultField: cb.ResultField, MaxBodyBytes: cb.MaxBodyBytes}.WithDefaults()
-	cb.IDField, cb.ResultField, cb.MaxBodyBytes = o.IDField, o.ResultField, o.MaxBodyBytes
+	o := callback.Options{IDField: cb.IDField, ResultField: cb.ResultField, MaxBodyBytes: cb.MaxBodyBytes, MaxResultBytes: int(cb.MaxResultBytes)}.WithDefaults()
+	cb.IDField, cb.ResultField, cb.MaxBodyBytes, cb.MaxResultBytes = o.IDField, o.ResultField, o.MaxBodyBytes, int64(o.MaxResultBytes)
+	if cb.MaxBytes == 0 {
+		cb.MaxBytes = processor.DefaultCallbackBytes
+	}
 	if cb.Wait == 0 {
 		cb.Wait = Duration(processor.DefaultCallbackWait)
 	}
@@ -93,12 +98,13 @@ func (cb *Callback) setDefaults(mainTopic string) {
 // to the pipeline. Pipeline, DLQ and DLQHeaderStyle are the pipeline's
 // own keys, checked there.
 var callbackKeys = map[string]string{
-	"Path":         "handler.callback.path",
-	"IDField":      "handler.callback.id_field",
-	"ResultField":  "handler.callback.result_field",
-	"ErrorField":   "handler.callback.error_field",
-	"Topic":        "handler.callback.topic",
-	"MaxBodyBytes": "handler.callback.max_body_bytes",
+	"Path":           "handler.callback.path",
+	"IDField":        "handler.callback.id_field",
+	"ResultField":    "handler.callback.result_field",
+	"ErrorField":     "handler.callback.error_field",
+	"Topic":          "handler.callback.topic",
+	"MaxBodyBytes":   "handler.callback.max_body_bytes",
+	"MaxResultBytes": "handler.callback.max_result_bytes",
 }
 
 // callbacks checks callback_addr and every handler.callback: the
@@ -155,6 +161,13 @@ func (v *validator) callbacks(c *Config) []problem {
 		}
 		if cb.MaxEntries < 1 {
 			add(at+"handler.callback.max_entries", "%d: must be at least 1", cb.MaxEntries)
+		}
+		if cb.MaxBytes < processor.MinCallbackBytes {
+			add(at+"handler.callback.max_bytes", "%d: must be at least %d (1MiB)", cb.MaxBytes, processor.MinCallbackBytes)
+		}
+		if _, _, err := net.SplitHostPort(c.CallbackAddr); err == nil && cb.Token == "" && !cb.InsecurePublic && !LoopbackAddr(c.CallbackAddr) {
+			add(at+"handler.callback.token", "required: callback_addr %q is not a loopback address, and without a token anyone who reaches it can answer any job (job ids are often sequential); "+
+				"set handler.callback.token (e.g. ${CALLBACK_TOKEN}), listen on 127.0.0.1, or set handler.callback.insecure_public: true to serve it open anyway", c.CallbackAddr)
 		}
 		o := p.CallbackOptions().WithDefaults()
 		for _, e := range unjoin(o.Validate()) {

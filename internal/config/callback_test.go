@@ -28,18 +28,19 @@ func cbPipe(cb ...string) string {
 }
 
 func TestCallbackDefaults(t *testing.T) {
-	c := mustParse(t, cbPipe("path: /cb"), nil)
+	c := mustParse(t, cbPipe("path: /cb", "insecure_public: true"), nil)
 	if c.CallbackAddr != DefaultCallbackAddr || DefaultCallbackAddr != "0.0.0.0:8443" {
 		t.Errorf("callback_addr = %q, want %q", c.CallbackAddr, DefaultCallbackAddr)
 	}
 	cb := c.Pipelines[0].Handler.Callback
-	want := Callback{Path: "/cb", IDField: "id", ResultField: "code", Wait: Duration(2 * time.Minute),
-		Topic: "solve.requests.callbacks", MaxEntries: 100000, MaxBodyBytes: 64 << 10}
+	want := Callback{Path: "/cb", IDField: "id", ResultField: "code", Wait: Duration(2 * time.Minute), InsecurePublic: true,
+		Topic: "solve.requests.callbacks", MaxEntries: 100000, MaxBytes: 16 << 20, MaxBodyBytes: 64 << 10, MaxResultBytes: 32 << 10}
 	if *cb != want {
 		t.Errorf("callback = %+v, want %+v", *cb, want)
 	}
 	// The defaults are the packages'.
 	if cb.IDField != callback.DefaultIDField || cb.ResultField != callback.DefaultResultField || cb.MaxBodyBytes != callback.DefaultMaxBodyBytes ||
+		cb.MaxResultBytes != callback.DefaultMaxResultBytes || cb.MaxBytes != processor.DefaultCallbackBytes ||
 		cb.Wait.D() != processor.DefaultCallbackWait || cb.MaxEntries != processor.DefaultCallbackEntries || cb.Topic != topics.CallbacksTopic("solve.requests") {
 		t.Errorf("callback defaults differ from the packages': %+v", *cb)
 	}
@@ -67,31 +68,31 @@ func TestCallbackConversions(t *testing.T) {
 		"max_entries: 500",
 		"max_body_bytes: 1KiB",
 	)
-	c := mustParse(t, doc, env("CB_TOKEN", "tok-123"))
+	c := mustParse(t, doc, env("CB_TOKEN", "tok-123-0123456789abcdef"))
 	p := c.Pipelines[0]
 	if c.CallbackAddr != "127.0.0.1:0" {
 		t.Errorf("callback_addr = %q", c.CallbackAddr)
 	}
 	o := p.CallbackOptions()
-	want := callback.Options{Pipeline: "solve.requests", Path: "/hooks/captcha", Token: "tok-123", IDField: "task", ResultField: "answer",
-		ErrorField: "err", Topic: "cb.solve", DLQ: "solve.requests.dlq", MaxBodyBytes: 1024}
+	want := callback.Options{Pipeline: "solve.requests", Path: "/hooks/captcha", Token: "tok-123-0123456789abcdef", IDField: "task", ResultField: "answer",
+		ErrorField: "err", Topic: "cb.solve", DLQ: "solve.requests.dlq", MaxBodyBytes: 1024, MaxResultBytes: 1024}
 	if o != want {
 		t.Errorf("CallbackOptions = %+v\nwant %+v", o, want)
 	}
 	pc := p.ProcessorPipeline(nil).Callbacks
-	if pc == nil || *pc != (processor.Callbacks{Topic: "cb.solve", Wait: 90 * time.Second, MaxEntries: 500}) {
+	if pc == nil || *pc != (processor.Callbacks{Topic: "cb.solve", Wait: 90 * time.Second, MaxEntries: 500, MaxBytes: processor.DefaultCallbackBytes}) {
 		t.Errorf("processor Callbacks = %+v", pc)
 	}
 	ts := p.TopicSpec()
 	if ts.Callbacks != "cb.solve" || ts.CallbacksKeep != 90*time.Second+processor.CallbackMargin {
 		t.Errorf("TopicSpec callbacks %q keep %s", ts.Callbacks, ts.CallbacksKeep)
 	}
-	if r := c.Redacted(); r.Pipelines[0].Handler.Callback.Token != RedactedValue || c.Pipelines[0].Handler.Callback.Token != "tok-123" {
+	if r := c.Redacted(); r.Pipelines[0].Handler.Callback.Token != RedactedValue || c.Pipelines[0].Handler.Callback.Token != "tok-123-0123456789abcdef" {
 		t.Errorf("Redacted token %q (original %q)", r.Pipelines[0].Handler.Callback.Token, c.Pipelines[0].Handler.Callback.Token)
 	}
 
 	// A Go handler (no handler.http) may have a callback without poll.
-	c = mustParse(t, pipe("handler:", "  callback: {path: /cb}"), nil)
+	c = mustParse(t, pipe("handler:", "  callback: {path: /cb, insecure_public: true}"), nil)
 	if c.Pipelines[0].ProcessorPipeline(nil).Callbacks == nil {
 		t.Error("no Callbacks for a Go handler's callback")
 	}
@@ -146,9 +147,22 @@ func TestCallbackErrors(t *testing.T) {
 			[]string{`line 1: callback_addr: "nowhere": want host:port, e.g. 127.0.0.1:9090`}},
 		{"callback_addr is http_addr", "http_addr: 127.0.0.1:9000\ncallback_addr: 127.0.0.1:9000\n" + cbPipe("path: /cb"),
 			[]string{`line 2: callback_addr: "127.0.0.1:9000" is http_addr too: callbacks are served apart from /metrics`}},
+		{"max_bytes", cbPipe("path: /cb", "max_bytes: 64KiB"),
+			[]string{`line 10: pipelines[0].handler.callback.max_bytes: 65536: must be at least 1048576 (1MiB)`}},
+		{"max_result_bytes over max_body_bytes", cbPipe("path: /cb", "max_body_bytes: 1KiB", "max_result_bytes: 2KiB"),
+			[]string{`line 11: pipelines[0].handler.callback.max_result_bytes: 2048: want 1 to max_body_bytes (1024)`}},
+		{"no token on a public address", "callback_addr: 0.0.0.0:8443\n" + cbPipe("path: /cb"),
+			[]string{`line 9: pipelines[0].handler.callback.token: required: callback_addr "0.0.0.0:8443" is not a loopback address, and without a token anyone who reaches it can answer any job (job ids are often sequential); ` +
+				`set handler.callback.token (e.g. ${CALLBACK_TOKEN}), listen on 127.0.0.1, or set handler.callback.insecure_public: true to serve it open anyway`}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			err := parseErr(t, tt.doc, nil)
+			// Loopback, unless the case says where: a tokenless path is
+			// refused on a public address (its own case).
+			e := env("REDRIVE_CALLBACK_ADDR", "127.0.0.1:8443")
+			if strings.Contains(tt.doc, "callback_addr:") {
+				e = nil
+			}
+			err := parseErr(t, tt.doc, e)
 			if got := err.Error(); got != strings.Join(tt.want, "\n") {
 				t.Errorf("error:\n%s\nwant:\n%s\n--- file:\n%s", got, strings.Join(tt.want, "\n"), tt.doc)
 			}
@@ -158,9 +172,42 @@ func TestCallbackErrors(t *testing.T) {
 		})
 	}
 	// The intake's own check is the cause.
-	err := parseErr(t, cbPipe("path: cb"), nil)
+	err := parseErr(t, cbPipe("path: cb", "insecure_public: true"), nil)
 	var fe *processor.FieldError
 	if !errors.As(err, &fe) || fe.Field != "Path" {
 		t.Errorf("cause %#v, want callback.Options' FieldError for Path", fe)
+	}
+}
+
+// A callback path without a token is refused on an address others reach
+// (the default 0.0.0.0:8443 included), and taken on loopback or with
+// insecure_public; a token makes any address fine.
+func TestCallbackTokenRule(t *testing.T) {
+	for _, tt := range []struct {
+		name, addr string
+		lines      []string
+		ok         bool
+	}{
+		{"default address, no token", "", []string{"path: /cb"}, false},
+		{"every interface, no token", "[::]:8443", []string{"path: /cb"}, false},
+		{"a host name, no token", "callbacks.internal:8443", []string{"path: /cb"}, false},
+		{"loopback, no token", "127.0.0.1:8443", []string{"path: /cb"}, true},
+		{"localhost, no token", "localhost:8443", []string{"path: /cb"}, true},
+		{"insecure_public", "0.0.0.0:8443", []string{"path: /cb", "insecure_public: true"}, true},
+		{"token", "0.0.0.0:8443", []string{"path: /cb", "token: 0123456789abcdef0123"}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := cbPipe(tt.lines...)
+			if tt.addr != "" {
+				doc = "callback_addr: \"" + tt.addr + "\"\n" + doc
+			}
+			_, err := Parse([]byte(doc), env())
+			switch {
+			case tt.ok && err != nil:
+				t.Errorf("refused: %v", err)
+			case !tt.ok && (err == nil || !strings.Contains(err.Error(), "pipelines[0].handler.callback.token: required")):
+				t.Errorf("error %v, want handler.callback.token required", err)
+			}
+		})
 	}
 }

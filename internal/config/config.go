@@ -213,8 +213,19 @@ type Callback struct {
 	Wait        Duration `yaml:"wait"`         // default 2m
 	Topic       string   `yaml:"topic"`        // default <topic>.callbacks
 	MaxEntries  int      `yaml:"max_entries"`  // callbacks held per process; default 100000
+	// MaxBytes bounds the memory of the callbacks held per process
+	// (default 16 MiB, at least 1 MiB): the oldest go first, as at
+	// max_entries.
+	MaxBytes int64 `yaml:"max_bytes" config:"bytes"`
 	// MaxBodyBytes bounds a callback request's body (default 64 KiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes" config:"bytes"`
+	// MaxResultBytes bounds the result field (default 32 KiB, at most
+	// max_body_bytes): a longer callback is answered 413, not written.
+	MaxResultBytes int64 `yaml:"max_result_bytes" config:"bytes"`
+	// InsecurePublic serves the callback path without a token on a
+	// callback_addr that is not loopback: anyone who reaches it can then
+	// answer any job. Without it such a config is refused.
+	InsecurePublic bool `yaml:"insecure_public"`
 }
 
 // HTTPHandler is the built-in HTTP handler.

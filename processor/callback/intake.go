@@ -95,14 +95,20 @@ type Options struct {
 
 // ProducerOpts are the client options the intake's Client needs: acks from
 // every in-sync replica, no linger (each callback waits for its own
-// write), and a record delivery timeout of AckTimeout, so that a write to
-// a broker that is down fails instead of waiting in the buffer. Add them
-// after the connection options (kafkaconn).
+// write), a record delivery timeout of AckTimeout, so that a write to
+// a broker that is down fails instead of waiting in the buffer, and no
+// compression. Add them after the connection options (kafkaconn).
+//
+// Uncompressed because a caller chooses what a callback holds: a
+// megabyte of one repeated byte compresses to almost nothing, and every
+// processor's callbacks reader, whose fetches are bounded in bytes as
+// fetched, would decompress many of them at once.
 func ProducerOpts() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
 		kgo.RecordDeliveryTimeout(AckTimeout),
+		kgo.ProducerBatchCompression(kgo.NoCompression()),
 	}
 }
 
