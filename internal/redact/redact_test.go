@@ -1,18 +1,22 @@
 package redact
 
 import (
+	"encoding/json"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 )
 
 func TestSecretName(t *testing.T) {
-	for _, n := range []string{"key", "KEY", "api_key", "apikey", "API-Key", "X-Api-Key", "token", "access_token", "Access-Token", "secret", "client_secret", "password", "Password", "pass", "pwd", "auth", "Authorization", "signature", "sig", "X-Amz-Signature", "cookie", "sessionid", "private_key", "aws.secret.key"} {
+	for _, n := range []string{"key", "KEY", "api_key", "apikey", "API-Key", "X-Api-Key", "token", "access_token", "Access-Token", "secret", "client_secret", "password", "Password", "pass", "pwd", "auth", "Authorization", "signature", "sig", "X-Amz-Signature", "cookie", "sessionid", "private_key", "aws.secret.key",
+		"hash", "api_hash", "apiHash", "X-Content-Hash", "hmac", "X-Hmac-Sha256", "hmac_signature", "passphrase", "otp", "TOTP"} {
 		if !SecretName(n) {
 			t.Errorf("SecretName(%q) = false, want true", n)
 		}
 	}
-	for _, n := range []string{"", "q", "page", "limit", "user", "design", "topic", "keys_total", "code", "sort"} {
+	for _, n := range []string{"", "q", "page", "limit", "user", "design", "topic", "keys_total", "code", "sort",
+		"hashtag", "hashtags", "hash_type", "nonce", "hotpath", "footprint"} {
 		if SecretName(n) {
 			t.Errorf("SecretName(%q) = true, want false", n)
 		}
@@ -48,6 +52,12 @@ func TestText(t *testing.T) {
 		{"want a whole number, got \"token=abc\"", "want a whole number, got \"token=xxxxx\""},
 		{"limit=5 page=2", "limit=5 page=2"},
 		{"a@b.c", "a@b.c"},
+		{"api_hash=0123abcd&hashtag=go", "api_hash=xxxxx&hashtag=go"},
+		{`400: {"error":"bad key","key":"K3Y-abc","api_key" : "x\"y","pin":1234,"page":2}`,
+			`400: {"error":"bad key","key":"xxxxx","api_key" : "xxxxx","pin":1234,"page":2}`},
+		{`{"hmac": 123456, "token":null, "q":"key"}`, `{"hmac": "xxxxx", "token":null, "q":"key"}`},
+		{`{"body":"{\"clientKey\":\"ck-123\",\"type\":\"t\"}"}`, `{"body":"{\"clientKey\":\"xxxxx\",\"type\":\"t\"}"}`},
+		{`"key" is required`, `"key" is required`},
 	} {
 		if got := Text(c.in); got != c.want {
 			t.Errorf("Text(%q) =\n  %q\nwant\n  %q", c.in, got, c.want)
@@ -119,3 +129,35 @@ func FuzzURL(f *testing.F) {
 		}
 	})
 }
+
+func FuzzText(f *testing.F) {
+	for _, c := range [][3]string{
+		{"key", "K3Y-abc", "400 Bad Request: "},
+		{"api_hash", `a"b\c`, `{"x":"`},
+		{"Authorization", "Bearer abc", "\\"},
+		{"token", "", ""},
+		{"page", "2", "key=1"},
+	} {
+		f.Add(c[0], c[1], c[2])
+	}
+	f.Fuzz(func(t *testing.T, name, value, ctx string) {
+		for _, s := range []string{ctx, ctx + name + "=" + value, ctx + value} {
+			_ = Text(s) // never panics
+		}
+		v, err := json.Marshal(value)
+		if err != nil || !SecretName(name) || !memberName.MatchString(name) || len(v) < 6 {
+			return
+		}
+		member := `"` + name + `": ` + string(v)
+		// A secret-named member's value is gone from the text, wherever
+		// the member stands, unless the text shows it elsewhere too.
+		for _, s := range []string{ctx + " " + member, "{" + member + "}" + ctx, "[" + member + ", 1]"} {
+			got := Text(s)
+			if strings.Contains(got, string(v)) && !strings.Contains(Text(ctx), string(v)) && !strings.Contains(string(v), Mask) {
+				t.Fatalf("Text(%q) = %q shows the value %s", s, got, v)
+			}
+		}
+	})
+}
+
+var memberName = regexp.MustCompile(`^[A-Za-z0-9_.\-]+$`)
