@@ -259,7 +259,7 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 		t.Fatalf("%s: ConfigMap %s has no redrive.yaml", what, cm.Name)
 	}
 	// The env the pods get from the Secret, with example values.
-	env := map[string]string{"REDRIVE_ANALYZER_TOKEN": "token", "REDRIVE_INSTANCE": "pod-0", "CB_TOKEN": "cb-token", "CAPTCHA_API_KEY": "key"}
+	env := map[string]string{"REDRIVE_ANALYZER_TOKEN": "analyzer-token-0123456789", "REDRIVE_INSTANCE": "pod-0", "CB_TOKEN": "cb-token-0123456789abcdef", "CAPTCHA_API_KEY": "key"}
 	c, err := config.Parse([]byte(raw), func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatalf("%s: the ConfigMap's redrive.yaml does not load: %v", what, err)
@@ -269,7 +269,7 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 	if err := c.CheckAnalyzerListen(); err != nil {
 		t.Errorf("%s: the analyzer would refuse to start with the Secret's token: %v", what, err)
 	}
-	for _, e := range []map[string]string{{"REDRIVE_ANALYZER_READ_TOKEN": "ro"}, {}} {
+	for _, e := range []map[string]string{{"REDRIVE_ANALYZER_READ_TOKEN": "read-only-0123456789"}, {}} {
 		ca, err := config.Parse([]byte(raw), func(k string) string { return e[k] })
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
@@ -484,10 +484,10 @@ func checkDeployment(t *testing.T, what string, d *appsv1.Deployment, cmName, cm
 const callbacksPort = 8443
 
 // envRef matches a ${NAME} of the config; markedEnv the value checkIntake
-// has it stand for.
+// has it stand for (no space, and long enough for a token's rule).
 var (
 	envRef    = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
-	markedEnv = regexp.MustCompile(`<env ([A-Za-z_][A-Za-z0-9_]*)>`)
+	markedEnv = regexp.MustCompile(`<env-([A-Za-z_][A-Za-z0-9_]*)-from-the-secret>`)
 )
 
 // checkIntake checks the callback intake's exposure: the container port
@@ -550,7 +550,7 @@ func checkIntake(t *testing.T, what string, o *objects, raw string, c *config.Co
 	}
 	marked, err := config.Parse([]byte(raw), func(k string) string {
 		if named[k] {
-			return "<env " + k + ">"
+			return "<env-" + k + "-from-the-secret>"
 		}
 		return "" // the REDRIVE_* overrides
 	})

@@ -50,8 +50,8 @@ func TestAnalyzePublicAddress(t *testing.T) {
 		noAuth      int
 	}{
 		{"insecure_public", "  insecure_public: true\n", nil, 200},
-		{"token from the environment", "", map[string]string{"REDRIVE_ANALYZER_TOKEN": "pub-tok"}, 401},
-		{"read token from the environment", "", map[string]string{"REDRIVE_ANALYZER_READ_TOKEN": "pub-tok"}, 401},
+		{"token from the environment", "", map[string]string{"REDRIVE_ANALYZER_TOKEN": "pub-tok-0123456789abcdef"}, 401},
+		{"read token from the environment", "", map[string]string{"REDRIVE_ANALYZER_READ_TOKEN": "pub-tok-0123456789abcdef"}, 401},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range tt.env {
@@ -89,7 +89,7 @@ func TestAnalyzePublicAddress(t *testing.T) {
 			}
 			if tt.noAuth == 401 {
 				req, _ := http.NewRequest("GET", base+"/api/stats", nil)
-				req.Header.Set("Authorization", "Bearer pub-tok")
+				req.Header.Set("Authorization", "Bearer pub-tok-0123456789abcdef")
 				resp, err := http.DefaultClient.Do(req)
 				if err != nil {
 					t.Fatal(err)

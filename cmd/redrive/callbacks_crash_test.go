@@ -26,7 +26,7 @@ import (
 // preset.
 func captchaCrashConfig(t *testing.T, brokers []string, topic, fake, httpAddr, cbAddr string, wait time.Duration) string {
 	t.Helper()
-	const token = "crash-cb-t0ken"
+	const token = "crash-cb-t0ken-0123456789"
 	key := fakeapi.DefaultCaptchaKey
 	pingback := "http://" + cbAddr + "/cb/captcha?token=" + token
 	y := fmt.Sprintf(`brokers: [%q]

@@ -531,7 +531,7 @@ func devBanner(t *testing.T, args ...string) string {
 
 // A replay token from the environment is a secret; dev
 // says where it is set, not what it is. The one dev picks itself is shown
-// (README: "replay token `dev`").
+// (README: "replay token `redrive-dev-token`").
 func TestDevDoesNotPrintTheTokenFromTheEnvironment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
@@ -569,7 +569,7 @@ func TestDevDoesNotPrintTheTokenFromTheEnvironment(t *testing.T) {
 	})
 	t.Run("its own", func(t *testing.T) {
 		out := devBanner(t)
-		if !strings.Contains(out, `replay token "dev"`) || !strings.Contains(out, `pause/resume token "dev"`) {
+		if !strings.Contains(out, `replay token "redrive-dev-token"`) || !strings.Contains(out, `pause/resume token "redrive-dev-token"`) {
 			t.Errorf("dev does not print the tokens it chose:\n%s", out)
 		}
 	})

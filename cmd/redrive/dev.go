@@ -429,10 +429,10 @@ func solverOutage(s *demosolver.Solver) func(context.Context, time.Duration) err
 	}
 }
 
-// devToken is the replay token dev uses when the config sets none.
 // devToken is the replay token and processor.token dev uses when the
-// config sets none.
-const devToken = "dev"
+// config sets none. Known, as dev listens on loopback only; long enough
+// for the rule every configured token meets (bearer.Check).
+const devToken = "redrive-dev-token"
 
 // tokenOrigin says where the config's token at path (analyzer.token,
 // processor.token) came from, without its value.

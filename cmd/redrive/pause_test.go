@@ -30,7 +30,7 @@ func TestProcessorTokenConfigGuardsPauseResume(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	const token = "p4use-t0ken"
+	const token = "p4use-t0ken-0123456789"
 	t.Setenv("REDRIVE_HTTP_ADDR", addr)
 	t.Setenv("REDRIVE_PROCESSOR_TOKEN", token)
 

@@ -35,7 +35,7 @@ func TestSameFilterCLIAPIRule(t *testing.T) {
 	// record. Every kind of list key, with a prefix and a header.
 	cfg := writeConfig(t, f.c.Brokers, f.topic, "", fmt.Sprintf(`analyzer:
   http_addr: "127.0.0.1:0"
-  token: secret
+  token: secret-0123456789abcdef
   rules:
     - name: same
       action: republish
@@ -64,7 +64,7 @@ func TestSameFilterCLIAPIRule(t *testing.T) {
 	for {
 		var st analyzer.StatsResponse
 		req, _ := http.NewRequest("GET", "http://"+addr+"/api/stats", nil)
-		req.Header.Set("Authorization", "Bearer secret") // a token is set: reads need it too
+		req.Header.Set("Authorization", "Bearer secret-0123456789abcdef") // a token is set: reads need it too
 		if r, err := http.DefaultClient.Do(req); err == nil {
 			_ = json.NewDecoder(r.Body).Decode(&st)
 			r.Body.Close()
@@ -80,7 +80,7 @@ func TestSameFilterCLIAPIRule(t *testing.T) {
 	body := fmt.Sprintf(`{"to": %q, "codes": ["ERROR_WRONG_USER_KEY", "http_5*"], "reasons": ["permanent", "exhausted"],
 		"classes": ["permanent", "transient"], "origins": ["%s*"]}`, toAPI, f.topic[:len(f.topic)-2])
 	req, _ := http.NewRequest("POST", "http://"+addr+"/api/replay", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer secret")
+	req.Header.Set("Authorization", "Bearer secret-0123456789abcdef")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,9 @@ import (
 	"strings"
 )
 
-// MinLen is the fewest bytes a configured token may have: 16 random
-// characters are out of reach of guessing over HTTP.
+// MinLen is the fewest bytes a configured token may have: 16 random hex
+// digits, the least dense a generator gives, are 64 bits, beyond guessing
+// over HTTP; a word or a name is refused for its length alone.
 const MinLen = 16
 
 // ErrWeak: a configured token fails Check.
@@ -49,29 +50,29 @@ func Valid(auth, want string) bool {
 
 // Check says what is wrong with a token to configure, or nil: at least
 // MinLen bytes, each printable ASCII other than space (0x21–0x7e), so
-// that it survives a header, a query string and a shell unchanged. The
-// error wraps ErrWeak and never quotes the token.
+// that it goes into a header as it is and a stray space or newline from
+// a secret file is caught at start, not as a 401 later. The error wraps
+// ErrWeak and never quotes the token.
 func Check(token string) error {
 	const how = "make one with `openssl rand -hex 32`"
 	for i := 0; i < len(token); i++ {
 		if c := token[i]; c < 0x21 || c > 0x7e {
-			what := "a character that is not printable ASCII"
-			switch c {
-			case ' ':
-				what = "a space"
-			case '\t':
-				what = "a tab"
-			case '\n', '\r':
-				what = "a line break"
-				if i >= len(token)-2 {
-					what = "a line break at its end (a secret written with echo?)"
-				}
+			what := fmt.Sprintf("has a character that is not printable ASCII at byte %d", i+1)
+			switch {
+			case c == ' ':
+				what = fmt.Sprintf("has a space at byte %d", i+1)
+			case c == '\t':
+				what = fmt.Sprintf("has a tab at byte %d", i+1)
+			case strings.Trim(token[i:], "\r\n") == "":
+				what = "ends with a line break (a secret written with echo?)"
+			case c == '\n' || c == '\r':
+				what = fmt.Sprintf("has a line break at byte %d", i+1)
 			}
-			return fmt.Errorf("%w: has %s at byte %d; a token is printable ASCII without spaces: %s", ErrWeak, what, i+1, how)
+			return fmt.Errorf("%w: %s; a token is printable ASCII without spaces: %s", ErrWeak, what, how)
 		}
 	}
 	if len(token) < MinLen {
-		return fmt.Errorf("%w: %d bytes, fewer than %d; %s", ErrWeak, len(token), MinLen, how)
+		return fmt.Errorf("%w: too short (%d bytes, at least %d needed); %s", ErrWeak, len(token), MinLen, how)
 	}
 	return nil
 }

@@ -31,10 +31,10 @@ func TestCheckAnalyzerListen(t *testing.T) {
 		{"a LAN address", "  http_addr: \"10.1.2.3:9091\"\n", nil, false},
 		{"a host name", "  http_addr: \"analyzer.internal:9091\"\n", nil, false},
 		{"a name ending in localhost", "  http_addr: \"evil-localhost:9091\"\n", nil, false},
-		{"0.0.0.0 with a token", "  http_addr: \"0.0.0.0:9091\"\n  token: t\n", nil, true},
-		{"0.0.0.0 with a read token", "  http_addr: \"0.0.0.0:9091\"\n  read_token: r\n", nil, true},
-		{"0.0.0.0 with the token from the environment", "  http_addr: \"0.0.0.0:9091\"\n", env(EnvAnalyzerToken, "t"), true},
-		{"0.0.0.0 with the read token from the environment", "  http_addr: \"0.0.0.0:9091\"\n", env(EnvAnalyzerReadToken, "r"), true},
+		{"0.0.0.0 with a token", "  http_addr: \"0.0.0.0:9091\"\n  token: t-0123456789abcdef\n", nil, true},
+		{"0.0.0.0 with a read token", "  http_addr: \"0.0.0.0:9091\"\n  read_token: r-0123456789abcdef\n", nil, true},
+		{"0.0.0.0 with the token from the environment", "  http_addr: \"0.0.0.0:9091\"\n", env(EnvAnalyzerToken, "t-0123456789abcdef"), true},
+		{"0.0.0.0 with the read token from the environment", "  http_addr: \"0.0.0.0:9091\"\n", env(EnvAnalyzerReadToken, "r-0123456789abcdef"), true},
 		{"0.0.0.0 with an unset ${TOKEN}", "  http_addr: \"0.0.0.0:9091\"\n  token: \"${NOT_SET}\"\n", nil, false},
 		{"0.0.0.0, insecure_public", "  http_addr: \"0.0.0.0:9091\"\n  insecure_public: true\n", nil, true},
 		{"0.0.0.0, insecure_public false", "  http_addr: \"0.0.0.0:9091\"\n  insecure_public: false\n", nil, false},
@@ -78,20 +78,20 @@ func TestCheckAnalyzerListen(t *testing.T) {
 // The new analyzer keys decode; read_token comes from its variable, says
 // so in Origin, and is redacted like token.
 func TestAnalyzerAccessKeys(t *testing.T) {
-	c := mustParse(t, "brokers: [\"127.0.0.1:9092\"]\npipelines:\n  - topic: t\nanalyzer:\n  token: full\n  read_token: ro\n  insecure_public: true\n  hide_values: true\n", env())
+	c := mustParse(t, "brokers: [\"127.0.0.1:9092\"]\npipelines:\n  - topic: t\nanalyzer:\n  token: full-0123456789abcdef\n  read_token: ro-0123456789abcdef\n  insecure_public: true\n  hide_values: true\n", env())
 	a := c.Analyzer
-	if a.Token != "full" || a.ReadToken != "ro" || !a.InsecurePublic || !a.HideValues {
+	if a.Token != "full-0123456789abcdef" || a.ReadToken != "ro-0123456789abcdef" || !a.InsecurePublic || !a.HideValues {
 		t.Errorf("decoded %+v", a)
 	}
-	if ac := a.Access(); ac.Token != "full" || ac.ReadToken != "ro" {
+	if ac := a.Access(); ac.Token != "full-0123456789abcdef" || ac.ReadToken != "ro-0123456789abcdef" {
 		t.Errorf("Access() = %+v", ac)
 	}
 	r := c.Redacted()
-	if r.Analyzer.Token != RedactedValue || r.Analyzer.ReadToken != RedactedValue || c.Analyzer.ReadToken != "ro" {
+	if r.Analyzer.Token != RedactedValue || r.Analyzer.ReadToken != RedactedValue || c.Analyzer.ReadToken != "ro-0123456789abcdef" {
 		t.Errorf("Redacted: token %q read_token %q (original %q)", r.Analyzer.Token, r.Analyzer.ReadToken, c.Analyzer.ReadToken)
 	}
-	c = mustParse(t, "brokers: [\"127.0.0.1:9092\"]\npipelines:\n  - topic: t\nanalyzer:\n  read_token: file\n", env(EnvAnalyzerReadToken, "from-env"))
-	if c.Analyzer.ReadToken != "from-env" || c.Origin("analyzer.read_token") != "the environment (REDRIVE_ANALYZER_READ_TOKEN)" {
+	c = mustParse(t, "brokers: [\"127.0.0.1:9092\"]\npipelines:\n  - topic: t\nanalyzer:\n  read_token: file-0123456789abcdef\n", env(EnvAnalyzerReadToken, "from-env-0123456789abcdef"))
+	if c.Analyzer.ReadToken != "from-env-0123456789abcdef" || c.Origin("analyzer.read_token") != "the environment (REDRIVE_ANALYZER_READ_TOKEN)" {
 		t.Errorf("read_token %q from %q", c.Analyzer.ReadToken, c.Origin("analyzer.read_token"))
 	}
 	d := mustParse(t, "brokers: [\"127.0.0.1:9092\"]\npipelines:\n  - topic: t\n", env())

@@ -114,7 +114,7 @@ func same(a, b *Config) bool {
 }
 
 func TestParseDesignExample(t *testing.T) {
-	c := mustParse(t, designExample, env("SOLVER_TOKEN", "tok", "REDRIVE_ANALYZER_TOKEN", "atok"))
+	c := mustParse(t, designExample, env("SOLVER_TOKEN", "tok", "REDRIVE_ANALYZER_TOKEN", "atok-0123456789abcdef"))
 	want := &Config{
 		Brokers:  []string{"127.0.0.1:9092"},
 		HTTPAddr: "127.0.0.1:9090",
@@ -153,7 +153,7 @@ func TestParseDesignExample(t *testing.T) {
 				},
 			},
 		}},
-		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091", Token: "atok", Rules: []AnalyzerRule{}, Alerts: []AlertRule{}},
+		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091", Token: "atok-0123456789abcdef", Rules: []AnalyzerRule{}, Alerts: []AlertRule{}},
 		SessionTimeout: dur("45s"),
 		ShutdownGrace:  dur("30s"),
 		CommitInterval: dur("500ms"),
@@ -441,7 +441,7 @@ http_addr: 127.0.0.1:1
 instance: file
 client_id: file
 pipelines: [{topic: t}]
-analyzer: {token: file}
+analyzer: {token: file-0123456789abcdef}
 `
 	all := env(
 		"REDRIVE_BROKERS", " a:1, b:2 ,,",
@@ -451,13 +451,13 @@ analyzer: {token: file}
 		"REDRIVE_SASL_MECHANISM", "scram-sha-256",
 		"REDRIVE_SASL_USER", "u",
 		"REDRIVE_SASL_PASSWORD", "p w",
-		"REDRIVE_ANALYZER_TOKEN", "tok",
-		"REDRIVE_PROCESSOR_TOKEN", "ptok",
+		"REDRIVE_ANALYZER_TOKEN", "tok-0123456789abcdef",
+		"REDRIVE_PROCESSOR_TOKEN", "ptok-0123456789abcdef",
 	)
 
 	t.Run("every REDRIVE_ variable overrides the file", func(t *testing.T) {
 		c := mustParse(t, doc, all)
-		if !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) || c.HTTPAddr != "127.0.0.1:2" || c.Instance != "pod-1" || c.ClientID != "cid" || c.Analyzer.Token != "tok" || c.Processor.Token != "ptok" {
+		if !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) || c.HTTPAddr != "127.0.0.1:2" || c.Instance != "pod-1" || c.ClientID != "cid" || c.Analyzer.Token != "tok-0123456789abcdef" || c.Processor.Token != "ptok-0123456789abcdef" {
 			t.Errorf("overrides not applied:\n%s", dump(c))
 		}
 		if c.SASL == nil || *c.SASL != (SASL{Mechanism: "SCRAM-SHA-256", User: "u", Password: "p w"}) {
@@ -1013,7 +1013,7 @@ func TestRedacted(t *testing.T) {
 	doc := pipe("handler:", "  http:", "    url: 'http://user:pw@127.0.0.1:1/x'", "    headers: {Authorization: 'Bearer ${T}', X-Empty: ''}") +
 		"  - topic: b\n" +
 		"sasl: {mechanism: PLAIN, user: u, password: '${P}'}\nanalyzer: {token: '${T}'}\nprocessor: {token: '${T}'}\n"
-	c := mustParse(t, doc, env("T", "s3cr3t-token", "P", "s3cr3t-pass"))
+	c := mustParse(t, doc, env("T", "s3cr3t-token-0123456789", "P", "s3cr3t-pass"))
 	before := dump(c)
 	r := c.Redacted()
 	out := dump(&r)
@@ -1086,7 +1086,7 @@ func TestLoad(t *testing.T) {
 const exampleFile = "../../redrive.example.yaml"
 
 // exampleEnv answers the ${VARS} the example uses.
-var exampleEnv = env("SOLVER_TOKEN", "solver-token", "KAFKA_PASSWORD", "kafka-password", "REDRIVE_ANALYZER_TOKEN", "analyzer-token", "SLACK_WEBHOOK_URL", exampleWebhook)
+var exampleEnv = env("SOLVER_TOKEN", "solver-token", "KAFKA_PASSWORD", "kafka-password", "REDRIVE_ANALYZER_TOKEN", "analyzer-token-0123456789", "SLACK_WEBHOOK_URL", exampleWebhook)
 
 // exampleWebhook stands in for the example's ${SLACK_WEBHOOK_URL}.
 const exampleWebhook = "https://hooks.slack.com/services/T0000/B0000/s3cr3tXYZ"
@@ -1104,7 +1104,7 @@ func TestExampleFile(t *testing.T) {
 		t.Fatalf("Load(%s): %v", exampleFile, err)
 	}
 	c := mustParse(t, string(data), exampleEnv)
-	if c.Pipelines[0].Handler.HTTP.Headers["Authorization"] != "Bearer solver-token" || c.Analyzer.Token != "analyzer-token" {
+	if c.Pipelines[0].Handler.HTTP.Headers["Authorization"] != "Bearer solver-token" || c.Analyzer.Token != "analyzer-token-0123456789" {
 		t.Errorf("${VARS} not expanded:\n%s", dump(c))
 	}
 	for _, a := range []string{c.HTTPAddr, c.Analyzer.HTTPAddr, c.Brokers[0], c.Pipelines[0].Handler.HTTP.URL, c.Pipelines[1].Handler.HTTP.URL} {
@@ -1344,7 +1344,7 @@ func TestFlowControlKeys(t *testing.T) {
 		"    permanent: [ERROR_WRONG_USER_KEY]",
 		"    pause: {ERROR_ZERO_BALANCE: 1m, ERROR_IP_BANNED: 5m}",
 	) + "processor:\n  token: \"${PTOKEN}\"\n"
-	c := mustParse(t, doc, env("PTOKEN", "s3cret"))
+	c := mustParse(t, doc, env("PTOKEN", "s3cret-0123456789abcdef"))
 	p := c.Pipelines[0]
 	pp := p.ProcessorPipeline(nil)
 	wantB := processor.Breaker{FailureRatio: 0.25, MinCalls: 40, Consecutive: 7, Window: time.Minute, OpenFor: 10 * time.Second,
@@ -1369,15 +1369,15 @@ func TestFlowControlKeys(t *testing.T) {
 	if err := (processor.Config{Brokers: c.Brokers, Pipelines: []processor.Pipeline{p.ProcessorPipeline(nil)}}).WithDefaults().Validate(); err != nil {
 		t.Errorf("processor.Config.Validate: %v", err)
 	}
-	if c.Processor.Token != "s3cret" || c.Origin("processor.token") != "${PTOKEN} on line 20 of the file" {
+	if c.Processor.Token != "s3cret-0123456789abcdef" || c.Origin("processor.token") != "${PTOKEN} on line 20 of the file" {
 		t.Errorf("processor.token = %q from %q", c.Processor.Token, c.Origin("processor.token"))
 	}
 	if r := c.Redacted(); r.Processor.Token != RedactedValue {
 		t.Errorf("Redacted shows processor.token %q", r.Processor.Token)
 	}
 	// REDRIVE_PROCESSOR_TOKEN overrides the file, like the other tokens.
-	c = mustParse(t, doc, env("PTOKEN", "s3cret", EnvProcessorToken, "from-env"))
-	if c.Processor.Token != "from-env" || c.Origin("processor.token") != "the environment (REDRIVE_PROCESSOR_TOKEN)" {
+	c = mustParse(t, doc, env("PTOKEN", "s3cret-0123456789abcdef", EnvProcessorToken, "from-env-0123456789abcdef"))
+	if c.Processor.Token != "from-env-0123456789abcdef" || c.Origin("processor.token") != "the environment (REDRIVE_PROCESSOR_TOKEN)" {
 		t.Errorf("processor.token = %q from %q", c.Processor.Token, c.Origin("processor.token"))
 	}
 

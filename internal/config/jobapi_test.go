@@ -152,7 +152,7 @@ func TestExampleCaptchaPresetOutcomes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mustParse(t, string(data), env("CAPTCHA_API_KEY", "k", "CB_TOKEN", "cb"))
+	c := mustParse(t, string(data), env("CAPTCHA_API_KEY", "k", "CB_TOKEN", "cb-0123456789abcdef"))
 	var p *Pipeline
 	for i := range c.Pipelines {
 		if c.Pipelines[i].Name == "captchaai" {

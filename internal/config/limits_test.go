@@ -17,7 +17,7 @@ func TestAnalyzerLimits(t *testing.T) {
 	if got := c.Analyzer.Limits(); got != want {
 		t.Errorf("Limits() = %+v, want %+v", got, want)
 	}
-	if got := mustParse(t, analyzerDoc("token: x"), nil).Analyzer.Limits(); got != (analyzer.Limits{}) {
+	if got := mustParse(t, analyzerDoc("token: x-0123456789abcdef"), nil).Analyzer.Limits(); got != (analyzer.Limits{}) {
 		t.Errorf("unset: %+v, want zero (the analyzer's defaults)", got)
 	}
 	for _, c := range []struct {

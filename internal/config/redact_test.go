@@ -50,7 +50,7 @@ func TestRedactedMasksQuerySecrets(t *testing.T) {
 
 func TestOrigin(t *testing.T) {
 	doc := pipe("handler: {http: {url: 'http://h/', headers: {Authorization: 'Bearer ${A}'}}}") + "analyzer:\n  token: '${T}'\n"
-	c := mustParse(t, doc, env("T", "tok", "A", "a", "REDRIVE_SASL_PASSWORD", "p", "REDRIVE_SASL_USER", "u", "REDRIVE_SASL_MECHANISM", "PLAIN"))
+	c := mustParse(t, doc, env("T", "tok-0123456789abcdef", "A", "a", "REDRIVE_SASL_PASSWORD", "p", "REDRIVE_SASL_USER", "u", "REDRIVE_SASL_MECHANISM", "PLAIN"))
 	for path, want := range map[string]string{
 		"analyzer.token":     "${T} on line 6 of the file",
 		"sasl.password":      "the environment (REDRIVE_SASL_PASSWORD)",

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redrive/redrive/internal/bearer"
 	"github.com/redrive/redrive/internal/redact"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
@@ -56,7 +57,32 @@ func (c *Config) validate() []error {
 	}
 	v.addr("analyzer.http_addr", c.Analyzer.HTTPAddr)
 	v.analyzer(c)
+	v.tokens(c)
 	return v.errs
+}
+
+// tokens checks every configured bearer token against bearer.Check: a
+// short or odd one is an error at its key, whoever reads the file (a
+// processor refuses a weak analyzer.token too: it is the same file).
+// An empty token is no token: the endpoints it guards are off or open
+// as each key documents.
+func (v *validator) tokens(c *Config) {
+	check := func(path, token string) {
+		if token == "" {
+			return
+		}
+		if err := bearer.Check(token); err != nil {
+			v.addCause(path, err.Error(), err)
+		}
+	}
+	check("processor.token", c.Processor.Token)
+	check("analyzer.token", c.Analyzer.Token)
+	check("analyzer.read_token", c.Analyzer.ReadToken)
+	for i, p := range c.Pipelines {
+		if cb := p.Handler.Callback; cb != nil {
+			check(index("pipelines", i)+".handler.callback.token", cb.Token)
+		}
+	}
 }
 
 type validator struct {
@@ -270,6 +296,7 @@ var processorKeys = map[string]string{
 	"Callbacks.Topic":      "handler.callback.topic",
 	"Callbacks.Wait":       "handler.callback.wait",
 	"Callbacks.MaxEntries": "handler.callback.max_entries",
+	"Callbacks.MaxBytes":   "handler.callback.max_bytes",
 }
 
 // httpKeys are the file's keys of httphandler.Options fields, relative to
