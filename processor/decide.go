@@ -301,7 +301,9 @@ func decideAs(meta retry.Meta, out Outcome, p policy, now time.Time, byCallback 
 		return retryTo(meta, idx, false)
 
 	case Transient:
-		meta.Attempt++ // a failed poll is a failed attempt too
+		// The attempt just made has failed: a submit's (one more than
+		// before) or a poll's (the attempt its job was submitted in).
+		meta.Attempt = attempt
 		meta.Polls += btoi(poll)
 		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "transient failure"))
 		if len(out.State) > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,9 +122,9 @@ func TestDecide(t *testing.T) {
 				func(m *retry.Meta) { m.State = []byte("task-9") }), 2, 15*time.Minute)},
 		{"transient without error or code", fresh(), Retry("", nil), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "", "transient failure"), 0, 5*time.Second)},
-		{"transient on a poll: a failed attempt, polls+1, not-ready clock reset", polled(), Retry("http_503", errNoSlot), pol,
-			toTier(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls, m.NotReadySince = 2, 3, time.Time{} }),
-				retry.ClassTransient, "http_503", "503: no slot"), 1, 30*time.Second)},
+		{"transient on a poll: the job's attempt failed, polls+1, not-ready clock reset", polled(), Retry("http_503", errNoSlot), pol,
+			toTier(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls, m.NotReadySince = 1, 3, time.Time{} }),
+				retry.ClassTransient, "http_503", "503: no slot"), 0, 5*time.Second)},
 		{"retry drops DLQ-only headers of a redriven record", with(fresh(), func(m *retry.Meta) { m.Reason, m.Group, m.Instance = "exhausted", "g", "pod" }),
 			Retry("x", nil), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "x", "x"), 0, 5*time.Second)},
@@ -177,7 +178,7 @@ func TestDecideJobs(t *testing.T) {
 	cbPol := with(pol, func(p *policy) { p.callbackWait = 2 * time.Minute })
 	// transientPoll is polled() after a failed poll that kept its job.
 	transientPoll := func(state string) retry.Meta {
-		m := errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 2, 3 }), retry.ClassTransient, "http_503", "503: down")
+		m := errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 1, 3 }), retry.ClassTransient, "http_503", "503: down")
 		m.State = []byte(state)
 		return m
 	}
@@ -190,19 +191,19 @@ func TestDecideJobs(t *testing.T) {
 		want     decision
 	}{
 		{"transient with state keeps it and the not-ready clock", polled(), Outcome{Kind: Transient, Code: "http_503", Err: errDown, State: []byte("task-9")}, pol, false,
-			toTier(transientPoll("task-9"), 1, 30*time.Second)},
+			toTier(transientPoll("task-9"), 0, 5*time.Second)},
 		{"transient with a new state takes it", polled(), Outcome{Kind: Transient, Code: "http_503", Err: errDown, State: []byte("task-10")}, pol, false,
-			toTier(transientPoll("task-10"), 1, 30*time.Second)},
-		{"transient with state on the last attempt: exhausted", with(polled(), func(m *retry.Meta) { m.Attempt = 2 }),
+			toTier(transientPoll("task-10"), 0, 5*time.Second)},
+		{"transient with state on the last attempt: exhausted", with(polled(), func(m *retry.Meta) { m.Attempt = 3 }),
 			Outcome{Kind: Transient, Code: "http_503", Err: errDown, State: []byte("task-9")}, pol, false,
 			toDead(with(transientPoll("task-9"), func(m *retry.Meta) { m.Attempt = 3 }), reasonExhausted)},
 		{"transient without state drops the clock (as before)", polled(), Retry("http_503", errDown), pol, false,
-			toTier(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls, m.NotReadySince = 2, 3, time.Time{} }), retry.ClassTransient, "http_503", "503: down"), 1, 30*time.Second)},
+			toTier(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls, m.NotReadySince = 1, 3, time.Time{} }), retry.ClassTransient, "http_503", "503: down"), 0, 5*time.Second)},
 		{"transient state too large", polled(), Outcome{Kind: Transient, Code: "http_503", State: []byte(strings.Repeat("s", retry.MaxStateBytes+1))}, pol, false,
-			toDead(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 2, 3 }), retry.ClassPermanent, CodeStateTooLarge,
+			toDead(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 1, 3 }), retry.ClassPermanent, CodeStateTooLarge,
 				fmt.Sprintf("handler state of %d bytes exceeds %d", retry.MaxStateBytes+1, retry.MaxStateBytes)), reasonPermanent)},
 		{"transient binary state", polled(), Outcome{Kind: Transient, Code: "http_503", State: []byte{0xff}}, pol, false,
-			toDead(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 2, 3 }), retry.ClassPermanent, CodeBadState,
+			toDead(errored(with(polled(), func(m *retry.Meta) { m.Attempt, m.Polls = 1, 3 }), retry.ClassPermanent, CodeBadState,
 				"handler state is not valid UTF-8 (encode binary state, e.g. base64)"), reasonPermanent)},
 		{"paused with state keeps it, no attempt spent", polled(), Outcome{Kind: Paused, Code: "ERROR_ZERO_BALANCE", MinDelay: 20 * time.Second, State: []byte("task-9")}, pol, false,
 			toTier(with(errored(polled(), retry.ClassTransient, "ERROR_ZERO_BALANCE", "ERROR_ZERO_BALANCE"), func(m *retry.Meta) { m.State = []byte("task-9") }), 1, 30*time.Second)},
@@ -564,4 +565,30 @@ func minDur(a, b time.Duration) time.Duration {
 		return a
 	}
 	return b
+}
+
+// The attempt numbers a handler sees for one job run 1, 2, 3 without a
+// gap: the submit and its polls are one attempt, and a poll that fails
+// (keeping its job) fails that attempt; the next call is the next one.
+func TestAttemptsOfAJobDoNotSkip(t *testing.T) {
+	meta := fresh()
+	var seen []int
+	for _, out := range []Outcome{
+		Poll([]byte("job-1"), 0),                                    // submit: accepted
+		{Kind: Transient, Code: "http_503", State: []byte("job-1")}, // poll fails, keeps the job
+		{Kind: Transient, Code: "http_503", State: []byte("job-1")}, // again
+	} {
+		attempt, _, _ := attemptOf(meta)
+		seen = append(seen, attempt)
+		d := decide(meta, out, pol, t0)
+		if d.to != toRetry {
+			t.Fatalf("after attempt %d: %+v, want a retry", attempt, d)
+		}
+		meta = d.meta
+	}
+	attempt, _, state := attemptOf(meta)
+	seen = append(seen, attempt)
+	if want := []int{1, 1, 2, 3}; !slices.Equal(seen, want) || string(state) != "job-1" {
+		t.Errorf("attempts seen %v (state %q), want %v polling job-1", seen, state, want)
+	}
 }

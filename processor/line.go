@@ -417,6 +417,20 @@ func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hol
 	return false
 }
 
+// heard counts an answer of the service that was not a call's: a
+// callback's (prevCode as for leave). The line treats it as the outcome
+// of a call that started now: a pause code pauses, the breaker and the
+// guard count it, and hold is leave's.
+func (l *line) heard(out Outcome, prevCode string, now time.Time) (hold bool) {
+	l.mu.Lock()
+	t := ticket{br: l.br, start: now}
+	if l.br != nil {
+		t.gen = l.br.gen
+	}
+	l.mu.Unlock()
+	return l.leave(t, out, prevCode, now)
+}
+
 // pause stops the line for a pause code's duration (extending a running
 // pause, never shortening it).
 func (l *line) pause(out Outcome, now time.Time) {

@@ -125,6 +125,8 @@ type pipeline struct {
 
 	// noKind warns once of a handler returning an Outcome without a Kind.
 	noKind sync.Once
+	// foreignState warns once of a main-topic record with redrive-state.
+	foreignState sync.Once
 
 	mu       sync.Mutex
 	parts    map[tp]*partState

@@ -56,6 +56,9 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		return decision{}, false
 	}
 	w.decode()
+	if w.ps.tier < 0 && len(w.meta.State) > 0 {
+		p.dropForeignState(w)
+	}
 	now := time.Now()
 	w.at = now
 	meta := identify(w.meta, w.rec)
@@ -84,8 +87,25 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		p.countEarly(d, tierLabel)
 		return d, true
 	}
-	if w.cb != nil {
-		return p.byCallback(w, meta, tierLabel, now), true
+	if w.cb != nil && w.cbFate == fateRelease {
+		// A callback is the service's answer as a call's is: the line
+		// hears it (a pause code pauses, the breaker and the guard count
+		// it). When the line holds the record, the callback is used up
+		// and the record waits below for a call, no attempt spent.
+		out := p.callbackAnswer(w, meta, tierLabel)
+		if !p.line.heard(out, "", now) {
+			return p.byCallback(w, meta, out, now), true
+		}
+		w.cbFate = fateRetry // the job's next callback is a new one
+		if out.Kind == Transient {
+			w.held, w.heldCode = true, out.Code
+		}
+		if out.Kind != Paused {
+			// The job itself is over: submitted anew once the line runs.
+			resubmit(&w.meta)
+			resubmit(&meta)
+		}
+		// A pause keeps the job: it is polled once the pause is over.
 	}
 
 	attempt, _, state := attemptOf(meta)
@@ -191,11 +211,23 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	}
 }
 
-// byCallback decides w, a record with its callback attached, from the
-// callback: no line, no handler call. The outcome is the handler's
+// dropForeignState ignores the redrive-state of a main-topic record.
+// redrive writes a job id there only on its tier records (a dead letter,
+// a replay and a republish carry none): on the main topic it came from a
+// producer, and polling it would fetch someone else's job with this
+// pipeline's API key.
+func (p *pipeline) dropForeignState(w *work) {
+	p.foreignState.Do(func() {
+		p.log.Warn("redrive-state on a main-topic record ignored (only redrive writes it, on tier records): the request is submitted as new; logged once",
+			"topic", w.rec.Topic, "partition", w.rec.Partition, "offset", w.rec.Offset)
+	})
+	w.meta.State = nil
+}
+
+// callbackAnswer is what the callback attached to w says: the handler's
 // CallbackOutcome (DefaultCallbackOutcome for a Handler without one),
-// decided by the usual rules except that it is not a poll.
-func (p *pipeline) byCallback(w *work, meta retry.Meta, tierLabel string, now time.Time) decision {
+// counted as an outcome.
+func (p *pipeline) callbackAnswer(w *work, meta retry.Meta, tierLabel string) Outcome {
 	out, mistake := checked(p.callbackOutcome(meta.ID, *w.cb))
 	if mistake {
 		p.noKind.Do(func() {
@@ -203,10 +235,27 @@ func (p *pipeline) byCallback(w *work, meta retry.Meta, tierLabel string, now ti
 				"id", meta.ID, "code", out.Code, "err", out.Err)
 		})
 	}
-	if out.Kind == NotReady && len(out.State) == 0 {
+	if (out.Kind == NotReady || out.Kind == Paused) && len(out.State) == 0 {
 		out.State = meta.State // still the same job: poll it, never submit again
 	}
 	p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
+	return out
+}
+
+// resubmit makes meta, of a record whose job is over (its callback said
+// it failed), one whose next call submits anew with the same attempt
+// number: no job id, and a transient failure of the attempt before.
+func resubmit(meta *retry.Meta) {
+	if meta.ErrorClass == retry.ClassNotReady && meta.Attempt > 0 {
+		meta.Attempt-- // a job's attempt counts from its submit
+	}
+	meta.State, meta.NotReadySince, meta.ErrorClass = nil, time.Time{}, retry.ClassTransient
+}
+
+// byCallback decides w, a record with its callback attached, from the
+// callback's outcome out (callbackAnswer), which the line let pass: no
+// handler call, decided by the usual rules except that it is not a poll.
+func (p *pipeline) byCallback(w *work, meta retry.Meta, out Outcome, now time.Time) decision {
 	d := decideCallback(meta, out, p.pol, now)
 	w.cbFate = fateMatched
 	if d.to == toRetry {
