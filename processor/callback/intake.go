@@ -3,8 +3,6 @@ package callback
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -21,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/internal/bearer"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
 	"github.com/redrive/redrive/topics"
@@ -52,6 +51,8 @@ type Options struct {
 	Path string
 	// Token is the shared secret a request must carry in the token query
 	// parameter or the Redrive-Callback-Token header; "": none is asked.
+	// A token set must pass bearer.Check (16 printable characters or
+	// more, no spaces).
 	Token string
 	// IDField, ResultField and ErrorField name the request's fields of the
 	// job id (default DefaultIDField), the result (default
@@ -153,6 +154,11 @@ func (o Options) Validate() error {
 	if msg := CheckPath(o.Path); msg != "" {
 		add("Path", "%s", msg)
 	}
+	if o.Token != "" {
+		if err := bearer.Check(o.Token); err != nil {
+			errs = append(errs, &processor.FieldError{Field: "Token", Index: -1, Msg: err.Error(), Err: err})
+		}
+	}
 	fields := map[string]string{"IDField": o.IDField, "ResultField": o.ResultField, "ErrorField": o.ErrorField}
 	for _, f := range []string{"IDField", "ResultField", "ErrorField"} {
 		v := fields[f]
@@ -219,11 +225,10 @@ func CheckPath(p string) string {
 // Intake is one pipeline's callback endpoint, an http.Handler. NewMux
 // serves several on one server by path.
 type Intake struct {
-	o         Options
-	tokenHash [sha256.Size]byte
-	requests  map[string]prometheus.Counter // by result
-	ack       prometheus.Observer
-	now       func() time.Time
+	o        Options
+	requests map[string]prometheus.Counter // by result
+	ack      prometheus.Observer
+	now      func() time.Time
 }
 
 // ErrClient is wrapped by New's error for a Client that is missing or
@@ -244,7 +249,6 @@ func New(o Options) (*Intake, error) {
 		return nil, err
 	}
 	in := &Intake{o: o, requests: map[string]prometheus.Counter{}, now: time.Now}
-	in.tokenHash = sha256.Sum256([]byte(o.Token))
 	for _, r := range Results {
 		in.requests[r] = m.requests.WithLabelValues(o.Pipeline, r)
 	}
@@ -360,18 +364,14 @@ func (in *Intake) fields() Fields {
 func (in *Intake) count(result string) { in.requests[result].Inc() }
 
 // authorized checks the token, in constant time: the query parameter and
-// the header are both compared, by their SHA-256, whatever either holds.
+// the header are both compared (bearer.Equal), whatever either holds.
 func (in *Intake) authorized(r *http.Request) bool {
 	if in.o.Token == "" {
 		return true
 	}
-	q := tokenParam(r.URL.RawQuery)
-	ok := 0
-	for _, got := range []string{q, r.Header.Get(HeaderToken)} {
-		h := sha256.Sum256([]byte(got))
-		ok |= subtle.ConstantTimeCompare(h[:], in.tokenHash[:])
-	}
-	return ok == 1
+	q := bearer.Equal(tokenParam(r.URL.RawQuery), in.o.Token)
+	h := bearer.Equal(r.Header.Get(HeaderToken), in.o.Token)
+	return q || h
 }
 
 // tokenParam is the first token parameter of a query ("" if none), also
