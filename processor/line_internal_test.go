@@ -420,3 +420,45 @@ func TestGuardStopsARotatedKey(t *testing.T) {
 		t.Fatalf("status %+v, want stopped by the guard", st)
 	}
 }
+
+// A callback's answer is heard as a call's: a pause code pauses the line,
+// permanent failures trip the guard, service failures count for the
+// breaker, and hold is what a call with that answer would get.
+func TestCallbackAnswersReachTheLine(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Guard: Guard{PermanentRatio: 0.9, MinCalls: 3, Window: time.Minute}})
+	if !tl.heard(Pause("ERROR_ZERO_BALANCE", nil, time.Second), "", time.Now()) {
+		t.Error("a pause code by callback was not held")
+	}
+	if st := tl.status(time.Now()); st.State != "stopped" || st.Reasons[0].Reason != stopPauseCode {
+		t.Fatalf("after a pause code by callback: %+v, want stopped by the pause code", st)
+	}
+	tl.resume("test")
+
+	for i := range 3 {
+		hold := tl.heard(Fail("ERROR_WRONG_USER_KEY", nil), "", time.Now())
+		if hold != (i == 2) {
+			t.Errorf("permanent callback %d: hold %v", i+1, hold)
+		}
+	}
+	if st := tl.status(time.Now()); st.State != "stopped" || st.Reasons[0].Reason != stopGuard {
+		t.Fatalf("after 3 permanent callbacks: %+v, want stopped by the guard", st)
+	}
+	tl.resume("test")
+
+	for range 25 {
+		tl.heard(Retry("ERROR_INTERNAL", nil), "", time.Now())
+	}
+	if st := tl.status(time.Now()); st.Counts.Failures == 0 || st.State != "stopped" {
+		t.Fatalf("after 25 failed callbacks in a row: %+v, want the breaker open", st)
+	}
+	if !tl.heard(Retry("ERROR_INTERNAL", nil), "", time.Now()) {
+		t.Error("a failed callback while the breaker is open was not held")
+	}
+	// A request's own fault is never the service's.
+	tl.resume("test")
+	for range 25 {
+		if tl.heard(RetryRequestFault("ERROR_CAPTCHA_UNSOLVABLE", nil), "", time.Now()) {
+			t.Fatal("a request fault by callback was held")
+		}
+	}
+}
