@@ -29,7 +29,7 @@ import (
 
 const (
 	e2eCallbackPath  = "/cb/captcha"
-	e2eCallbackToken = "e2e-cb-t0ken"
+	e2eCallbackToken = "e2e-callback-t0ken-7f3a"
 )
 
 // captchaE2E is one run of the whole chain.
