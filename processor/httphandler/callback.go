@@ -19,6 +19,8 @@ type CallbackError struct {
 	JobID string // the job the callback is for
 	Code  string // the outcome's code
 	Text  string // the service's error, or the result that is a configured code
+	// JobID, Code and Text quote the callback; CallbackOutcome masks the
+	// configured secrets in them before it fills them in.
 }
 
 // Error is "callback for job <id>: <text>", at most 1 KiB.
@@ -45,12 +47,18 @@ func (e *CallbackError) Unwrap() error { return ErrCallback }
 //   - otherwise: Succeed(cb.Result), the result as it came.
 //
 // codes.min_delay applies as for an answer. A code never becomes a success.
+// No configured secret shows in the outcome's Err or Code, whatever the
+// callback quoted.
 func (h *Handler) CallbackOutcome(cb processor.Callback) processor.Outcome {
+	return h.seal(h.callbackOutcome(cb))
+}
+
+func (h *Handler) callbackOutcome(cb processor.Callback) processor.Outcome {
 	var code, text string
 	switch {
 	case cb.Error != "":
-		text = cb.Error
-		if code = cleanCode(cb.Error); code == "" {
+		text = h.scrub.text(cb.Error)
+		if code = h.scrub.code(cb.Error); code == "" {
 			code = CodeCallbackError
 		}
 	case h.isCode(strings.TrimSpace(string(cb.Result))):
@@ -59,7 +67,7 @@ func (h *Handler) CallbackOutcome(cb processor.Callback) processor.Outcome {
 	default:
 		return processor.Succeed(cb.Result)
 	}
-	err := &CallbackError{JobID: cb.JobID, Code: code, Text: text}
+	err := &CallbackError{JobID: h.scrub.text(cb.JobID), Code: code, Text: text}
 	minDelay := h.minDelay[code]
 	class := h.classOf[code]
 	transient := func() processor.Outcome {

@@ -33,12 +33,14 @@ var (
 // ResponseError is Outcome.Err for an HTTP answer that was not a success.
 type ResponseError struct {
 	Method     string // GET or POST; "" is POST
-	URL        string // the URL called, without query or user info
+	URL        string // the URL called, without query or user info, its secrets masked
 	StatusCode int
 	Code       string // the outcome's code
 	Cause      error  // ErrBodyTooLarge, ErrBadResponse, ErrNotOK, or nil for a failing status
 	Detail     string // what was wrong with a 2xx answer
 	Body       string // the start of the body, valid UTF-8, control characters as spaces
+	// Code, Detail and Body quote the service; the handler masks the
+	// configured secrets in them (and in URL) before it fills them in.
 }
 
 // Error is "<method> <url>: <status>[: <detail>][: <body>]", at most 1 KiB.
@@ -99,7 +101,7 @@ func (h *Handler) classifyCall(c call, status int, header http.Header, body []by
 			return processor.Succeed(body)
 		case docErr != nil:
 			fallback, rerr.Cause = CodeBadResponse, ErrBadResponse
-			rerr.Detail = "body is not JSON: " + docErr.Error()
+			rerr.Detail = h.scrub.text("body is not JSON: " + docErr.Error())
 		default:
 			ok, detail := h.json.ok(doc)
 			if ok {
@@ -117,9 +119,9 @@ func (h *Handler) classifyCall(c call, status int, header http.Header, body []by
 		kind = processor.Transient
 	}
 
-	code := cleanCode(header.Get(HeaderErrorCode))
+	code := h.scrub.code(header.Get(HeaderErrorCode))
 	if code == "" && h.json != nil && docErr == nil {
-		code = cleanCode(h.json.code(doc))
+		code = h.scrub.code(h.json.code(doc))
 	}
 	if code == "" {
 		code = fallback
@@ -133,7 +135,7 @@ func (h *Handler) classifyCall(c call, status int, header http.Header, body []by
 		minDelay = d
 	}
 	rerr.Code = code
-	rerr.Body = snippet(body, bodySnippet)
+	rerr.Body = h.scrub.snippet(body, bodySnippet)
 	if d, ok := h.pause[code]; ok {
 		// The account is blocked, not this request: whatever the status.
 		return processor.Pause(code, rerr, d)

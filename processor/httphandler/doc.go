@@ -80,11 +80,33 @@
 // CallbackOutcome says what a callback (processor.Callback) means, by the
 // same code rules; see its documentation.
 //
+// A job id that would make a path segment of the poll URL "." or ".."
+// (the server would resolve it to another resource) is never sent: the
+// outcome is invalid, code bad_state (processor.CodeBadState).
+//
 // Errors. Outcome.Err is a *ResponseError for an answer that was not a
 // success and wraps the transport error otherwise. Its text, which becomes
 // redrive-error, is at most 1 KiB of valid UTF-8 and names the URL without
 // its query or user info, which often carry API keys, after the method
 // (POST, or GET for a poll).
+//
+// No configured secret shows in an outcome's Err or Code, whatever the
+// service or a callback echoes (scrub.go). The secrets are: user info
+// passwords (and the Basic credential net/http makes of them) and the
+// values of secret-named parameters (redact.SecretName) in URL, Poll.URL,
+// Poll.Body and URLs given as Query or Form values; the values of
+// secret-named Query and Form fields; the values of secret-named headers
+// (and the credential after an Authorization scheme, a Cookie's values);
+// header values and path segments of the configured URLs that look like
+// credentials (16 bytes or more with 2 digits and 2 letters: /bot<token>/);
+// and Options.Secrets. Each is masked as xxxxx as written, query- or
+// path-escaped, JSON- or HTML-escaped, in any ASCII case; values shorter
+// than 4 bytes are not (they would mask every match in the text). Texts
+// quoted from the service (body snippets, JSON values, codes, a callback's
+// error) are besides scrubbed by redact.Text, and scrubbed before they are
+// cut, so no cut leaves the start of a secret. ResponseError and
+// CallbackError hold only scrubbed text; any other error whose text showed
+// a secret is wrapped (errors.Is and errors.As still see it).
 //
 // The package must never follow a redirect, read an unbounded body, or panic
 // on a response; a Handler is safe for concurrent use.

@@ -96,6 +96,11 @@ type Options struct {
 	// not ready; the record is then called again with the job id as its
 	// state, and that call polls Poll.URL instead of submitting again.
 	Poll *Poll
+	// Secrets are more values that no error may show, besides those the
+	// handler finds in the options itself (see the package doc, Errors):
+	// the values of the ${NAME}s expanded into the options, say. Values
+	// shorter than 4 bytes are not masked in free text.
+	Secrets []string
 }
 
 // Poll is the poll side of a job API (submit, then poll).
@@ -181,7 +186,7 @@ type Codes struct {
 type Handler struct {
 	url         string // as configured, with the Query fields
 	urlWithForm string // url with the Form fields too, for records that are not forms
-	safeURL     string // for messages: no query, no user info
+	safeURL     string // for messages: no query, no user info, secrets masked
 	timeout     time.Duration
 	maxBody     int64
 	headers     http.Header
@@ -195,6 +200,7 @@ type Handler struct {
 	poll        *poller // nil: no job API
 	pollSafeURL string  // the poll URL template for messages
 	client      *http.Client
+	scrub       *scrubber // masks the configured secrets in every error
 }
 
 var (
@@ -432,10 +438,12 @@ func New(o Options) (*Handler, error) {
 		return nil, fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	u, _ := url.Parse(o.URL) // checked by Validate
+	scrub := newScrubber(o)
 	h := &Handler{
 		url:      addQuery(o.URL, encodeFields(o.Query)),
 		form:     encodeFields(o.Form),
-		safeURL:  messageURL(u),
+		scrub:    scrub,
+		safeURL:  scrub.text(messageURL(u)),
 		timeout:  o.Timeout,
 		maxBody:  o.MaxBodyBytes,
 		headers:  http.Header{},
@@ -457,6 +465,7 @@ func New(o Options) (*Handler, error) {
 		if h.json, err = compileJSON(o.JSON); err != nil { // not reached: Validate checked it
 			return nil, fmt.Errorf("%w: json: %w", ErrOptions, err)
 		}
+		h.json.scrub = scrub
 	}
 	for _, l := range o.Codes.classes() {
 		for _, c := range l.codes {
@@ -468,8 +477,9 @@ func New(o Options) (*Handler, error) {
 	h.urlWithForm = addQuery(h.url, h.form)
 	if o.Poll != nil {
 		h.poll = compilePoll(o.Poll)
+		h.poll.scrub = scrub
 		pu, _ := url.Parse(expandTemplate(o.Poll.URL, templateMarker, true)) // checked by Validate
-		h.pollSafeURL = strings.ReplaceAll(messageURL(pu), templateMarker, statePlaceholder)
+		h.pollSafeURL = strings.ReplaceAll(scrub.text(messageURL(pu)), templateMarker, statePlaceholder)
 	}
 	h.client = o.Client
 	if h.client == nil {
@@ -492,7 +502,25 @@ func New(o Options) (*Handler, error) {
 
 // Handle POSTs req's record and maps the answer to an Outcome. With a
 // job API (Options.Poll), a request with State polls that job instead.
+// No configured secret shows in the outcome's Err or Code, whatever the
+// service echoed.
 func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.Outcome {
+	return h.seal(h.handle(ctx, req))
+}
+
+// seal masks the configured secrets in what out says about the failure:
+// its Err (wrapped, so that errors.Is and errors.As still see the cause)
+// and its Code. Every error the handler makes is scrubbed already; this
+// is the last guard.
+func (h *Handler) seal(out processor.Outcome) processor.Outcome {
+	out.Err = h.scrub.err(out.Err)
+	if out.Code != "" {
+		out.Code = h.scrub.code(out.Code)
+	}
+	return out
+}
+
+func (h *Handler) handle(ctx context.Context, req *processor.Request) processor.Outcome {
 	if req.ID != "" && !validValue(req.ID) {
 		return processor.Reject(CodeBadID,
 			fmt.Errorf("request id %q cannot be sent as %s: it holds control characters", truncate(req.ID, 200), HeaderIdempotencyKey))
@@ -505,6 +533,13 @@ func (h *Handler) Handle(ctx context.Context, req *processor.Request) processor.
 	}
 	if h.poll != nil && len(req.State) > 0 {
 		job := bytes.Clone(req.State)
+		if seg, dot := dotSegment(h.poll.url, string(job)); dot {
+			// The server would resolve it as a step up or in place: the
+			// poll would go to another resource, the API key with it.
+			return processor.Reject(processor.CodeBadState,
+				fmt.Errorf("job id %q cannot be put in the path of the poll URL %s: it makes the path segment %q; not sent",
+					truncate(string(job), 200), h.pollSafeURL, seg))
+		}
 		c := h.pollCall(string(job))
 		out, status := h.do(ctx, req, c)
 		return h.polled(c, job, out, status)
@@ -549,8 +584,9 @@ func (h *Handler) transportFailure(ctx context.Context, c call, err error) proce
 		errors.As(err, &tlserr), errors.As(err, &certerr):
 		code, what = CodeConnect, "cannot connect"
 	}
-	return processor.Retry(code,
-		&transportError{msg: truncate(fmt.Sprintf("%s %s: %s: %v", c.method, c.safeURL, what, err), maxErrorBytes), err: err})
+	// Its text may quote what the service sent back (a malformed answer).
+	msg := h.scrub.text(fmt.Sprintf("%s %s: %s: %v", c.method, c.safeURL, what, err))
+	return processor.Retry(code, &transportError{msg: truncate(msg, maxErrorBytes), err: err})
 }
 
 // transportError keeps the cause for errors.Is with a message of bounded length.

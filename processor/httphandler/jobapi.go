@@ -57,6 +57,7 @@ type poller struct {
 	firstAfter, every     time.Duration
 	status                *statusTable
 	resubmit              map[string]bool // Poll.Resubmit
+	scrub                 *scrubber       // masks the secrets of the values quoted
 }
 
 // statusTable is a checked StatusTable.
@@ -197,7 +198,7 @@ func scalarText(v any) (string, bool) {
 func (p *poller) jobID(body []byte) (string, string) {
 	doc, err := decodeJSON(body)
 	if err != nil {
-		return "", "body is not JSON: " + err.Error()
+		return "", p.scrub.text("body is not JSON: " + err.Error())
 	}
 	v, found := lookup(doc, p.statePath)
 	var id string
@@ -210,7 +211,7 @@ func (p *poller) jobID(body []byte) (string, string) {
 		if !found {
 			return "", p.stateName + " missing"
 		}
-		return "", fmt.Sprintf("%s is %s, want a string or a number", p.stateName, describe(v))
+		return "", fmt.Sprintf("%s is %s, want a string or a number", p.stateName, p.scrub.describe(v))
 	}
 	switch {
 	case strings.TrimSpace(id) == "":
@@ -227,7 +228,7 @@ func (h *Handler) pollCall(job string) call {
 	raw := expandTemplate(p.url, job, true)
 	c := call{method: p.method, url: raw, sent: []byte(job)}
 	if u, err := url.Parse(raw); err == nil {
-		c.safeURL = messageURL(u)
+		c.safeURL = h.scrub.text(messageURL(u))
 	} else { // not reached: FuzzPollURL
 		c.safeURL = h.pollSafeURL
 	}
@@ -247,7 +248,7 @@ func (h *Handler) submitted(c call, out processor.Outcome, status int) processor
 	id, detail := h.poll.jobID(out.Result)
 	if detail != "" {
 		return processor.Retry(CodeNoJobID, &ResponseError{Method: c.method, URL: c.safeURL, StatusCode: status, Code: CodeNoJobID,
-			Cause: ErrNoJobID, Detail: "no job id: " + detail, Body: snippet(out.Result, bodySnippet)})
+			Cause: ErrNoJobID, Detail: "no job id: " + detail, Body: h.scrub.snippet(out.Result, bodySnippet)})
 	}
 	return processor.Poll([]byte(id), h.poll.firstAfter)
 }
@@ -279,7 +280,7 @@ func (h *Handler) polled(c call, job []byte, out processor.Outcome, status int) 
 func (h *Handler) done(c call, job []byte, status int, body []byte) processor.Outcome {
 	p := h.poll
 	rerr := func(code string, cause error, detail string, n int) *ResponseError {
-		return &ResponseError{Method: c.method, URL: c.safeURL, StatusCode: status, Code: code, Cause: cause, Detail: detail, Body: snippet(body, n)}
+		return &ResponseError{Method: c.method, URL: c.safeURL, StatusCode: status, Code: code, Cause: cause, Detail: detail, Body: h.scrub.snippet(body, n)}
 	}
 	retryJob := func(code string, cause error, detail string) processor.Outcome {
 		out := processor.Retry(code, rerr(code, cause, detail, bodySnippet))
@@ -290,7 +291,7 @@ func (h *Handler) done(c call, job []byte, status int, body []byte) processor.Ou
 	if p.status != nil || p.resultPath != nil {
 		var err error
 		if doc, err = decodeJSON(body); err != nil {
-			return retryJob(CodeBadResponse, ErrBadResponse, "body is not JSON: "+err.Error())
+			return retryJob(CodeBadResponse, ErrBadResponse, h.scrub.text("body is not JSON: "+err.Error()))
 		}
 	}
 	if t := p.status; t != nil {
@@ -303,15 +304,15 @@ func (h *Handler) done(c call, job []byte, status int, body []byte) processor.Ou
 		if scalar {
 			class = t.class[statusKey(text)]
 		}
-		detail := fmt.Sprintf("%s is %s", t.name, describe(v))
+		detail := fmt.Sprintf("%s is %s", t.name, p.scrub.describe(v))
 		switch class {
 		case statusPending:
-			code := cleanCode(text)
+			code := h.scrub.code(text)
 			out := processor.Poll(job, p.every)
 			out.Code, out.Err = code, rerr(code, nil, detail+": pending", bodySnippet)
 			return out
 		case statusFailed:
-			code := cleanCode(text)
+			code := h.scrub.code(text)
 			return processor.Fail(code, rerr(code, ErrJobFailed, detail+": failed", maxErrorBytes))
 		case statusUnknown:
 			return retryJob(CodeUnknownStatus, ErrUnknownStatus, detail+", in none of done, pending and failed")

@@ -18,6 +18,7 @@ type jsonRule struct {
 	okName           string // OKField as configured, for messages
 	codeName         string // CodeField as configured, for messages
 	want             okValue
+	scrub            *scrubber // masks the secrets of the values quoted
 }
 
 // okValue is OKValue normalised: exactly one of its kinds is set.
@@ -180,7 +181,7 @@ func (r *jsonRule) ok(doc any) (ok bool, detail string) {
 		if s, isStr := v.(string); !found || v == nil || isStr && strings.TrimSpace(s) == "" {
 			return true, ""
 		}
-		return false, fmt.Sprintf("%s is %s, want it absent", r.codeName, describe(v))
+		return false, fmt.Sprintf("%s is %s, want it absent", r.codeName, r.scrub.describe(v))
 	}
 	v, found := lookup(doc, r.okPath)
 	if found && r.want.equal(v) {
@@ -188,7 +189,7 @@ func (r *jsonRule) ok(doc any) (ok bool, detail string) {
 	}
 	got := "missing"
 	if found {
-		got = "is " + describe(v)
+		got = "is " + r.scrub.describe(v)
 	}
 	return false, fmt.Sprintf("%s %s, want %s", r.okName, got, r.want)
 }

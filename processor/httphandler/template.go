@@ -37,6 +37,36 @@ func expandTemplate(tpl, state string, isURL bool) string {
 	return strings.ReplaceAll(tpl[:cut], statePlaceholder, path) + strings.ReplaceAll(tpl[cut:], statePlaceholder, query)
 }
 
+// dotSegment reports whether state, put into tpl's path, makes a path
+// segment "." or ".." (as written or percent-encoded: %2e), and which.
+// A server resolves such a segment as a step in place or up, so the poll
+// would reach another resource. Escaping cannot prevent it: url.PathEscape
+// keeps dots, and an escaped dot (%2E) means the same to most servers.
+func dotSegment(tpl, state string) (string, bool) {
+	path := tpl
+	if i := strings.IndexAny(tpl, "?#"); i >= 0 {
+		path = tpl[:i]
+	}
+	if !strings.Contains(path, statePlaceholder) {
+		return "", false
+	}
+	esc := url.PathEscape(state)
+	for seg := range strings.SplitSeq(path, "/") {
+		if !strings.Contains(seg, statePlaceholder) {
+			continue
+		}
+		seg = strings.ReplaceAll(seg, statePlaceholder, esc)
+		dec := seg
+		if u, err := url.PathUnescape(seg); err == nil {
+			dec = u
+		}
+		if dec == "." || dec == ".." {
+			return seg, true
+		}
+	}
+	return "", false
+}
+
 // templateMarker stands for the job id when a template is checked: only
 // letters, so that no escaping changes it and any part of a URL may hold it.
 const templateMarker = "redrivejobidmarker"
