@@ -317,6 +317,16 @@ func (o Options) Validate() error {
 	if err := o.Codes.Validate(); err != nil {
 		errs = append(errs, err.(interface{ Unwrap() []error }).Unwrap()...)
 	}
+	if len(errs) > 0 {
+		// The messages quote URLs and templates: they mask what the
+		// handler's errors mask (a token in a path, a header's value).
+		s := newScrubber(o)
+		for _, e := range errs {
+			if fe, ok := e.(*processor.FieldError); ok {
+				fe.Msg = s.text(fe.Msg)
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 

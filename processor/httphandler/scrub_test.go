@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -430,5 +431,17 @@ func TestScrubKeepsCause(t *testing.T) {
 	}
 	if e := s.err(context.DeadlineExceeded); e != context.DeadlineExceeded {
 		t.Errorf("err of an error without secrets = %v, want it as it was", e)
+	}
+}
+
+// Option errors quote the URL: a token in its path is masked there too.
+func TestValidateMasksPathSecrets(t *testing.T) {
+	err := Options{URL: "ftp://127.0.0.1/bot" + botToken + "/send", Timeout: time.Second, MaxBodyBytes: 1,
+		Poll:    &Poll{URL: "http://127.0.0.1/v1/" + envSecret + "/res/{State}", StateField: "request", Method: "GET", FirstAfter: time.Second, Every: time.Second},
+		Secrets: []string{envSecret}}.Validate()
+	if err == nil || strings.Contains(err.Error(), botToken) || strings.Contains(err.Error(), envSecret) ||
+		!strings.Contains(err.Error(), `"ftp://127.0.0.1/xxxxx/send": want an absolute http:// or https:// URL`) ||
+		!strings.Contains(err.Error(), `"http://127.0.0.1/v1/xxxxx/res/%7BState%7D": unknown {State}`) {
+		t.Errorf("Validate: %v; want both URLs named with their secrets masked", err)
 	}
 }
