@@ -76,8 +76,8 @@ func newScrubber(o Options) *scrubber {
 		if len(v) < secretFloor {
 			continue
 		}
-		js, _ := json.Marshal(v)
-		jsText := strings.Trim(string(js), `"`)
+		js, _ := json.Marshal(v) // a string: never fails
+		jsText := string(js[1 : len(js)-1])
 		for _, f := range []string{v, url.QueryEscape(v), url.PathEscape(v), jsText,
 			strings.ReplaceAll(jsText, "/", `\/`), html.EscapeString(v)} {
 			f = lowerASCII(f)
