@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -209,5 +210,25 @@ func TestCallbackTokenRule(t *testing.T) {
 				t.Errorf("error %v, want handler.callback.token required", err)
 			}
 		})
+	}
+}
+
+// Whatever a ${NAME} puts into handler.http is a secret to the handler,
+// wherever it sits: a key in a URL path has no secret-looking name.
+func TestHTTPSecretsFromTheEnvironment(t *testing.T) {
+	doc := pipe(
+		"handler:",
+		"  http:",
+		"    url: 'http://127.0.0.1:1/bot${BOT_KEY}/send'",
+		"    headers: {X-Account: '${ACCOUNT}'}",
+		"    poll: {url: 'http://127.0.0.1:1/res/${BOT_KEY}?id={state}', state_field: request}",
+	)
+	c := mustParse(t, doc, env("BOT_KEY", "123456:AAbbCC", "ACCOUNT", "acct-77", "UNUSED", "nope"))
+	got := c.Pipelines[0].HTTPOptions().Secrets
+	if !slices.Equal(got, []string{"123456:AAbbCC", "acct-77"}) {
+		t.Errorf("HTTPOptions().Secrets = %q, want the two values expanded in handler.http", got)
+	}
+	if c = mustParse(t, pipe("handler:", "  http: {url: 'http://127.0.0.1:1/in'}"), env("BOT_KEY", "x")); len(c.Pipelines[0].HTTPOptions().Secrets) != 0 {
+		t.Errorf("secrets without any ${NAME}: %q", c.Pipelines[0].HTTPOptions().Secrets)
 	}
 }

@@ -124,6 +124,11 @@ type Pipeline struct {
 	Delivery string `yaml:"delivery"`
 	// MaxBatch is processor.Pipeline.MaxBatch (default 2000).
 	MaxBatch int `yaml:"max_batch"`
+
+	// httpSecrets are the values of the ${NAME}s expanded in handler.http
+	// (Parse): an API key in a URL path has no secret-looking name, so
+	// the handler is told its value (httphandler.Options.Secrets).
+	httpSecrets []string
 }
 
 // Breaker is processor.Breaker in the file. Zero values get the

@@ -152,6 +152,7 @@ func TestParseDesignExample(t *testing.T) {
 					MinDelay:  map[string]Duration{"ERROR_NO_SLOT_AVAILABLE": dur("5s")},
 				},
 			},
+			httpSecrets: []string{"tok"}, // ${SOLVER_TOKEN}
 		}},
 		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091", Token: "atok-0123456789abcdef", Rules: []AnalyzerRule{}, Alerts: []AlertRule{}},
 		SessionTimeout: dur("45s"),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 )
 
 // Parse reads a configuration file's contents: it decodes them strictly,
@@ -31,6 +32,7 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 	if errors.Is(derr, ErrSyntax) {
 		return nil, join(unjoin(derr)) // not (all) decoded: validating it would only add noise
 	}
+	c.noteHTTPSecrets(getenv)
 	c.ApplyEnv(getenv)
 	c.SetDefaults()
 	verrs := c.validate()
@@ -108,4 +110,27 @@ func inFile(path string, err error) error {
 		return errors.Join(out...)
 	}
 	return fmt.Errorf("%s: %w", path, err)
+}
+
+// noteHTTPSecrets keeps, per pipeline, the values of the ${NAME}s expanded
+// anywhere in its handler.http: whatever a variable holds there (a key in
+// a URL path, a header, a query field) is kept out of the handler's
+// errors.
+func (c *Config) noteHTTPSecrets(getenv func(string) string) {
+	for i := range c.Pipelines {
+		at := index("pipelines", i) + ".handler.http"
+		seen := map[string]bool{}
+		for path, names := range c.src.vars {
+			if !within(path, at) {
+				continue
+			}
+			for _, n := range names {
+				if v := getenv(n); v != "" && !seen[v] {
+					seen[v] = true
+					c.Pipelines[i].httpSecrets = append(c.Pipelines[i].httpSecrets, v)
+				}
+			}
+		}
+		slices.Sort(c.Pipelines[i].httpSecrets) // map order: the same options every time
+	}
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"time"
 
 	"github.com/redrive/redrive/processor"
@@ -131,6 +132,7 @@ func (g Guard) processorGuard() processor.Guard {
 func (p Pipeline) HTTPOptions() httphandler.Options {
 	o := httphandler.Options{Concurrency: p.Concurrency}
 	if hc := p.Handler.HTTP; hc != nil {
+		o.Secrets = slices.Clone(p.httpSecrets)
 		o.URL, o.Timeout, o.Headers, o.MaxBodyBytes = hc.URL, hc.Timeout.D(), hc.Headers, hc.MaxBodyBytes
 		o.Query, o.Form = hc.Query, hc.Form
 		if hc.JSON != nil {
