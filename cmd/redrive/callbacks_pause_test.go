@@ -50,6 +50,20 @@ func (s *jobService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// first waits up to timeout for the first call to path.
+func (s *jobService) first(path string, timeout time.Duration) (found jobCall, ok bool) {
+	ok = kafkatest.Eventually(timeout, func() bool {
+		for _, call := range s.snapshot() {
+			if call.path == path {
+				found = call
+				return true
+			}
+		}
+		return false
+	})
+	return found, ok
+}
+
 func (s *jobService) snapshot() []jobCall {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -116,16 +130,8 @@ pipelines:
 	// A producer's record with a job id it chose: submitted as new.
 	produce(&kgo.Record{Topic: topic, Key: []byte("r1"), Value: []byte("img"),
 		Headers: []kgo.RecordHeader{{Key: retry.HeaderState, Value: []byte("victim-job-42")}}})
-	var submit jobCall
-	if !kafkatest.Eventually(30*time.Second, func() bool {
-		for _, call := range svc.snapshot() {
-			if call.path == "/in.php" {
-				submit = call
-				return true
-			}
-		}
-		return false
-	}) {
+	submit, ok := svc.first("/in.php", 30*time.Second)
+	if !ok {
 		t.Fatalf("no submit within 30s: calls %+v", svc.snapshot())
 	}
 	for _, call := range svc.snapshot() {
@@ -151,16 +157,8 @@ pipelines:
 	time.Sleep(time.Second)
 	produce(&kgo.Record{Topic: topic, Key: []byte("r2"), Value: []byte("img2")})
 
-	var poll jobCall
-	if !kafkatest.Eventually(30*time.Second, func() bool {
-		for _, call := range svc.snapshot() {
-			if call.path == "/res.php" {
-				poll = call
-				return true
-			}
-		}
-		return false
-	}) {
+	poll, ok := svc.first("/res.php", 30*time.Second)
+	if !ok {
 		t.Fatalf("the job was not polled after the pause: calls %+v", svc.snapshot())
 	}
 	if poll.id != job || poll.attempt != "1" {
