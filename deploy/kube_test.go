@@ -269,14 +269,21 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 	if err := c.CheckAnalyzerListen(); err != nil {
 		t.Errorf("%s: the analyzer would refuse to start with the Secret's token: %v", what, err)
 	}
+	// The callback token is always in the Secret: a public intake
+	// without one would not start.
 	for _, e := range []map[string]string{{"REDRIVE_ANALYZER_READ_TOKEN": "read-only-0123456789"}, {}} {
+		readToken := len(e) > 0
+		e["CB_TOKEN"] = env["CB_TOKEN"]
 		ca, err := config.Parse([]byte(raw), func(k string) string { return e[k] })
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		if err := ca.CheckAnalyzerListen(); (err == nil) != (len(e) > 0) {
+		if err := ca.CheckAnalyzerListen(); (err == nil) != readToken {
 			t.Errorf("%s: with the Secret's %v only, the listen rule says %v", what, e, err)
 		}
+	}
+	if _, err := config.Parse([]byte(raw), func(k string) string { return map[string]string{"REDRIVE_ANALYZER_TOKEN": env["REDRIVE_ANALYZER_TOKEN"]}[k] }); c.HasCallbacks() && err == nil {
+		t.Errorf("%s: the config loads without the Secret's CB_TOKEN: a public callback intake would take anyone's callbacks", what)
 	}
 	checkNetworkPolicies(t, what, o)
 	if c.HTTPAddr != "0.0.0.0:9090" {

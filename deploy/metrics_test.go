@@ -202,7 +202,7 @@ type pair struct {
 // The pair's callback path and token.
 const (
 	pairCallbackPath  = "/cb"
-	pairCallbackToken = "deploy-cb-token"
+	pairCallbackToken = "deploy-cb-token-0123456789"
 )
 
 func startPair(t *testing.T) *pair {
