@@ -282,7 +282,9 @@ func checkCommon(t *testing.T, what string, o *objects) *config.Config {
 			t.Errorf("%s: with the Secret's %v only, the listen rule says %v", what, e, err)
 		}
 	}
-	if _, err := config.Parse([]byte(raw), func(k string) string { return map[string]string{"REDRIVE_ANALYZER_TOKEN": env["REDRIVE_ANALYZER_TOKEN"]}[k] }); c.HasCallbacks() && err == nil {
+	if _, err := config.Parse([]byte(raw), func(k string) string {
+		return map[string]string{"REDRIVE_ANALYZER_TOKEN": env["REDRIVE_ANALYZER_TOKEN"]}[k]
+	}); c.HasCallbacks() && err == nil {
 		t.Errorf("%s: the config loads without the Secret's CB_TOKEN: a public callback intake would take anyone's callbacks", what)
 	}
 	checkNetworkPolicies(t, what, o)
