@@ -566,7 +566,7 @@ func (p *pipeline) matchWaiting(job string) {
 	if !ok {
 		return
 	}
-	if !p.sched.remove(w) {
+	if !p.room.remove(w) {
 		p.cbs.store.release(job) // popped: onDue dispatches it, process takes the callback
 		return
 	}

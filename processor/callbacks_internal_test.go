@@ -186,7 +186,7 @@ func TestMatchWaitingRace(t *testing.T) {
 	p, ps := newMatchPipeline(t)
 	sctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { p.sched.run(sctx); close(done) }()
+	go func() { p.room.run(sctx); close(done) }()
 	defer func() { stop(); <-done }()
 
 	const n = 2000
@@ -223,7 +223,7 @@ func TestMatchWaitingRace(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		p.mu.Lock()
-		queued, waiting := p.runq.len(), ps.waiting
+		queued, waiting := p.disp.runq.len(), ps.waiting
 		p.mu.Unlock()
 		if queued == n && waiting == 0 {
 			break
@@ -237,7 +237,7 @@ func TestMatchWaitingRace(t *testing.T) {
 	defer p.mu.Unlock()
 	seen := map[string]int{}
 	attached := 0
-	p.runq.each(func(w *work) {
+	p.disp.runq.each(func(w *work) {
 		job := string(w.meta.State)
 		seen[job]++
 		if w.cb != nil {
@@ -290,7 +290,7 @@ func TestDropUnindexes(t *testing.T) {
 	p.mu.Unlock()
 	p.onCallbackRecord(CallbackRecord("cb", cbAt("j", now)), now)
 	p.mu.Lock()
-	queued := p.runq.len()
+	queued := p.disp.runq.len()
 	p.mu.Unlock()
 	if queued != 0 {
 		t.Errorf("a record of a revoked partition was dispatched by its callback")
@@ -307,19 +307,19 @@ func TestMatchAfterPop(t *testing.T) {
 	p, ps := newMatchPipeline(t)
 	now := time.Now()
 	p.admit(ps.tp.topic, 0, []*kgo.Record{tierRecord(ps.tp.topic, 0, "j", now, now.Add(time.Hour))}, 0, now)
-	p.sched.mu.Lock()
-	w := heap.Pop(&p.sched.h).(*work) // what run does when it is due
-	p.sched.mu.Unlock()
+	p.room.mu.Lock()
+	w := heap.Pop(&p.room.h).(*work) // what run does when it is due
+	p.room.mu.Unlock()
 	p.onCallbackRecord(CallbackRecord("cb", cbAt("j", now)), now)
 	p.mu.Lock()
-	queued := p.runq.len()
+	queued := p.disp.runq.len()
 	p.mu.Unlock()
 	if queued != 0 || w.cb != nil {
 		t.Fatalf("popped record dispatched by the reader (queued %d, callback %v)", queued, w.cb)
 	}
 	p.onDue(w)
 	p.mu.Lock()
-	queued = p.runq.len()
+	queued = p.disp.runq.len()
 	indexed := len(p.jobs)
 	p.mu.Unlock()
 	if queued != 1 || indexed != 0 || ps.waiting != 0 {
@@ -329,7 +329,7 @@ func TestMatchAfterPop(t *testing.T) {
 	if w.cb == nil || w.cb.JobID != "j" {
 		t.Fatalf("process could not take the pending callback: %+v", w.cb)
 	}
-	if p.sched.remove(w) {
+	if p.room.remove(w) {
 		t.Error("remove of a popped record reported true")
 	}
 }

@@ -9,9 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/retry"
@@ -46,14 +44,18 @@ type partState struct {
 	// leaving is revoking, readable without p.mu: a record waiting for
 	// the line gives up (line.enter).
 	leaving atomic.Bool
-	// Tier partitions (duefirst.go): next is the offset after the last
+	// idle, while revoking, is closed once no work of the partition is in
+	// flight (a revoke waits for it before it commits).
+	idle chan struct{}
+	// Tier partitions (fetchorder.go): next is the offset after the last
 	// record fetched (0: none yet); pending what is known to be there
 	// after it and when it is wanted.
 	next    int64
 	pending pendingList
 }
 
-// work is one record from poll to finish.
+// work is one record from poll to finish. Its parts are grouped by who
+// uses them; each group is embedded, so its fields read as w's own.
 type work struct {
 	rec       *kgo.Record
 	ps        *partState
@@ -70,10 +72,17 @@ type work struct {
 	// which the outcome record's times use.
 	at      time.Time
 	size    int64
-	heapIdx int
+	heapIdx int // its place in the waiting room's heap (waitroom.go)
 
-	// Callbacks (callbacks.go). cb is the callback attached to the
-	// record: it is finished with the callback's outcome, no handler call.
+	jobWork  // callbacks and polls of a job (callback_match.go)
+	txnWork  // exactly-once (txn.go)
+	lineWork // the line's hold on it (line.go)
+}
+
+// jobWork is what a record's job (a submit/poll API) needs.
+type jobWork struct {
+	// cb is the callback attached to the record: it is finished with the
+	// callback's outcome, no handler call.
 	cb *Callback
 	// indexed is the job id under which w waits in pipeline.jobs.
 	indexed string
@@ -84,29 +93,43 @@ type work struct {
 	// redrive-not-ready-since (redrive_job_seconds).
 	via   jobVia
 	since time.Time
+}
 
-	// Exactly-once (txn.go): the outcome record held for the next
-	// transaction (nil: none, the record only commits its offset), its
-	// kind, and whether it is in the transaction being written.
+// txnWork is the outcome record held for the next transaction (nil: none,
+// the record only commits its offset), its kind, and whether it is in the
+// transaction being written.
+type txnWork struct {
 	out   *kgo.Record
 	outTo outKind
 	inTxn bool
+}
 
-	// The line (line.go): held says the record failed transiently while
-	// the breaker was not closed and waits to be called again, heldCode
-	// with which code; yielded says it was given back to the run queue
-	// (enterYield) and is processed again from the start (counted once),
-	// yieldNow that process just did so.
+// lineWork: held says the record failed transiently while the breaker was
+// not closed and waits to be called again, heldCode with which code;
+// yielded says it was given back to the run queue (enterYield) and is
+// processed again from the start (counted once), yieldNow that process
+// just did so; throttles counts the waits a 429 made it take in its
+// worker (Outcome.Throttled), at most MaxThrottleWaits.
+type lineWork struct {
 	held              bool
 	heldCode          string
 	yielded, yieldNow bool
-	// throttles counts the waits a 429 made this record take in its
-	// worker (Outcome.Throttled), at most MaxThrottleWaits.
-	throttles int
+	throttles         int
 }
 
 // pipeline runs one Pipeline: a consumer group over the main topic and the
-// tiers, and the producer for outcomes (one kgo client does both).
+// tiers, and the producer for outcomes (one kgo client does both). It
+// wires the parts, each in its own file:
+//
+//	poll.go        the poll loop: admits fetched records
+//	waitroom.go    tier records held until due (its own lock)
+//	fetchorder.go  due tier records fetched ahead of the main topic
+//	dispatch.go    the run queue, key lanes and workers
+//	process.go     one record through screen, the line, the handler, decide
+//	line.go        flow control: rate, breaker, pause codes, guard, manual pause, failover
+//	commit.go      outcome writes and offset commits (txn.go: exactly-once)
+//	rebalance.go   partitions assigned, revoked, lost
+//	callback_*.go  callbacks: reader, store, matching
 type pipeline struct {
 	cfg    Pipeline
 	pol    policy
@@ -115,84 +138,60 @@ type pipeline struct {
 	cl     *kgo.Client
 	log    *slog.Logger
 	m      *metrics
+	hot    hotMetrics
 	tierOf map[string]int
 	tiers  []string
-	sched  *scheduler
-	capCh  chan struct{}
-	hctx   context.Context // handler context; cancelled past the shutdown grace
-	hstop  context.CancelFunc
-	wg     sync.WaitGroup
 
-	// noKind warns once of a handler returning an Outcome without a Kind.
-	noKind sync.Once
-	// foreignState warns once of a main-topic record with redrive-state.
-	foreignState sync.Once
+	room    *waitRoom // tier records until due
+	line    *line     // whether a handler call may start
+	commits committer // how outcomes are written and offsets committed
+	out     outputs   // builds outcome records (deadletter.go)
+	// cbs reads the pipeline's callbacks (nil without Callbacks).
+	cbs *callbacks
 
+	capCh chan struct{} // wakes the poll loop at the in-flight bound
+	hctx  context.Context
+	hstop context.CancelFunc // cancels hctx, the handlers' context, past the shutdown grace
+	wg    sync.WaitGroup     // dispatched work not finished
+
+	// mu guards the partitions, the in-flight bound, the dispatcher and
+	// the fetch state: they change together.
 	mu       sync.Mutex
 	parts    map[tp]*partState
 	inflight int   // dispatched, not finished
 	bytes    int64 // bytes of those
-	waiting  int
-	lanes    map[string]*lane
+	waiting  int   // tier records in the waiting room
 	closing  bool
-	// runq holds dispatched work no worker has taken yet, due work ahead
-	// of the main topic's (runqueue.go); workers counts the worker
-	// goroutines (at most Concurrency), each of which takes work from runq
-	// until it is empty.
-	runq    runQueue
-	workers int
-	// fetch is which topics are held from fetching: by the line, and the
-	// main topic while due tier records wait to be fetched (duefirst.go).
-	fetch fetchState
+	disp     dispatcher // run queue, lanes, workers (dispatch.go)
+	fetch    fetchState // topics held from fetching (fetchorder.go)
+	// jobs indexes the records waiting in the waiting room by job id.
+	jobs map[string]*work
 	// atBound: the poll loop waits at the in-flight bound (tierEndsLoop).
 	atBound atomic.Bool
 
-	hot hotMetrics
-
-	// cbs reads the pipeline's callbacks (nil without Callbacks); jobs
-	// indexes the records waiting in the scheduler by job id (under mu).
-	cbs  *callbacks
-	jobs map[string]*work
 	// polls, viaCallback, viaPoll count for CallbackStatus.
 	polls, viaCallback, viaPoll atomic.Uint64
 
-	// line is the flow control: breaker, rate limit, pause codes, guard,
-	// manual pause (line.go).
-	line *line
-
-	commitMu sync.Mutex
-
-	out outputs // builds outcome records (deadletter.go)
 	// topicMax holds each output topic's max.message.bytes, learned at
 	// start (probe); a topic missing from it gets Kafka's default.
 	topicMax atomic.Pointer[map[string]int]
 	// batchMax is the client's ProducerBatchMaxBytesFn: redrive's (the
 	// smaller of the default and the topic's limit) unless ClientOpts set
 	// one; brokerMax its BrokerMaxWriteBytes.
-	batchMax    func(string) int32
-	brokerMax   int32
+	batchMax  func(string) int32
+	brokerMax int32
+	recreated recreatedTopics // output topics deleted and recreated (recreated.go)
+
 	joined      atomic.Bool
 	writeFails  atomic.Int64 // outcome writes failing right now
 	lastWriteMu sync.Mutex
 	lastWrite   error
-	recreated   recreatedTopics // output topics deleted and recreated (recreated.go)
 
-	// Exactly-once (txn.go): eos is Delivery == ExactlyOnce; sess wraps
-	// cl. held counts outcomes held for a transaction; txnKick and
-	// pollCancel make the poll loop write a transaction at once when
-	// MaxBatch are held; txnErr is the last transaction failure (readiness).
-	eos        bool
-	sess       *kgo.GroupTransactSession
-	held       atomic.Int64
-	txnKick    chan struct{}
-	pollCancel atomic.Pointer[context.CancelFunc]
-	txnErrMu   sync.Mutex
-	txnErr     error
-	refusedMu  sync.Mutex
-	refused    map[srcKey]refusal // outcomes refused as too large (txn.go)
+	// noKind warns once of a handler returning an Outcome without a Kind.
+	noKind sync.Once
+	// foreignState warns once of a main-topic record with redrive-state.
+	foreignState sync.Once
 }
-
-type lane struct{ queue []*work }
 
 func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.Opt) (*pipeline, error) {
 	p := &pipeline{
@@ -206,9 +205,9 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		tiers:  cfg.TierTopics(),
 		capCh:  make(chan struct{}, 1),
 		parts:  map[tp]*partState{},
-		lanes:  map[string]*lane{},
 		jobs:   map[string]*work{},
 	}
+	p.disp.lanes = map[string]*lane{}
 	if cfg.Callbacks != nil {
 		p.cbs = newCallbacks(*cfg.Callbacks, m, cfg.Name)
 	}
@@ -218,16 +217,43 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	p.hot.init(m, cfg.Name)
 	p.hot.precreate(cfg, p.tiers)
 	p.hctx, p.hstop = context.WithCancel(context.Background())
-	p.sched = newScheduler(p.onDue)
+	p.room = newWaitRoom(p.onDue)
 	p.line = newLine(cfg, p.log, m, p.pauseFetch)
-	p.line.freshQueued = p.runq.freshWaiting
-	p.runq.freshFirst = &p.line.notClosed
-	topics := append([]string{cfg.Topic}, p.tiers...)
-	opts := []kgo.Opt{
+	p.line.freshQueued = p.disp.runq.freshWaiting
+	p.disp.runq.freshFirst = &p.line.notClosed
+	opts := append(p.clientOpts(), pc.ClientOpts...)
+	opts = append(opts, extra...)
+	commits, cl, err := newCommitter(p, opts)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)
+	}
+	p.commits, p.cl = commits, cl
+	p.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
+	p.brokerMax, _ = cl.OptValue(kgo.BrokerMaxWriteBytes).(int32)
+	p.out = outputs{
+		tiers:    p.tiers,
+		results:  cfg.Results,
+		failover: cfg.Breaker.FailoverTo,
+		dead: dlq.BuildOptions{
+			Topic:         cfg.DLQ,
+			RedactHeaders: cfg.RedactHeaders,
+			Group:         cfg.GroupID(),
+			Instance:      pc.Instance,
+			HeaderStyle:   cfg.DLQHeaderStyle,
+		},
+		limit: p.limit,
+	}
+	return p, nil
+}
+
+// clientOpts are the pipeline's kgo options, before Config.ClientOpts.
+func (p *pipeline) clientOpts() []kgo.Opt {
+	cfg, pc := p.cfg, p.pc
+	return []kgo.Opt{
 		kgo.SeedBrokers(pc.Brokers...),
 		kgo.ClientID("redrive-" + pc.Instance),
 		kgo.ConsumerGroup(cfg.GroupID()),
-		kgo.ConsumeTopics(topics...),
+		kgo.ConsumeTopics(append([]string{cfg.Topic}, p.tiers...)...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		// Records of aborted transactions (a transactional Java or Spring
@@ -260,49 +286,15 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		// them unconsumed that long.
 		kgo.MetadataMaxAge(metadataMaxAge),
 		kgo.WithHooks(&brokerLog{log: p.log}),
+		// A batch never holds more than a topic takes, so that several
+		// dead letters batched together are not refused as one. franz-go
+		// asks once per partition, on its first produce: after probe.
+		// ClientOpts may replace it (then batches are as large as the
+		// caller says).
+		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			return int32(max(minBatchBytes, min(dlq.DefaultProducerBatchBytes, p.topicLimit(topic))))
+		}),
 	}
-	// A batch never holds more than a topic takes, so that several dead
-	// letters batched together are not refused as one. franz-go asks once
-	// per partition, on its first produce: after probe. ClientOpts may
-	// replace it (then batches are as large as the caller says).
-	opts = append(opts, kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
-		return int32(max(minBatchBytes, min(dlq.DefaultProducerBatchBytes, p.topicLimit(topic))))
-	}))
-	opts = append(opts, pc.ClientOpts...)
-	opts = append(opts, extra...)
-	var cl *kgo.Client
-	var err error
-	if cfg.Delivery == ExactlyOnce {
-		p.eos = true
-		p.txnKick = make(chan struct{}, 1)
-		opts = append(opts, kgo.TransactionalID(TransactionalID(cfg.Name, pc.Instance)), kgo.TransactionTimeout(txnTimeout))
-		p.sess, err = kgo.NewGroupTransactSession(opts...)
-		if err == nil {
-			cl = p.sess.Client()
-		}
-	} else {
-		cl, err = kgo.NewClient(opts...)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)
-	}
-	p.cl = cl
-	p.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
-	p.brokerMax, _ = cl.OptValue(kgo.BrokerMaxWriteBytes).(int32)
-	p.out = outputs{
-		tiers:    p.tiers,
-		results:  cfg.Results,
-		failover: cfg.Breaker.FailoverTo,
-		dead: dlq.BuildOptions{
-			Topic:         cfg.DLQ,
-			RedactHeaders: cfg.RedactHeaders,
-			Group:         cfg.GroupID(),
-			Instance:      pc.Instance,
-			HeaderStyle:   cfg.DLQHeaderStyle,
-		},
-		limit: p.limit,
-	}
-	return p, nil
 }
 
 func (p *pipeline) ready() {
@@ -313,8 +305,8 @@ func (p *pipeline) ready() {
 	switch {
 	case !p.joined.Load():
 		p.pc.Ready(name, errors.New("consumer group "+p.cfg.GroupID()+" not joined yet"))
-	case p.txnFailure() != nil:
-		p.pc.Ready(name, p.txnFailure())
+	case p.commits.failure() != nil:
+		p.pc.Ready(name, p.commits.failure())
 	case p.writeFails.Load() > 0:
 		p.lastWriteMu.Lock()
 		err := p.lastWrite
@@ -334,60 +326,50 @@ func (p *pipeline) run(ctx context.Context) error {
 	defer stopAll()
 	p.probe(ctx)
 	p.ready()
-	schedCtx, schedStop := context.WithCancel(context.Background())
-	schedDone := make(chan struct{})
-	go func() { p.sched.run(schedCtx); close(schedDone) }()
-	commitDone := make(chan struct{})
-	if p.eos {
-		close(commitDone) // the poll loop writes the transactions
-	} else {
-		go func() { p.commitLoop(ctx); close(commitDone) }()
+	var loops sync.WaitGroup
+	for _, loop := range p.loops() {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			loop(ctx)
+		}()
 	}
-	lagDone := make(chan struct{})
-	go func() { p.lagLoop(ctx); close(lagDone) }()
-	endsDone := make(chan struct{})
-	go func() { p.tierEndsLoop(ctx); close(endsDone) }()
-	lineDone := make(chan struct{})
-	go func() { p.line.run(ctx); close(lineDone) }()
-	cbDone := make(chan struct{})
 	if p.cbs != nil {
-		go func() { p.readCallbacks(ctx, time.Now()); close(cbDone) }()
 		// Records redelivered after a restart find the callbacks that came
 		// while no one read them.
 		p.awaitCallbacks(ctx)
-	} else {
-		close(cbDone)
 	}
-
 	err := p.pollLoop(ctx)
 	stopAll()
-
 	// Records waiting for a stopped line leave at once (they are
-	// redelivered); the line no longer pauses or resumes fetching.
+	// redelivered). No new work from here on: every loop (the waiting
+	// room's, the callbacks reader's) ends before the drain wait, so
+	// nothing calls wg.Add while wg.Wait runs (a record due now simply
+	// stays uncommitted and is redelivered).
 	p.line.stop()
-	<-lineDone
+	loops.Wait()
+	return p.shutdown(err)
+}
 
-	// Shutdown: stop fetching, let in-flight work finish within the grace.
+// loops are the goroutines that run beside the poll loop, until its ctx
+// ends.
+func (p *pipeline) loops() []func(context.Context) {
+	loops := []func(context.Context){p.room.run, p.commits.loop, p.lagLoop, p.tierEndsLoop, p.line.run}
+	if p.cbs != nil {
+		loops = append(loops, func(ctx context.Context) { p.readCallbacks(ctx, time.Now()) })
+	}
+	return loops
+}
+
+// shutdown stops fetching, lets in-flight work finish within the grace,
+// commits it and leaves the group. err is the poll loop's.
+func (p *pipeline) shutdown(err error) error {
 	p.log.Info("stopping: finishing in-flight work", "inflight", p.inflightNow(), "grace", p.pc.ShutdownGrace)
 	p.cl.PauseFetchTopics(append([]string{p.cfg.Topic}, p.tiers...)...)
-	// No new work from here on: the scheduler stops before the drain wait,
-	// so nothing calls wg.Add while wg.Wait runs (a record due now simply
-	// stays uncommitted and is redelivered).
-	schedStop()
-	<-schedDone
-	// Nor does the callbacks reader (matchWaiting dispatches).
-	<-cbDone
 	drained := make(chan struct{})
 	go func() { p.wg.Wait(); close(drained) }()
-	graceOver := time.After(p.pc.ShutdownGrace)
-	if p.eos && !p.drainTxns(drained, graceOver) { // transactions go on while it drains
-		g := make(chan time.Time, 1)
-		g <- time.Now()
-		graceOver = g // drainTxns took the grace's tick
-	}
-	select {
-	case <-drained:
-	case <-graceOver:
+	// Transactions go on while it drains (txnCommitter.drain).
+	if !p.commits.drain(drained, time.After(p.pc.ShutdownGrace)) {
 		p.log.Warn("shutdown grace over: abandoning in-flight work, it will be redelivered", "inflight", p.inflightNow())
 		p.hstop()
 		select {
@@ -396,22 +378,10 @@ func (p *pipeline) run(ctx context.Context) error {
 		}
 	}
 	p.hstop()
-	<-commitDone
-	<-lagDone
-	<-endsDone
 	p.mu.Lock()
 	p.closing = true
 	p.mu.Unlock()
-	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var cerr error
-	if p.eos {
-		cerr = p.txnCycle() // its own timeout
-	} else {
-		p.commitMu.Lock()
-		cerr = p.commit(cctx)
-		p.commitMu.Unlock()
-	}
+	cerr := p.commits.final()
 	p.cl.Close() // leaves the group
 	if cerr != nil && err == nil {
 		err = fmt.Errorf("pipeline %s: final commit: %w", p.cfg.Name, cerr)
@@ -431,10 +401,10 @@ func (p *pipeline) beat() {
 	}
 }
 
-// room is how many more records may be polled, 0 at the bound. While the
-// main topic is held for the tiers (duefirst.go) only tier records come,
-// up to a quarter more than the bound.
-func (p *pipeline) room() int {
+// space is how many more records may be polled, 0 at the bound. While
+// the main topic is held for the tiers (fetchorder.go) only tier records
+// come, up to a quarter more than the bound.
+func (p *pipeline) space() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.holdMainLocked(time.Now())
@@ -447,579 +417,6 @@ func (p *pipeline) room() int {
 		return 0
 	}
 	return max(0, limit-p.inflight)
-}
-
-// metadataMaxAge is how often the pipeline's client refreshes metadata at
-// the latest: new partitions of the main topic and tiers are consumed
-// (and the group rebalanced to spread them) within about this long.
-const metadataMaxAge = 15 * time.Second
-
-// noteOversize logs a record larger than MaxInflightBytes: it is admitted
-// (the bound is checked before a poll, so it never deadlocks) but nothing
-// more is polled until it is finished, so throughput drops to that one
-// record meanwhile. p.mu held.
-func (p *pipeline) noteOversize(w *work) {
-	if w.size <= p.cfg.MaxInflightBytes {
-		return
-	}
-	p.log.Warn("record larger than max_inflight_bytes: handled with no more records fetched until it is finished",
-		"src", srcOf(w), "bytes", w.size, "max_inflight_bytes", p.cfg.MaxInflightBytes)
-}
-
-// fetchPartitionBytes is the most a fetch takes from one partition.
-const fetchPartitionBytes = 256 << 10
-
-// pollWait bounds one poll, so the loop beats at least this often when idle.
-const pollWait = 2 * time.Second
-
-func (p *pipeline) pollLoop(ctx context.Context) error {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	// At the bound the loop looks this often whether to hold the main
-	// topic for due tier records (duefirst.go).
-	var check <-chan time.Time
-	if len(p.tiers) > 0 {
-		t := time.NewTicker(holdCheck)
-		defer t.Stop()
-		check = t.C
-	}
-	lastTxn := time.Now()
-	for ctx.Err() == nil {
-		p.beat()
-		wait := pollWait
-		if p.eos {
-			// Exactly-once: this goroutine also writes the transactions,
-			// never while a poll runs (franz-go's GroupTransactSession).
-			if time.Since(lastTxn) >= p.pc.CommitInterval || p.held.Load() >= p.batchAt() {
-				select {
-				case <-p.txnKick:
-				default:
-				}
-				if err := p.txnCycle(); err != nil {
-					return err
-				}
-				lastTxn = time.Now()
-			}
-			wait = max(time.Millisecond, p.pc.CommitInterval-time.Since(lastTxn))
-		}
-		n := p.room()
-		p.atBound.Store(n == 0)
-		if n == 0 { // at the bound: stop fetching until work finishes
-			var txnDue <-chan time.Time
-			var t *time.Timer
-			if p.eos {
-				t = time.NewTimer(wait)
-				txnDue = t.C
-			}
-			select {
-			case <-p.capCh:
-			case <-tick.C:
-			case <-check:
-			case <-txnDue:
-			case <-p.txnKick:
-			case <-ctx.Done():
-			}
-			if t != nil {
-				t.Stop()
-			}
-			continue
-		}
-		// A bounded poll, so an idle loop still beats (liveness).
-		pctx, cancel := context.WithTimeout(ctx, wait)
-		if p.eos {
-			p.pollCancel.Store(&cancel)
-		}
-		fs := p.cl.PollRecords(pctx, n)
-		if p.eos {
-			p.pollCancel.Store(nil)
-		}
-		cancel()
-		if fs.IsClientClosed() {
-			return errors.New("kafka client closed")
-		}
-		var fatal error
-		fs.EachError(func(topic string, part int32, err error) {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return
-			}
-			if f := fatalPollErr(p.cfg.GroupID(), topic, p.pc.Principal, err); f != nil {
-				fatal = f
-				return
-			}
-			p.log.Error("fetch failed", "topic", topic, "partition", part, "err", err)
-		})
-		if fatal != nil {
-			return fatal
-		}
-		now := time.Now()
-		fs.EachPartition(func(f kgo.FetchTopicPartition) {
-			if len(f.Records) > 0 {
-				// What can be fetched ends at the last stable offset:
-				// records of an open transaction past it are not (yet).
-				end := f.HighWatermark
-				if f.LastStableOffset >= 0 && f.LastStableOffset < end {
-					end = f.LastStableOffset
-				}
-				p.admit(f.Topic, f.Partition, f.Records, end, now)
-			}
-		})
-	}
-	return nil
-}
-
-// admit takes polled records in: main-topic records are dispatched at once,
-// tier records when due.
-// end is where the partition's fetchable records end (a tier's pending
-// records, duefirst.go).
-func (p *pipeline) admit(topic string, part int32, recs []*kgo.Record, end int64, now time.Time) {
-	data := len(recs)
-	if recs[len(recs)-1].Attrs.IsControl() || recs[0].Attrs.IsControl() {
-		data = 0
-		for _, r := range recs {
-			if !r.Attrs.IsControl() {
-				data++
-			}
-		}
-	}
-	p.hot.consumedFor(topic).Add(float64(data))
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ps := p.parts[tp{topic, part}]
-	if ps == nil || ps.revoking || ps.gone {
-		// Not ours (any more): the next owner reads them from the committed offset.
-		return
-	}
-	for _, r := range recs {
-		if r.Attrs.IsControl() {
-			// A transaction marker: finished as it comes.
-			ps.offsets.finish(ps.offsets.add(r))
-			continue
-		}
-		w := &work{rec: r, ps: ps, e: ps.offsets.add(r), size: int64(len(r.Key) + len(r.Value))}
-		p.noteOversize(w)
-		if ps.tier < 0 {
-			p.dispatchLocked(w)
-			continue
-		}
-		w.decode()
-		if w.decodeErr == nil {
-			w.waitUntil = p.waitUntil(ps.tier, w, now)
-		}
-		// A job whose callback came before its record: finished at once.
-		p.takeCallback(w)
-		if w.cb != nil || w.decodeErr != nil || !w.waitUntil.After(now) {
-			p.dispatchLocked(w)
-			continue
-		}
-		ps.waiting++
-		p.waiting++
-		if w.waitUntil.After(ps.lastWait) {
-			ps.lastWait = w.waitUntil
-		}
-		if p.waitsForCallback(w) {
-			p.indexLocked(w) // before the push: matchWaiting holds p.mu too
-		}
-		p.sched.push(w)
-		if ps.waiting >= p.cfg.MaxWaiting && !ps.paused {
-			ps.paused = true
-			p.cl.PauseFetchPartitions(map[string][]int32{topic: {part}})
-			p.m.pausedParts.WithLabelValues(p.cfg.Name).Inc()
-		}
-	}
-	if ps.tier >= 0 {
-		p.noteTierFetch(ps, recs[len(recs)-1].Offset+1, end, now)
-	}
-	p.hot.waiting.Set(float64(p.waiting))
-}
-
-// waitUntil is when a tier record may be handled: its due time, but no later
-// than the tier's delay (plus jitter) after the record was written. A record
-// due later than that (a minimum delay longer than the largest tier, or a
-// foreign producer's far due time) is looked at then and hops through the
-// tier again, so it never holds up the records behind it. A record
-// timestamp more than clockSkew in the future counts as now (counted in
-// redrive_future_times_clamped_total), or it would
-// hold the record, and the partition's commit point, until then.
-func (p *pipeline) waitUntil(tier int, w *work, now time.Time) time.Time {
-	d := p.cfg.Schedule.Tiers[tier]
-	written := w.rec.Timestamp
-	if written.After(now.Add(clockSkew)) {
-		written = now
-		p.hot.countClamped(1 << clampRecordTimestamp)
-	}
-	limit := written.Add(d + time.Duration(float64(d)*p.cfg.Schedule.Jitter) + 10*time.Millisecond)
-	if w.meta.Due.After(limit) {
-		return limit
-	}
-	return w.meta.Due
-}
-
-func (w *work) decode() {
-	if w.decoded {
-		return
-	}
-	w.decoded = true
-	// The record's header bytes are never changed and live as long as w.
-	w.meta, w.user, w.decodeErr = retry.DecodeView(w.rec.Headers)
-}
-
-// onDue is called by the scheduler when a waiting record is due.
-func (p *pipeline) onDue(w *work) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.unindexLocked(w)
-	if w.ps.gone || w.ps.revoking {
-		return
-	}
-	p.dueLocked(w)
-}
-
-// dueLocked dispatches w, taken out of the scheduler (due, or its
-// callback came), and resumes its partition when few records wait. p.mu
-// held; w.ps is neither gone nor revoking.
-func (p *pipeline) dueLocked(w *work) {
-	ps := w.ps
-	ps.waiting--
-	p.waiting--
-	p.hot.waiting.Set(float64(p.waiting))
-	p.dispatchLocked(w)
-	if ps.paused && (ps.waiting <= p.cfg.MaxWaiting/2 || time.Until(ps.lastWait) < resumeLead) {
-		ps.paused = false
-		p.cl.ResumeFetchPartitions(map[string][]int32{ps.tp.topic: {ps.tp.partition}})
-		p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
-	}
-}
-
-// dispatchLocked starts w, or queues it behind its key's lane. p.mu held.
-func (p *pipeline) dispatchLocked(w *work) {
-	p.inflight++
-	p.bytes += w.size
-	w.ps.inflight++
-	p.hot.inflight.Set(float64(p.inflight))
-	if p.cfg.OrderByKey && w.rec.Key != nil {
-		k := string(w.rec.Key)
-		if l := p.lanes[k]; l != nil {
-			l.queue = append(l.queue, w)
-			return
-		}
-		p.lanes[k] = &lane{}
-	}
-	p.startLocked(w)
-}
-
-// startLocked queues w for a worker, starting one if fewer than
-// Concurrency run; due work goes ahead of the main topic's (runQueue).
-// p.mu held.
-func (p *pipeline) startLocked(w *work) {
-	p.wg.Add(1)
-	p.runq.push(w)
-	if p.workers < p.cfg.Concurrency {
-		p.workers++
-		go p.worker()
-	}
-}
-
-// worker handles queued work until the queue is empty, then exits. At most
-// Concurrency workers run, so at most Concurrency handler calls are in
-// flight; a worker lives across records, so its stack is grown once rather
-// than once per record.
-func (p *pipeline) worker() {
-	for {
-		p.mu.Lock()
-		w := p.runq.pop()
-		if w == nil {
-			p.workers--
-			p.mu.Unlock()
-			return
-		}
-		p.mu.Unlock()
-		p.work(w)
-	}
-}
-
-// work handles w on a worker. The worker moves on to the next record as
-// soon as the outcome record is handed to the producer; w stays in flight
-// until the broker acknowledges it. Work of a revoked partition (or past
-// the shutdown grace) is abandoned: process sees its cancelled context.
-func (p *pipeline) work(w *work) {
-	d, ok := p.process(w)
-	switch {
-	case !ok && w.yieldNow:
-		w.yieldNow = false
-		p.mu.Lock()
-		p.runq.pushDue(w) // not fresh work: it failed before, or it would not yield
-		p.mu.Unlock()
-	case !ok:
-		p.complete(w, false)
-	case p.eos:
-		p.hold(w, d) // written in the next transaction (txn.go)
-	case d.to == "":
-		p.complete(w, true)
-	default:
-		p.send(w.ps.ctx, w, d)
-	}
-}
-
-// complete records the end of w: finished means its outcome is acknowledged
-// and its offset may be committed.
-func (p *pipeline) complete(w *work, finished bool) { p.completeWith(w, finished, nil) }
-
-// completeWith is complete for w whose retry record (its outcome) was
-// acknowledged, when retry is not nil: the tier partition it went to
-// notes it (noteTierWriteLocked).
-func (p *pipeline) completeWith(w *work, finished bool, retry *kgo.Record) {
-	if w.cb != nil || w.via != viaNone || w.polledJob != "" {
-		p.finishJob(w, finished)
-	}
-	p.mu.Lock()
-	if retry != nil {
-		p.noteTierWriteLocked(retry, w.meta.Due) // w.meta: the outcome record's (outcomeRecord)
-	}
-	p.releaseLocked(w, finished)
-	p.nextInLaneLocked(w)
-	p.mu.Unlock()
-	p.signalCap()
-	p.wg.Done()
-}
-
-// releaseLocked takes w out of flight; finished marks its tracker entry
-// (its outcome is written, its offset may be committed). p.mu held.
-func (p *pipeline) releaseLocked(w *work, finished bool) {
-	ps := w.ps
-	if finished && !ps.gone {
-		ps.offsets.finish(w.e)
-	}
-	ps.inflight--
-	p.inflight--
-	p.bytes -= w.size
-	p.hot.inflight.Set(float64(p.inflight))
-}
-
-// nextInLaneLocked starts the next record of w's key (ordering: key), if
-// one waits. p.mu held.
-func (p *pipeline) nextInLaneLocked(w *work) {
-	if !p.cfg.OrderByKey || w.rec.Key == nil {
-		return
-	}
-	k := string(w.rec.Key)
-	l := p.lanes[k]
-	if l == nil {
-		return
-	}
-	if len(l.queue) == 0 {
-		delete(p.lanes, k)
-		return
-	}
-	var next *work
-	next, l.queue = l.queue[0], l.queue[1:]
-	p.startLocked(next)
-}
-
-// signalCap wakes a poll loop waiting at the in-flight bound.
-func (p *pipeline) signalCap() {
-	select {
-	case p.capCh <- struct{}{}:
-	default:
-	}
-}
-
-func (p *pipeline) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	p.mu.Lock()
-	for topic, parts := range assigned {
-		tier, ok := p.tierOf[topic]
-		if !ok {
-			continue
-		}
-		for _, part := range parts {
-			ctx, cancel := context.WithCancel(p.hctx)
-			p.parts[tp{topic, part}] = &partState{
-				tp: tp{topic, part}, tier: tier, offsets: newOffsetTracker(),
-				ctx: ctx, cancel: cancel, committed: -1,
-			}
-		}
-	}
-	p.mu.Unlock()
-	// Pauses survive a revoke and a later re-assign: start clean.
-	cl.ResumeFetchPartitions(assigned)
-	p.joined.Store(true)
-	p.ready()
-	p.log.Info("partitions assigned", "partitions", assigned)
-}
-
-// onRevoked lets in-flight work of the revoked partitions finish for a
-// short while, commits what finished, and forgets them.
-func (p *pipeline) onRevoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
-	p.drop(ctx, cl, revoked, true)
-}
-
-// onLost forgets the partitions at once: they may already be another
-// member's, so nothing is committed for them.
-func (p *pipeline) onLost(ctx context.Context, cl *kgo.Client, lost map[string][]int32) {
-	p.drop(ctx, cl, lost, false)
-	p.joined.Store(false)
-	p.ready()
-}
-
-// resumeLead is how long before its last held record is due a paused tier
-// partition resumes, to cover the fetch round trip.
-const resumeLead = 300 * time.Millisecond
-
-// revokeWait bounds how long a revoke waits for in-flight work.
-const revokeWait = 5 * time.Second
-
-func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]int32, commit bool) {
-	var states []*partState
-	p.mu.Lock()
-	for topic, parts := range tps {
-		for _, part := range parts {
-			if ps := p.parts[tp{topic, part}]; ps != nil {
-				ps.revoking = true
-				ps.leaving.Store(true)
-				states = append(states, ps)
-			}
-		}
-	}
-	closing := p.closing
-	p.mu.Unlock()
-	p.line.kick() // records of these partitions waiting for the line leave
-	if len(states) == 0 {
-		return
-	}
-	if p.eos {
-		// Exactly-once: nothing is committed here. franz-go's session
-		// aborts a transaction across this rebalance, and calling End
-		// from this callback would deadlock; held outcomes of these
-		// partitions are dropped and their records redelivered.
-		commit = false
-	}
-	if commit && !closing {
-		deadline := time.Now().Add(revokeWait)
-		for time.Now().Before(deadline) {
-			p.mu.Lock()
-			busy := 0
-			for _, ps := range states {
-				busy += ps.inflight
-			}
-			p.mu.Unlock()
-			if busy == 0 {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	p.commitMu.Lock()
-	defer p.commitMu.Unlock()
-	offsets := map[string]map[int32]kgo.EpochOffset{}
-	p.mu.Lock()
-	for _, ps := range states {
-		ps.gone = true
-		ps.cancel()
-		p.waiting -= ps.waiting
-		if ps.paused {
-			p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
-		}
-		ps.waiting, ps.paused = 0, false
-		delete(p.parts, ps.tp)
-		if eo, ok := ps.offsets.commitPoint(); ok && eo.Offset > ps.committed {
-			if offsets[ps.tp.topic] == nil {
-				offsets[ps.tp.topic] = map[int32]kgo.EpochOffset{}
-			}
-			offsets[ps.tp.topic][ps.tp.partition] = eo
-		}
-	}
-	for _, w := range p.jobs {
-		if w.ps.gone {
-			p.unindexLocked(w) // the next owner matches it from its own store
-		}
-	}
-	p.sched.purge(func(w *work) bool { return w.ps.gone })
-	p.hot.waiting.Set(float64(p.waiting))
-	var held []*work
-	if p.eos {
-		for _, ps := range states {
-			held = p.takeHeldLocked(ps, held)
-		}
-	}
-	p.mu.Unlock()
-	p.settle(held, false)
-	cl.ResumeFetchPartitions(tps)
-	if commit && len(offsets) > 0 {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := p.commitOffsets(cctx, offsets); err != nil {
-			p.log.Warn("commit on revoke failed; the records will be redelivered to the next owner", "err", err)
-		}
-	}
-	p.log.Info("partitions dropped", "partitions", tps, "committed", commit)
-}
-
-func (p *pipeline) commitLoop(ctx context.Context) {
-	t := time.NewTicker(p.pc.CommitInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		p.commitMu.Lock()
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if err := p.commit(cctx); err != nil {
-			p.log.Warn("commit failed", "err", err)
-		}
-		cancel()
-		p.commitMu.Unlock()
-	}
-}
-
-// commit commits every owned partition's commit point that moved. Callers
-// hold commitMu, so no revoke runs meanwhile.
-func (p *pipeline) commit(ctx context.Context) error {
-	offsets := map[string]map[int32]kgo.EpochOffset{}
-	p.mu.Lock()
-	for _, ps := range p.parts {
-		if ps.gone {
-			continue
-		}
-		if eo, ok := ps.offsets.commitPoint(); ok && eo.Offset > ps.committed {
-			if offsets[ps.tp.topic] == nil {
-				offsets[ps.tp.topic] = map[int32]kgo.EpochOffset{}
-			}
-			offsets[ps.tp.topic][ps.tp.partition] = eo
-		}
-	}
-	p.mu.Unlock()
-	if len(offsets) == 0 {
-		return nil
-	}
-	return p.commitOffsets(ctx, offsets)
-}
-
-func (p *pipeline) commitOffsets(ctx context.Context, offsets map[string]map[int32]kgo.EpochOffset) error {
-	var cerr error
-	p.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			cerr = err
-			return
-		}
-		for _, t := range resp.Topics {
-			for _, pr := range t.Partitions {
-				if e := kerr.ErrorForCode(pr.ErrorCode); e != nil {
-					cerr = fmt.Errorf("commit %s/%d: %w", t.Topic, pr.Partition, e)
-					continue
-				}
-				p.mu.Lock()
-				if ps := p.parts[tp{t.Topic, pr.Partition}]; ps != nil {
-					ps.committed = offsets[t.Topic][pr.Partition].Offset
-				}
-				p.mu.Unlock()
-			}
-		}
-	})
-	if cerr != nil {
-		p.m.commitFailures.WithLabelValues(p.cfg.Name).Inc()
-	}
-	return cerr
 }
 
 // pauseFetch is the line's: stop or resume fetching the main topic and

@@ -49,29 +49,14 @@ const (
 // process handles w and returns the decision on it; ok is false when the
 // work was abandoned (partition revoked, shutdown past the grace): the
 // record is then redelivered. The decision itself is made by screen and
-// decide (decide.go); process calls the handler and counts.
+// decide (decide.go); process calls the handler through the line
+// (callThrough) and counts.
 func (p *pipeline) process(w *work) (d decision, ok bool) {
 	ctx := w.ps.ctx
 	if ctx.Err() != nil {
 		return decision{}, false
 	}
-	w.decode()
-	if w.ps.tier < 0 && len(w.meta.State) > 0 {
-		p.dropForeignState(w)
-	}
-	now := time.Now()
-	w.at = now
-	meta := identify(w.meta, w.rec)
-	if c := clampFuture(&meta, now); c != 0 && !w.yielded {
-		p.hot.countClamped(c)
-	}
-	tierLabel := "main"
-	if w.ps.tier >= 0 {
-		tierLabel = retry.FormatDelay(p.cfg.Schedule.Tiers[w.ps.tier])
-		if w.decodeErr == nil && !meta.Due.IsZero() && !now.Before(meta.Due) && !w.yielded {
-			p.hot.latenessFor(w.ps.tier, tierLabel).Observe(now.Sub(meta.Due).Seconds())
-		}
-	}
+	meta, tierLabel, now := p.begin(w)
 	// A callback may have come while the record sat in the run queue
 	// (or since it was due): then it is not polled.
 	p.takeCallback(w)
@@ -88,29 +73,79 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		return d, true
 	}
 	if w.cb != nil && w.cbFate == fateRelease {
-		// A callback is the service's answer as a call's is: the line
-		// hears it (a pause code pauses, the breaker and the guard count
-		// it). When the line holds the record, the callback is used up
-		// and the record waits below for a call, no attempt spent.
-		out := p.callbackAnswer(w, meta, tierLabel)
-		if !p.line.heard(out, "", now) {
-			return p.byCallback(w, meta, out, now), true
+		if d, decided := p.hearCallback(w, &meta, tierLabel, now); decided {
+			return d, true
 		}
-		w.cbFate = fateRetry // the job's next callback is a new one
-		if out.Kind == Transient {
-			w.held, w.heldCode = true, out.Code
-		}
-		if out.Kind != Paused {
-			// The job itself is over: submitted anew once the line runs.
-			resubmit(&w.meta)
-			resubmit(&meta)
-		}
-		// A pause keeps the job: it is polled once the pause is over.
 	}
-
 	attempt, _, state := attemptOf(meta)
 	w.req = Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
-	req := &w.req
+	out, d, end := p.callThrough(ctx, w, meta, p.callerFor(w, meta, state), now, tierLabel)
+	switch end {
+	case abandoned:
+		return decision{}, false
+	case decidedEarly:
+		return d, true
+	}
+	d = decide(meta, out, p.pol, w.at)
+	if len(state) > 0 {
+		if out.Kind == Success {
+			w.via, w.since = viaPoll, meta.NotReadySince
+		}
+		if p.cbs != nil && d.to != toRetry {
+			w.polledJob = string(state) // a callback for it from now on is late
+		}
+	}
+	return d, true
+}
+
+// begin decodes w and returns what process decides on: its headers with
+// an id, the label of its tier, and the clock read for the record.
+func (p *pipeline) begin(w *work) (meta retry.Meta, tierLabel string, now time.Time) {
+	w.decode()
+	if w.ps.tier < 0 && len(w.meta.State) > 0 {
+		p.dropForeignState(w)
+	}
+	now = time.Now()
+	w.at = now
+	meta = identify(w.meta, w.rec)
+	if c := clampFuture(&meta, now); c != 0 && !w.yielded {
+		p.hot.countClamped(c)
+	}
+	tierLabel = "main"
+	if w.ps.tier >= 0 {
+		tierLabel = retry.FormatDelay(p.cfg.Schedule.Tiers[w.ps.tier])
+		if w.decodeErr == nil && !meta.Due.IsZero() && !now.Before(meta.Due) && !w.yielded {
+			p.hot.latenessFor(w.ps.tier, tierLabel).Observe(now.Sub(meta.Due).Seconds())
+		}
+	}
+	return meta, tierLabel, now
+}
+
+// hearCallback lets the line hear the callback attached to w: it is the
+// service's answer as a call's is (a pause code pauses, the breaker and
+// the guard count it). decided: the callback decides w. Else the line
+// holds the record: the callback is used up and the record waits for a
+// call, no attempt spent; meta is changed for that call.
+func (p *pipeline) hearCallback(w *work, meta *retry.Meta, tierLabel string, now time.Time) (d decision, decided bool) {
+	out := p.callbackAnswer(w, *meta, tierLabel)
+	if !p.line.heard(out, "", now) {
+		return p.byCallback(w, *meta, out, now), true
+	}
+	w.cbFate = fateRetry // the job's next callback is a new one
+	if out.Kind == Transient {
+		w.held, w.heldCode = true, out.Code
+	}
+	if out.Kind != Paused {
+		// The job itself is over: submitted anew once the line runs.
+		resubmit(&w.meta)
+		resubmit(meta)
+	}
+	// A pause keeps the job: it is polled once the pause is over.
+	return decision{}, false
+}
+
+// callerFor is how w asks the line for a call.
+func (p *pipeline) callerFor(w *work, meta retry.Meta, state []byte) caller {
 	b := p.cfg.Breaker
 	// A record with state (a job submitted to this pipeline's service) is
 	// never forwarded: the other service knows nothing of that job.
@@ -126,18 +161,34 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 	if !w.held && meta.ErrorClass == retry.ClassTransient {
 		c.prevCode, c.fresh = meta.ErrorCode, false
 	}
+	return c
+}
+
+// callEnd is how callThrough ended.
+type callEnd int
+
+const (
+	answered     callEnd = iota // the handler's outcome is to be decided
+	decidedEarly                // decided without an outcome: forwarded, or expired while waiting
+	abandoned                   // revoked, shutdown, or yielded: not decided
+)
+
+// callThrough calls the handler for w once the line lets it through, and
+// again while the line holds the record (the outage's failures, pause
+// codes) or the service throttles it. w.at is the time of the outcome.
+func (p *pipeline) callThrough(ctx context.Context, w *work, meta retry.Meta, c caller, now time.Time, tierLabel string) (Outcome, decision, callEnd) {
 	for {
 		t, e := p.line.enter(ctx, now, c)
 		switch e {
 		case enterAbandon:
-			return decision{}, false // revoked, shutdown: redelivered as it was
+			return Outcome{}, decision{}, abandoned // revoked, shutdown: redelivered as it was
 		case enterYield:
 			w.yielded, w.yieldNow = true, true // back to the run queue (work)
-			return decision{}, false
+			return Outcome{}, decision{}, abandoned
 		case enterForward:
 			fm := meta
 			fm.Failovers++
-			return decision{to: toFailover, meta: fm}, true
+			return Outcome{}, decision{to: toFailover, meta: fm}, decidedEarly
 		}
 		if t.waited {
 			// Waiting for the line took time: the record may have expired.
@@ -146,33 +197,14 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			if d, call := screen(meta, nil, w.ps.tier, p.pol, now); !call {
 				t.abandon(p.line)
 				p.countEarly(d, tierLabel)
-				return d, true
+				return Outcome{}, d, decidedEarly
 			}
 		}
-		start := now // no wait for the line: the clock read at the start
-		if t.waited {
-			start = time.Now()
+		out, ok := p.callOnce(ctx, w, t, now, tierLabel)
+		if !ok {
+			return Outcome{}, decision{}, abandoned // revoked or past the grace: the next owner redoes it
 		}
-		if len(req.State) > 0 {
-			p.polls.Add(1)
-			p.hot.polls.Inc()
-		}
-		out := p.call(ctx, req)
-		if ctx.Err() != nil {
-			t.abandon(p.line)
-			return decision{}, false // revoked or past the grace: the next owner redoes it
-		}
-		now = time.Now()
-		w.at = now
-		out, mistake := checked(out)
-		if mistake {
-			p.noKind.Do(func() {
-				p.log.Warn("handler returned an Outcome without a valid Kind: retrying it as transient; build outcomes with processor.Succeed, Retry, Poll, Fail or Reject (logged once)",
-					"id", req.ID, "code", out.Code, "err", out.Err)
-			})
-		}
-		p.hot.handlerFor(out.Kind).Observe(now.Sub(start).Seconds())
-		p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
+		now = w.at
 		if p.line.leave(t, out, c.prevCode, now) {
 			// The line stopped because of this outage: call again once it
 			// runs, no attempt spent. The record has failed now.
@@ -182,33 +214,64 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 			}
 			continue
 		}
-		if out.Kind == Transient && out.Throttled && out.MinDelay <= MaxThrottleWait && w.throttles < MaxThrottleWaits {
-			// The service asked to slow down: this worker waits, then
-			// calls again with the same attempt (the others go on).
-			w.throttles++
-			p.hot.throttled.Inc()
-			// Up to half again, at random: workers refused together must
-			// not come back together, or only the service's burst gets
-			// through each time.
-			d := max(out.MinDelay, time.Second)
-			d += time.Duration(rand.Int64N(int64(d/2) + 1))
-			if !p.line.sleep(ctx, d, w.ps.leaving.Load) {
-				return decision{}, false // revoked, shutdown: redelivered as it was
-			}
-			now = time.Now()
-			continue
+		waited, ok := p.throttle(ctx, w, out)
+		if !waited {
+			return out, decision{}, answered
 		}
-		d := decide(meta, out, p.pol, now)
-		if len(req.State) > 0 {
-			if out.Kind == Success {
-				w.via, w.since = viaPoll, meta.NotReadySince
-			}
-			if p.cbs != nil && d.to != toRetry {
-				w.polledJob = string(req.State) // a callback for it from now on is late
-			}
+		if !ok {
+			return Outcome{}, decision{}, abandoned // revoked, shutdown: redelivered as it was
 		}
-		return d, true
+		now = time.Now()
 	}
+}
+
+// callOnce calls the handler with the ticket t and counts the outcome;
+// false when ctx ended meanwhile. w.at becomes the time of the outcome.
+func (p *pipeline) callOnce(ctx context.Context, w *work, t ticket, now time.Time, tierLabel string) (Outcome, bool) {
+	req := &w.req
+	start := now // no wait for the line: the clock read at the start
+	if t.waited {
+		start = time.Now()
+	}
+	if len(req.State) > 0 {
+		p.polls.Add(1)
+		p.hot.polls.Inc()
+	}
+	out := p.call(ctx, req)
+	if ctx.Err() != nil {
+		t.abandon(p.line)
+		return out, false
+	}
+	now = time.Now()
+	w.at = now
+	out, mistake := checked(out)
+	if mistake {
+		p.noKind.Do(func() {
+			p.log.Warn("handler returned an Outcome without a valid Kind: retrying it as transient; build outcomes with processor.Succeed, Retry, Poll, Fail or Reject (logged once)",
+				"id", req.ID, "code", out.Code, "err", out.Err)
+		})
+	}
+	p.hot.handlerFor(out.Kind).Observe(now.Sub(start).Seconds())
+	p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
+	return out, true
+}
+
+// throttle makes w wait when the service asked to slow down (a 429): the
+// worker waits, then calls again with the same attempt (the others go
+// on). waited is false when out is no such answer or w has waited
+// MaxThrottleWaits times already; ok is false when w was abandoned during
+// the wait (ctx done, its partition revoked, or shutdown).
+func (p *pipeline) throttle(ctx context.Context, w *work, out Outcome) (waited, ok bool) {
+	if out.Kind != Transient || !out.Throttled || out.MinDelay > MaxThrottleWait || w.throttles >= MaxThrottleWaits {
+		return false, true
+	}
+	w.throttles++
+	p.hot.throttled.Inc()
+	// Up to half again, at random: workers refused together must not come
+	// back together, or only the service's burst gets through each time.
+	d := max(out.MinDelay, time.Second)
+	d += time.Duration(rand.Int64N(int64(d/2) + 1))
+	return true, p.line.sleep(ctx, d, w.ps.leaving.Load)
 }
 
 // dropForeignState ignores the redrive-state of a main-topic record.

@@ -33,7 +33,7 @@ func TestDueTierRecordOvertakesQueuedMainRecords(t *testing.T) {
 	due := retry.Meta{ID: "retry-1", Attempt: 2, Due: now.Add(-time.Millisecond), Tier: "1s"}
 	p.admit(tier.tp.topic, 0, []*kgo.Record{{Topic: tier.tp.topic, Offset: 0, Timestamp: now.Add(-time.Second), Key: []byte("t"), Value: []byte("x"), Headers: retry.Encode(due, nil)}}, 1, now)
 	p.mu.Lock()
-	if q := p.runq.len(); q != 51 {
+	if q := p.disp.runq.len(); q != 51 {
 		p.mu.Unlock()
 		t.Fatalf("run queue holds %d records, want 51", q)
 	}
@@ -51,7 +51,7 @@ func TestDueTierRecordOvertakesQueuedMainRecords(t *testing.T) {
 		return Succeed(nil)
 	})
 	p.cfg.Concurrency = 1
-	p.workers++
+	p.disp.workers++
 	go p.worker()
 	p.mu.Unlock()
 

@@ -323,8 +323,8 @@ func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus
 		DLQ: p.cfg.DLQ, Joined: p.joined.Load(), Tiers: tiers}
 	ps.Line = p.line.status(now)
 	ps.Callbacks = p.callbackStatus()
-	ps.Delivery, ps.Held = string(p.cfg.Delivery), p.held.Load()
-	if err := p.txnFailure(); err != nil {
+	ps.Delivery, ps.Held = string(p.cfg.Delivery), p.commits.held()
+	if err := p.commits.failure(); err != nil {
 		ps.TransactionError = err.Error()
 	}
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -52,15 +53,48 @@ func TransactionalID(pipeline, instance string) string {
 	return "redrive." + pipeline + "." + instance
 }
 
-// hold keeps d's outcome for w until its transaction. The worker is done
-// with w (the next record of its key may start), but w stays in flight,
-// counted against MaxInflight, until its transaction commits or its
-// partition is dropped (settle).
-func (p *pipeline) hold(w *work, d decision) {
+// txnCommitter is exactly-once delivery (see above). Its transactions are
+// written by the poll loop (beforePoll) and, at shutdown, by drain.
+type txnCommitter struct {
+	p    *pipeline
+	sess *kgo.GroupTransactSession
+	// nheld counts outcomes held for a transaction; kick and pollCancel
+	// make the poll loop write one at once when MaxBatch are held.
+	nheld      atomic.Int64
+	kick       chan struct{}
+	pollCancel atomic.Pointer[context.CancelFunc]
+	// lastTxn is when the poll loop last wrote a transaction (poll loop
+	// only).
+	lastTxn time.Time
+
+	errMu sync.Mutex
+	err   error // the last transaction failure (readiness)
+
+	refusedMu sync.Mutex
+	refused   map[srcKey]refusal // outcomes refused as too large
+}
+
+func newTxnCommitter(p *pipeline, opts []kgo.Opt) (committer, *kgo.Client, error) {
+	c := &txnCommitter{p: p, kick: make(chan struct{}, 1), lastTxn: time.Now()}
+	opts = append(opts, kgo.TransactionalID(TransactionalID(p.cfg.Name, p.pc.Instance)), kgo.TransactionTimeout(txnTimeout))
+	sess, err := kgo.NewGroupTransactSession(opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.sess = sess
+	return c, sess.Client(), nil
+}
+
+// finish holds d's outcome for w until its transaction. The worker is
+// done with w (the next record of its key may start), but w stays in
+// flight, counted against MaxInflight, until its transaction commits or
+// its partition is dropped (settle).
+func (c *txnCommitter) finish(w *work, d decision) {
+	p := c.p
 	if d.to != "" {
 		w.out, w.outTo = p.outcomeRecord(w, d)
-		if r, ok := p.refusedBefore(w); ok {
-			p.refit(w, r)
+		if r, ok := c.refusedBefore(w); ok {
+			c.refit(w, r)
 		}
 	}
 	p.mu.Lock()
@@ -71,40 +105,94 @@ func (p *pipeline) hold(w *work, d decision) {
 		return
 	}
 	w.e.held = w
-	n := p.held.Add(1)
+	n := c.nheld.Add(1)
 	p.hot.txnHeld.Set(float64(n))
 	p.nextInLaneLocked(w)
 	p.mu.Unlock()
 	p.wg.Done()
-	if n >= p.batchAt() {
-		p.kickTxn()
+	if n >= c.batchAt() {
+		c.kickNow()
 	}
 }
+
+// loop: the poll loop writes the transactions (franz-go's
+// GroupTransactSession forbids polling while one begins or ends).
+func (c *txnCommitter) loop(context.Context) {}
+
+// beforePoll writes a transaction when CommitInterval has passed since the
+// last or MaxBatch outcomes are held; the poll after it may wait until the
+// next is due.
+func (c *txnCommitter) beforePoll() (time.Duration, <-chan struct{}, error) {
+	interval := c.p.pc.CommitInterval
+	if time.Since(c.lastTxn) >= interval || c.nheld.Load() >= c.batchAt() {
+		select {
+		case <-c.kick:
+		default:
+		}
+		if err := c.cycle(); err != nil {
+			return 0, nil, err
+		}
+		c.lastTxn = time.Now()
+	}
+	return max(time.Millisecond, interval-time.Since(c.lastTxn)), c.kick, nil
+}
+
+// pollContext lets kickNow cut a poll short.
+func (c *txnCommitter) pollContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	pctx, cancel := context.WithTimeout(ctx, wait)
+	c.pollCancel.Store(&cancel)
+	return pctx, func() {
+		c.pollCancel.Store(nil)
+		cancel()
+	}
+}
+
+// dropped: nothing is committed on a revoke. franz-go's session aborts a
+// transaction across the rebalance, and calling End from this callback
+// would deadlock; held outcomes of these partitions are dropped and their
+// records redelivered.
+func (c *txnCommitter) dropped(_ context.Context, states []*partState, _, _ bool) {
+	p := c.p
+	p.forget(states)
+	var held []*work
+	p.mu.Lock()
+	for _, ps := range states {
+		held = c.takeHeldLocked(ps, held)
+	}
+	p.mu.Unlock()
+	c.settle(held, false)
+}
+
+// final writes the last transaction (its own timeout).
+func (c *txnCommitter) final() error { return c.cycle() }
+
+func (c *txnCommitter) held() int64 { return c.nheld.Load() }
 
 // batchAt is how many held outcomes make a transaction start before its
 // interval: MaxBatch, or half of MaxInflight if that is less (held
 // outcomes count against MaxInflight: at the bound nothing is polled until
 // a transaction commits).
-func (p *pipeline) batchAt() int64 {
-	return int64(max(1, min(p.cfg.MaxBatch, p.cfg.MaxInflight/2)))
+func (c *txnCommitter) batchAt() int64 {
+	return int64(max(1, min(c.p.cfg.MaxBatch, c.p.cfg.MaxInflight/2)))
 }
 
-// kickTxn makes the poll loop write a transaction now.
-func (p *pipeline) kickTxn() {
+// kickNow makes the poll loop write a transaction now.
+func (c *txnCommitter) kickNow() {
 	select {
-	case p.txnKick <- struct{}{}:
+	case c.kick <- struct{}{}:
 	default:
 	}
-	if c := p.pollCancel.Load(); c != nil {
-		(*c)()
+	if cancel := c.pollCancel.Load(); cancel != nil {
+		(*cancel)()
 	}
 }
 
 // settle ends held works: finished when their transaction committed.
-func (p *pipeline) settle(ws []*work, finished bool) {
+func (c *txnCommitter) settle(ws []*work, finished bool) {
 	if len(ws) == 0 {
 		return
 	}
+	p := c.p
 	for _, w := range ws {
 		if w.cb != nil || w.via != viaNone || w.polledJob != "" {
 			p.finishJob(w, finished)
@@ -115,15 +203,15 @@ func (p *pipeline) settle(ws []*work, finished bool) {
 		w.e.held, w.out, w.inTxn = nil, nil, false
 		p.releaseLocked(w, finished)
 	}
-	n := p.held.Add(-int64(len(ws)))
+	n := c.nheld.Add(-int64(len(ws)))
 	p.hot.txnHeld.Set(float64(n))
 	p.mu.Unlock()
 	p.signalCap()
 }
 
 // takeHeldLocked appends the held works of ps that no transaction is
-// writing to ws (drop and resetAll settle them). p.mu held.
-func (p *pipeline) takeHeldLocked(ps *partState, ws []*work) []*work {
+// writing to ws (dropped and resetAll settle them). p.mu held.
+func (c *txnCommitter) takeHeldLocked(ps *partState, ws []*work) []*work {
 	t := ps.offsets
 	for _, e := range t.q.items() {
 		if e.held != nil && !e.held.inTxn {
@@ -143,36 +231,13 @@ type txnBatch struct {
 
 // collectLocked takes, per owned partition, the held outcomes from the
 // lowest unfinished offset up to the first record without one. p.mu held.
-func (p *pipeline) collectLocked() txnBatch {
+func (c *txnCommitter) collectLocked() txnBatch {
 	b := txnBatch{offsets: map[string]map[int32]kgo.EpochOffset{}, parts: map[tp]*partState{}}
-	for _, ps := range p.parts {
+	for _, ps := range c.p.parts {
 		if ps.gone || ps.revoking {
 			continue
 		}
-		t := ps.offsets
-		var last *entry
-		for _, e := range t.q.items() {
-			if e.done { // a transaction marker (admit)
-				last = e
-				continue
-			}
-			w := e.held
-			if w == nil || w.inTxn {
-				break
-			}
-			w.inTxn = true
-			if w.out != nil {
-				b.recs = append(b.recs, w.out)
-			}
-			b.works = append(b.works, w)
-			last = e
-		}
-		eo := kgo.EpochOffset{Offset: -1}
-		if last != nil {
-			eo = kgo.EpochOffset{Epoch: last.epoch, Offset: last.offset + 1}
-		} else if cp, ok := t.commitPoint(); ok {
-			eo = cp // only markers finished since the last commit
-		}
+		eo := b.collectPart(ps)
 		if eo.Offset <= ps.committed {
 			continue
 		}
@@ -185,13 +250,44 @@ func (p *pipeline) collectLocked() txnBatch {
 	return b
 }
 
-// txnCycle writes the held prefix of every partition and commits its
+// collectPart adds ps's held prefix to b and returns the offset to commit
+// for ps (-1: none). p.mu held.
+func (b *txnBatch) collectPart(ps *partState) kgo.EpochOffset {
+	t := ps.offsets
+	var last *entry
+	for _, e := range t.q.items() {
+		if e.done { // a transaction marker (admit)
+			last = e
+			continue
+		}
+		w := e.held
+		if w == nil || w.inTxn {
+			break
+		}
+		w.inTxn = true
+		if w.out != nil {
+			b.recs = append(b.recs, w.out)
+		}
+		b.works = append(b.works, w)
+		last = e
+	}
+	if last != nil {
+		return kgo.EpochOffset{Epoch: last.epoch, Offset: last.offset + 1}
+	}
+	if cp, ok := t.commitPoint(); ok {
+		return cp // only markers finished since the last commit
+	}
+	return kgo.EpochOffset{Offset: -1}
+}
+
+// cycle writes the held prefix of every partition and commits its
 // offsets in one transaction. It returns an error only when transactions
 // cannot go on (the producer is fenced or failed for good): the pipeline
 // then stops, and the process with it.
-func (p *pipeline) txnCycle() error {
+func (c *txnCommitter) cycle() error {
+	p := c.p
 	p.mu.Lock()
-	b := p.collectLocked()
+	b := c.collectLocked()
 	p.mu.Unlock()
 	if len(b.offsets) == 0 {
 		return nil
@@ -201,84 +297,106 @@ func (p *pipeline) txnCycle() error {
 	ctx, cancel := context.WithTimeout(context.Background(), txnTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := p.sess.Begin(); err != nil {
-		p.settle(b.works, false)
-		return p.txnFatal(p.fencedHint(fmt.Errorf("begin transaction: %w", err)))
+	if err := c.sess.Begin(); err != nil {
+		c.settle(b.works, false)
+		return c.fatal(c.fencedHint(fmt.Errorf("begin transaction: %w", err)))
 	}
-	var mu sync.Mutex
-	var perr error
-	var big []*work   // outcomes refused as too large
-	var gone []string // topics deleted and recreated (forgetRecreated, after End)
-	for _, w := range b.works {
-		if w.out == nil {
-			continue
-		}
-		p.cl.Produce(ctx, w.out, func(r *kgo.Record, err error) {
-			if err != nil {
-				mu.Lock()
-				if perr == nil {
-					perr = fmt.Errorf("writing to %s: %w", r.Topic, err)
-				}
-				if isTooLarge(err) {
-					big = append(big, w)
-				}
-				if errors.Is(err, kerr.UnknownTopicID) {
-					gone = append(gone, r.Topic)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	ferr := p.cl.Flush(ctx)
-	mu.Lock()
-	werr := errors.Join(perr, ferr)
-	mu.Unlock()
+	wr := c.produce(ctx, b)
 	commitCtx := kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
 		commitOnly(req, b.offsets)
 		return nil
 	})
-	committed, err := p.sess.End(commitCtx, kgo.TransactionEndTry(werr == nil))
+	committed, err := c.sess.End(commitCtx, kgo.TransactionEndTry(wr.err == nil))
 	p.hot.txnSeconds.Observe(time.Since(start).Seconds())
 	if committed {
-		p.m.txns.WithLabelValues(p.cfg.Name, "committed").Inc()
-		p.mu.Lock()
-		for tpk, ps := range b.parts {
-			if !ps.gone {
-				ps.committed = b.offsets[tpk.topic][tpk.partition].Offset
-			}
-		}
-		p.mu.Unlock()
-		p.settle(b.works, true)
-		p.setTxnErr(nil)
+		c.committed(b)
 		return nil
 	}
+	return c.aborted(b, wr, err)
+}
+
+// txnWrite is how a transaction's outcome records were written.
+type txnWrite struct {
+	err  error
+	big  []*work  // outcomes refused as too large
+	gone []string // topics deleted and recreated (forgetRecreated, after End)
+}
+
+// produce writes b's outcome records into the open transaction.
+func (c *txnCommitter) produce(ctx context.Context, b txnBatch) txnWrite {
+	var mu sync.Mutex
+	var wr txnWrite
+	var perr error
+	for _, w := range b.works {
+		if w.out == nil {
+			continue
+		}
+		c.p.cl.Produce(ctx, w.out, func(r *kgo.Record, err error) {
+			if err == nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if perr == nil {
+				perr = fmt.Errorf("writing to %s: %w", r.Topic, err)
+			}
+			if isTooLarge(err) {
+				wr.big = append(wr.big, w)
+			}
+			if errors.Is(err, kerr.UnknownTopicID) {
+				wr.gone = append(wr.gone, r.Topic)
+			}
+		})
+	}
+	ferr := c.p.cl.Flush(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	wr.err = errors.Join(perr, ferr)
+	return wr
+}
+
+// committed finishes the works of b's committed transaction.
+func (c *txnCommitter) committed(b txnBatch) {
+	p := c.p
+	p.m.txns.WithLabelValues(p.cfg.Name, "committed").Inc()
+	p.mu.Lock()
+	for tpk, ps := range b.parts {
+		if !ps.gone {
+			ps.committed = b.offsets[tpk.topic][tpk.partition].Offset
+		}
+	}
+	p.mu.Unlock()
+	c.settle(b.works, true)
+	c.setErr(nil)
+}
+
+// aborted starts every partition over after b's transaction aborted
+// (endErr: End's error). Only a fenced producer stops the pipeline.
+func (c *txnCommitter) aborted(b txnBatch, wr txnWrite, endErr error) error {
+	p := c.p
 	p.m.txns.WithLabelValues(p.cfg.Name, "aborted").Inc()
-	why := errors.Join(werr, err)
+	why := errors.Join(wr.err, endErr)
 	if why == nil {
 		why = errors.New("the group rebalanced while it was written")
 	}
 	p.log.Warn("transaction aborted; handling its records again from the committed offsets",
 		"outcomes", len(b.works), "records", len(b.recs), "err", why)
-	mu.Lock()
-	p.noteRefused(big)
-	for _, topic := range gone {
+	c.noteRefused(wr.big)
+	for _, topic := range wr.gone {
 		p.forgetRecreated(topic, kerr.UnknownTopicID)
 	}
-	mu.Unlock()
-	p.resetAll()
-	p.settle(b.works, false)
-	if err != nil {
-		if isFenced(err) {
-			return p.txnFatal(p.fencedHint(err))
-		}
+	c.resetAll()
+	c.settle(b.works, false)
+	switch {
+	case endErr != nil && isFenced(endErr):
+		return c.fatal(c.fencedHint(endErr))
+	case endErr != nil:
 		// End's errors are not retryable in franz-go's words, but an
 		// aborted transaction leaves the producer usable unless Begin says
 		// otherwise: the next cycle finds out.
-		p.setTxnErr(fmt.Errorf("transaction failed: %w", err))
-		return nil
-	}
-	if werr != nil {
-		p.setTxnErr(fmt.Errorf("transaction aborted: %w", werr))
+		c.setErr(fmt.Errorf("transaction failed: %w", endErr))
+	case wr.err != nil:
+		c.setErr(fmt.Errorf("transaction aborted: %w", wr.err))
 	}
 	return nil
 }
@@ -309,7 +427,8 @@ func commitOnly(req *kmsg.TxnOffsetCommitRequest, offsets map[string]map[int32]k
 // so what was polled since is polled again. Each partition gets a fresh
 // state; work of the old one is abandoned as in a revoke (its context is
 // cancelled, its held outcomes are dropped, its waiting records forgotten).
-func (p *pipeline) resetAll() {
+func (c *txnCommitter) resetAll() {
+	p := c.p
 	var held []*work
 	resume := map[string][]int32{}
 	p.mu.Lock()
@@ -317,38 +436,28 @@ func (p *pipeline) resetAll() {
 		if ps.gone {
 			continue
 		}
-		ps.revoking, ps.gone = true, true
+		ps.revoking = true
 		ps.leaving.Store(true)
-		ps.cancel()
-		p.waiting -= ps.waiting
-		if ps.paused {
-			p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()
+		if p.forgetLocked(ps) {
 			resume[k.topic] = append(resume[k.topic], k.partition)
 		}
-		held = p.takeHeldLocked(ps, held)
-		ctx, cancel := context.WithCancel(p.hctx)
-		p.parts[k] = &partState{tp: k, tier: ps.tier, offsets: newOffsetTracker(), ctx: ctx, cancel: cancel, committed: ps.committed}
+		held = c.takeHeldLocked(ps, held)
+		p.parts[k] = p.newPartState(k, ps.tier, ps.committed)
 	}
-	for _, w := range p.jobs {
-		if w.ps.gone {
-			p.unindexLocked(w)
-		}
-	}
-	p.sched.purge(func(w *work) bool { return w.ps.gone })
-	p.hot.waiting.Set(float64(p.waiting))
+	p.purgeGoneLocked()
 	p.mu.Unlock()
 	p.line.kick() // records of the old states waiting for the line leave
-	p.settle(held, false)
+	c.settle(held, false)
 	if len(resume) > 0 {
 		p.cl.ResumeFetchPartitions(resume)
 	}
 }
 
-// drainTxns writes transactions every CommitInterval while in-flight work
+// drain writes transactions every CommitInterval while in-flight work
 // drains at shutdown (no poll runs any more). It returns when drained is
 // closed, or false when graceOver fires first.
-func (p *pipeline) drainTxns(drained <-chan struct{}, graceOver <-chan time.Time) bool {
-	t := time.NewTicker(p.pc.CommitInterval)
+func (c *txnCommitter) drain(drained <-chan struct{}, graceOver <-chan time.Time) bool {
+	t := time.NewTicker(c.p.pc.CommitInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -357,10 +466,10 @@ func (p *pipeline) drainTxns(drained <-chan struct{}, graceOver <-chan time.Time
 		case <-graceOver:
 			return false
 		case <-t.C:
-		case <-p.txnKick:
+		case <-c.kick:
 		}
-		if err := p.txnCycle(); err != nil {
-			p.log.Error("transaction failed while draining", "err", err)
+		if err := c.cycle(); err != nil {
+			c.p.log.Error("transaction failed while draining", "err", err)
 			select {
 			case <-drained:
 				return true
@@ -372,12 +481,12 @@ func (p *pipeline) drainTxns(drained <-chan struct{}, graceOver <-chan time.Time
 }
 
 // fencedHint says what a fenced producer means, when err is one.
-func (p *pipeline) fencedHint(err error) error {
+func (c *txnCommitter) fencedHint(err error) error {
 	if !isFenced(err) {
 		return err
 	}
 	return fmt.Errorf("transactional id %s is fenced: another live process uses it (give every process its own instance): %w",
-		TransactionalID(p.cfg.Name, p.pc.Instance), err)
+		TransactionalID(c.p.cfg.Name, c.p.pc.Instance), err)
 }
 
 func isFenced(err error) bool {
@@ -385,28 +494,28 @@ func isFenced(err error) bool {
 		errors.Is(err, kerr.TransactionalIDAuthorizationFailed)
 }
 
-// txnFatal reports an error that stops transactions for good.
-func (p *pipeline) txnFatal(err error) error {
-	p.log.Error("exactly-once: transactions cannot go on; stopping the pipeline (nothing uncommitted is lost: it is redelivered)", "err", err)
-	p.setTxnErr(err)
-	return fmt.Errorf("pipeline %s: %w", p.cfg.Name, err)
+// fatal reports an error that stops transactions for good.
+func (c *txnCommitter) fatal(err error) error {
+	c.p.log.Error("exactly-once: transactions cannot go on; stopping the pipeline (nothing uncommitted is lost: it is redelivered)", "err", err)
+	c.setErr(err)
+	return fmt.Errorf("pipeline %s: %w", c.p.cfg.Name, err)
 }
 
-func (p *pipeline) setTxnErr(err error) {
-	p.txnErrMu.Lock()
-	changed := (p.txnErr == nil) != (err == nil)
-	p.txnErr = err
-	p.txnErrMu.Unlock()
+func (c *txnCommitter) setErr(err error) {
+	c.errMu.Lock()
+	changed := (c.err == nil) != (err == nil)
+	c.err = err
+	c.errMu.Unlock()
 	if changed {
-		p.ready()
+		c.p.ready()
 	}
 }
 
-// txnFailure is the last transaction failure, nil after a commit.
-func (p *pipeline) txnFailure() error {
-	p.txnErrMu.Lock()
-	defer p.txnErrMu.Unlock()
-	return p.txnErr
+// failure is the last transaction failure, nil after a commit.
+func (c *txnCommitter) failure() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
 }
 
 // refusal is an outcome record the broker refused as too large in an
@@ -426,30 +535,30 @@ type srcKey struct {
 const maxRefusals = 10000
 
 // noteRefused remembers the outcomes in ws as refused.
-func (p *pipeline) noteRefused(ws []*work) {
+func (c *txnCommitter) noteRefused(ws []*work) {
 	if len(ws) == 0 {
 		return
 	}
-	p.refusedMu.Lock()
-	defer p.refusedMu.Unlock()
-	if p.refused == nil || len(p.refused) > maxRefusals {
-		p.refused = map[srcKey]refusal{}
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
+	if c.refused == nil || len(c.refused) > maxRefusals {
+		c.refused = map[srcKey]refusal{}
 	}
 	for _, w := range ws {
-		p.log.Warn("outcome record refused as too large for its topic inside a transaction; it is handled again and dead-lettered (a dead letter: cut to half its size)",
+		c.p.log.Warn("outcome record refused as too large for its topic inside a transaction; it is handled again and dead-lettered (a dead letter: cut to half its size)",
 			"topic", w.out.Topic, "src", srcOf(w), "size", dlq.EncodedSize(w.out))
-		p.refused[srcKey{w.ps.tp, w.rec.Offset}] = refusal{to: w.outTo, size: dlq.EncodedSize(w.out)}
+		c.refused[srcKey{w.ps.tp, w.rec.Offset}] = refusal{to: w.outTo, size: dlq.EncodedSize(w.out)}
 	}
 }
 
 // refusedBefore reports (and forgets) the refusal of w's outcome.
-func (p *pipeline) refusedBefore(w *work) (refusal, bool) {
-	p.refusedMu.Lock()
-	defer p.refusedMu.Unlock()
+func (c *txnCommitter) refusedBefore(w *work) (refusal, bool) {
+	c.refusedMu.Lock()
+	defer c.refusedMu.Unlock()
 	k := srcKey{w.ps.tp, w.rec.Offset}
-	r, ok := p.refused[k]
+	r, ok := c.refused[k]
 	if ok {
-		delete(p.refused, k)
+		delete(c.refused, k)
 	}
 	return r, ok
 }
@@ -457,7 +566,8 @@ func (p *pipeline) refusedBefore(w *work) (refusal, bool) {
 // refit replaces w's outcome record, refused before as too large: a retry,
 // result or failover becomes a dead letter; a dead letter is cut to half
 // the size refused.
-func (p *pipeline) refit(w *work, r refusal) {
+func (c *txnCommitter) refit(w *work, r refusal) {
+	p := c.p
 	if w.outTo == toDLQ {
 		if r.to == toDLQ {
 			w.out = p.out.deadLetter(w.rec, w.user, w.meta, r.size/2)
