@@ -2,16 +2,12 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -362,146 +358,3 @@ func userRecord(r *kgo.Record, user []kgo.RecordHeader) *kgo.Record {
 	return &c
 }
 
-// send produces d's outcome record without waiting; the acknowledgement
-// finishes w. A failed produce goes on in write, off kgo's goroutine. A
-// retry or results record too large for its topic is dead-lettered
-// (outputs.build) before it is sent.
-func (p *pipeline) send(ctx context.Context, w *work, d decision) {
-	rec, to := p.outcomeRecord(w, d)
-	p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
-		if err == nil {
-			if to == toRetry {
-				// Its tier partition learns of it under the same lock
-				// (duefirst.go).
-				p.completeWith(w, true, r)
-				return
-			}
-			p.finishSent(w, to)
-			return
-		}
-		go func() {
-			if written, ok := p.write(ctx, w, to, rec, err); ok {
-				p.finishSent(w, written)
-			} else {
-				p.complete(w, false)
-			}
-		}()
-	})
-}
-
-// outcomeRecord builds d's outcome record for w and counts it (a retry or
-// a dead letter); a retry or results record too large for its topic is a
-// dead letter instead. w.meta becomes the outcome record's headers.
-func (p *pipeline) outcomeRecord(w *work, d decision) (*kgo.Record, outKind) {
-	// w.at: the clock read when the decision was made (process); a
-	// second read per record costs more than the microseconds since.
-	at := w.at
-	if at.IsZero() {
-		at = time.Now()
-	}
-	rec, out := p.out.build(w.rec, w.user, d, at)
-	if out.to != d.to {
-		// The error names the topic and both sizes (outputs.build).
-		p.log.Warn("outcome record larger than its topic takes; dead-lettering it", "src", srcOf(w), "err", out.meta.Error)
-	}
-	switch out.to {
-	case toRetry:
-		p.m.retries.WithLabelValues(p.cfg.Name, out.meta.Tier).Inc()
-	case toDLQ:
-		p.countDeadLetter(out.meta)
-	}
-	// The consumed record's headers are not needed any more: w keeps the
-	// outcome record's for write, and the callback stays small (a decision
-	// captured in it would cost ~450 bytes per record).
-	w.meta = out.meta
-	return rec, out.to
-}
-
-// finishSent completes w whose outcome record (to) was acknowledged.
-func (p *pipeline) finishSent(w *work, to outKind) {
-	if to == toFailover {
-		p.m.failovers.WithLabelValues(p.cfg.Name).Inc()
-	}
-	p.complete(w, true)
-}
-
-func (p *pipeline) countDeadLetter(meta retry.Meta) {
-	p.m.deadLetters.WithLabelValues(p.cfg.Name, meta.Reason, p.m.code(meta.ErrorCode)).Inc()
-}
-
-// maxShrinks bounds how often write rebuilds a dead letter the broker
-// refuses as too large at half its size: 10 halvings take the default
-// limit below dlq.MinRecordBytes.
-const maxShrinks = 10
-
-// write retries a failed outcome write with backoff for as long as the
-// partition is ours and the process runs, and reports true once the broker
-// acknowledged it, with the kind of record it wrote. A record too large for its topic is dead-lettered
-// instead (the DLQ builder cuts it to fit), so it is never dropped. A dead
-// letter refused as too large although it fits the limit redrive learned
-// (the topic's limit was lowered, or a broker counts differently) is
-// rebuilt at half its size, at most maxShrinks times; only then does the
-// write wait and retry like any other failure.
-func (p *pipeline) write(ctx context.Context, w *work, to outKind, rec *kgo.Record, err error) (written outKind, ok bool) {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval = 100*time.Millisecond, 10*time.Second
-	failing := false
-	defer func() {
-		if failing {
-			p.clearWriteErr()
-		}
-	}()
-	shrinks := 0
-	for {
-		if err == nil {
-			return to, true
-		}
-		if ctx.Err() != nil {
-			return to, false
-		}
-		if isTooLarge(err) && to != toDLQ {
-			p.log.Warn("outcome record too large for its topic; dead-lettering it", "topic", rec.Topic, "src", srcOf(w), "err", err)
-			// w.meta: the outcome record's headers (send).
-			d := tooLarge(w.meta, time.Now(), fmt.Sprintf("writing to %s: %v", rec.Topic, err))
-			w.meta = d.meta
-			rec, to = p.out.deadLetter(w.rec, w.user, d.meta, 0), toDLQ
-			p.countDeadLetter(d.meta)
-			err = p.cl.ProduceSync(ctx, rec).FirstErr()
-			continue
-		}
-		if isTooLarge(err) && to == toDLQ && shrinks < maxShrinks {
-			// The limit learned at start is wrong: rebuild the dead letter
-			// from the consumed record (w.meta: the decision's headers, so
-			// the marks keep the sizes as consumed) at half its size.
-			shrinks++
-			size := dlq.EncodedSize(rec)
-			p.log.Error("dead letter refused as too large although it fits the limit learned at start; the DLQ's max.message.bytes or the producer's batch limit is lower: cutting it to half its size",
-				"topic", rec.Topic, "src", srcOf(w), "size", size, "limit", p.limit(rec.Topic), "target", size/2, "try", shrinks, "of", maxShrinks, "err", err)
-			rec = p.out.deadLetter(w.rec, w.user, w.meta, size/2)
-			err = p.cl.ProduceSync(ctx, rec).FirstErr()
-			continue
-		}
-		p.m.produceFails.WithLabelValues(p.cfg.Name, string(to)).Inc()
-		p.forgetRecreated(rec.Topic, err)
-		if !failing {
-			failing = true
-			p.setWriteErr(writeErr(rec.Topic, p.pc.Principal, err))
-		}
-		wait := b.NextBackOff()
-		p.log.Error("outcome write failed; retrying, offset not committed", "topic", rec.Topic, "src", srcOf(w), "err", err, "retry_in", wait)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return to, false
-		}
-		err = p.cl.ProduceSync(ctx, rec).FirstErr()
-	}
-}
-
-func isTooLarge(err error) bool {
-	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
-}
-
-func srcOf(w *work) string {
-	return fmt.Sprintf("%s/%d/%d", w.rec.Topic, w.rec.Partition, w.rec.Offset)
-}

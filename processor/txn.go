@@ -19,10 +19,10 @@ import (
 //
 // Records are handled concurrently as in at-least-once, but a worker does
 // not produce the outcome: it holds it on the record's tracker entry
-// (hold) and moves on. The poll loop, between polls (franz-go's
+// (txnCommitter.finish) and moves on. The poll loop, between polls (franz-go's
 // GroupTransactSession forbids polling while a transaction begins or
 // ends), writes a transaction every CommitInterval or once MaxBatch
-// outcomes are held (txnCycle): per partition it takes the held outcomes
+// outcomes are held (cycle, from beforePoll): per partition it takes the held outcomes
 // from the lowest unfinished offset up to the first record still being
 // handled (a commit covers a contiguous prefix), produces them and
 // commits those offsets in the same transaction. Committed: the entries
@@ -31,8 +31,8 @@ import (
 // committed offsets, so every partition's state is started over (resetAll)
 // and the records are handled again.
 //
-// Ownership of a held work: txnCycle settles the works of the transaction
-// it writes (inTxn); a revoke (drop) or resetAll settles the other held
+// Ownership of a held work: cycle settles the works of the transaction
+// it writes (inTxn); a revoke (dropped) or resetAll settles the other held
 // works of the partitions it drops. Each held work is settled once.
 
 // txnTimeout is an exactly-once pipeline's transaction timeout. A
