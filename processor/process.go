@@ -357,4 +357,3 @@ func userRecord(r *kgo.Record, user []kgo.RecordHeader) *kgo.Record {
 	c.Headers = user
 	return &c
 }
-
