@@ -287,10 +287,10 @@ const (
 	DefaultNotReadyDeadline = 10 * time.Minute
 	DefaultConcurrency      = 64
 	DefaultInflightPerSlot  = 4 // MaxInflight is at least this times Concurrency
-	// DefaultMaxInflight is MaxInflight's least default: measured (issue
-	// 17, BENCHMARKS.md), the happy path's throughput levels off between
-	// 4096 and 16384 records in flight while memory keeps growing, and 256
-	// (4 × the default concurrency) made a sixth of it.
+	// DefaultMaxInflight is MaxInflight's least default: measured
+	// (BENCHMARKS.md), the happy path's throughput levels off between 4096
+	// and 16384 records in flight while memory keeps growing, and 256 (4 ×
+	// the default concurrency) made a sixth of it.
 	DefaultMaxInflight      = 4096
 	DefaultMaxInflightBytes = 64 << 20
 	DefaultMaxWaiting       = 2000
@@ -334,6 +334,11 @@ type fieldErrs []error
 
 func (fe *fieldErrs) add(field, format string, args ...any) {
 	*fe = append(*fe, &FieldError{Field: field, Index: -1, Msg: fmt.Sprintf(format, args...)})
+}
+
+// addErr adds err, found by another package's validator, as field's error.
+func (fe *fieldErrs) addErr(field string, err error) {
+	*fe = append(*fe, &FieldError{Field: field, Index: -1, Msg: err.Error(), Err: err})
 }
 
 // WithDefaults is p with every zero value that has a default filled in:
@@ -415,7 +420,27 @@ func (c Callbacks) WithDefaults(main string) Callbacks {
 // It reports every problem, each a *FieldError, joined with errors.Join.
 func (p Pipeline) Validate() error { return errors.Join(p.validate()...) }
 
+// validate reports p's problems section by section. The order of the
+// calls is the order of the errors, which users and tests read as a list:
+// keep it.
 func (p Pipeline) validate() []error {
+	tiers := p.TierTopics()
+	var errs fieldErrs
+	errs = append(errs, p.validateName()...)
+	errs = append(errs, p.validateTopics(tiers)...)
+	errs = append(errs, p.validateDeadLetters()...)
+	errs = append(errs, p.validateTimes()...)
+	errs = append(errs, p.validateBounds()...)
+	errs = append(errs, p.validateRate()...)
+	errs = append(errs, p.validateDelivery()...)
+	errs = append(errs, p.validateBreaker(tiers)...)
+	errs = append(errs, p.validateCallbacks(tiers)...)
+	errs = append(errs, p.validateFailoverRetries()...)
+	errs = append(errs, p.validateGuard()...)
+	return errs
+}
+
+func (p Pipeline) validateName() fieldErrs {
 	var errs fieldErrs
 	switch {
 	case p.Name == "":
@@ -423,16 +448,23 @@ func (p Pipeline) validate() []error {
 	case !topics.LegalChars(p.Name):
 		errs.add("Name", "%q: use letters, digits, '.', '_' and '-'", p.Name)
 	}
+	return errs
+}
+
+// validateTopics checks the main topic, the schedule and the topics named
+// from them (tiers), the results topic and the DLQ: legal names, none
+// used twice.
+func (p Pipeline) validateTopics(tiers []string) fieldErrs {
+	var errs fieldErrs
 	topicErr := topics.ValidateName(p.Topic)
 	if topicErr != nil {
-		errs = append(errs, &FieldError{Field: "Topic", Index: -1, Msg: topicErr.Error(), Err: topicErr})
+		errs.addErr("Topic", topicErr)
 	}
 	if err := p.Schedule.Validate(); err != nil {
 		for _, e := range unjoin(err) {
-			errs = append(errs, &FieldError{Field: "Schedule", Index: -1, Msg: e.Error(), Err: e})
+			errs.addErr("Schedule", e)
 		}
 	}
-	tiers := p.TierTopics()
 	if topicErr == nil {
 		for _, t := range tiers {
 			if len(t) > topics.MaxNameLen {
@@ -443,7 +475,7 @@ func (p Pipeline) validate() []error {
 	}
 	if p.Results != "" {
 		if err := topics.ValidateName(p.Results); err != nil {
-			errs = append(errs, &FieldError{Field: "Results", Index: -1, Msg: err.Error(), Err: err})
+			errs.addErr("Results", err)
 		} else if p.Results == p.Topic {
 			errs.add("Results", "%q is the main topic too", p.Results)
 		} else if slices.Contains(tiers, p.Results) {
@@ -453,7 +485,7 @@ func (p Pipeline) validate() []error {
 	if p.DLQ == "" && p.Topic == "" {
 		// it defaults from the topic: the topic's error says it
 	} else if err := topics.ValidateName(p.DLQ); err != nil {
-		errs = append(errs, &FieldError{Field: "DLQ", Index: -1, Msg: err.Error(), Err: err})
+		errs.addErr("DLQ", err)
 	} else if p.DLQ == p.Topic {
 		errs.add("DLQ", "%q is the main topic too", p.DLQ)
 	} else if slices.Contains(tiers, p.DLQ) {
@@ -461,6 +493,13 @@ func (p Pipeline) validate() []error {
 	} else if p.DLQ == p.Results {
 		errs.add("DLQ", "%q is the results topic too", p.DLQ)
 	}
+	return errs
+}
+
+// validateDeadLetters checks what dead letters carry: the header style
+// and the headers redacted.
+func (p Pipeline) validateDeadLetters() fieldErrs {
+	var errs fieldErrs
 	switch p.DLQHeaderStyle {
 	case "", dlq.StyleSpring, dlq.StyleConnect:
 	default:
@@ -471,12 +510,24 @@ func (p Pipeline) validate() []error {
 			errs = append(errs, &FieldError{Field: "RedactHeaders", Index: j, Msg: "empty header name"})
 		}
 	}
+	return errs
+}
+
+// validateTimes checks how long a request may live.
+func (p Pipeline) validateTimes() fieldErrs {
+	var errs fieldErrs
 	if p.TTL < 0 {
 		errs.add("TTL", "%s: must not be negative", p.TTL)
 	}
 	if p.NotReadyDeadline <= 0 {
 		errs.add("NotReadyDeadline", "%s: must be more than 0", p.NotReadyDeadline)
 	}
+	return errs
+}
+
+// validateBounds checks the limits on calls and records in flight.
+func (p Pipeline) validateBounds() fieldErrs {
+	var errs fieldErrs
 	if p.Concurrency < 1 {
 		errs.add("Concurrency", "%d: must be at least 1", p.Concurrency)
 	}
@@ -489,12 +540,22 @@ func (p Pipeline) validate() []error {
 	if p.MaxWaiting < 1 {
 		errs.add("MaxWaiting", "%d: must be at least 1", p.MaxWaiting)
 	}
+	return errs
+}
+
+func (p Pipeline) validateRate() fieldErrs {
+	var errs fieldErrs
 	if p.RateLimit < 0 || math.IsNaN(p.RateLimit) || math.IsInf(p.RateLimit, 0) {
 		errs.add("RateLimit", "%v: must be 0 (no limit) or more", p.RateLimit)
 	}
 	if p.RateBurst < 1 {
 		errs.add("RateBurst", "%d: must be at least 1", p.RateBurst)
 	}
+	return errs
+}
+
+func (p Pipeline) validateDelivery() fieldErrs {
+	var errs fieldErrs
 	switch p.Delivery {
 	case AtLeastOnce, ExactlyOnce:
 	default:
@@ -503,74 +564,113 @@ func (p Pipeline) validate() []error {
 	if p.MaxBatch < 1 {
 		errs.add("MaxBatch", "%d: must be at least 1", p.MaxBatch)
 	}
-	if b := p.Breaker; !b.Disabled {
-		if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
-			errs.add("Breaker.FailureRatio", "%v: must be more than 0 and at most 1", b.FailureRatio)
-		}
-		if b.MinCalls < 1 {
-			errs.add("Breaker.MinCalls", "%d: must be at least 1", b.MinCalls)
-		}
-		if b.Consecutive < 1 {
-			errs.add("Breaker.Consecutive", "%d: must be at least 1", b.Consecutive)
-		}
-		if b.Window < time.Second {
-			errs.add("Breaker.Window", "%s: must be at least 1s", b.Window)
-		}
-		if b.OpenFor < 100*time.Millisecond {
-			errs.add("Breaker.OpenFor", "%s: must be at least 100ms", b.OpenFor)
-		}
-		if b.MaxOpen < b.OpenFor {
-			errs.add("Breaker.MaxOpen", "%s: must be at least open_for (%s)", b.MaxOpen, b.OpenFor)
-		}
-		if b.Probes < 1 || b.Probes > 1000 {
-			errs.add("Breaker.Probes", "%d: must be 1 to 1000", b.Probes)
-		}
-		if b.FailoverTo != "" {
-			if err := topics.ValidateName(b.FailoverTo); err != nil {
-				errs = append(errs, &FieldError{Field: "Breaker.FailoverTo", Index: -1, Msg: err.Error(), Err: err})
-			} else if b.FailoverTo == p.Topic || slices.Contains(tiers, b.FailoverTo) || b.FailoverTo == p.DLQ || b.FailoverTo == p.Results {
-				errs.add("Breaker.FailoverTo", "%q is one of this pipeline's own topics; name another pipeline's main topic", b.FailoverTo)
-			}
-		}
+	return errs
+}
+
+// validateBreaker checks an enabled breaker's settings and its failover
+// topic, which must be another pipeline's (tiers: this one's tier topics).
+func (p Pipeline) validateBreaker(tiers []string) fieldErrs {
+	b := p.Breaker
+	if b.Disabled {
+		return nil
 	}
-	if c := p.Callbacks; c != nil {
-		if c.Topic == "" && p.Topic == "" {
-			// it defaults from the topic: the topic's error says it
-		} else if err := topics.ValidateName(c.Topic); err != nil {
-			errs = append(errs, &FieldError{Field: "Callbacks.Topic", Index: -1, Msg: err.Error(), Err: err})
-		} else if c.Topic == p.Topic || slices.Contains(tiers, c.Topic) || c.Topic == p.DLQ || c.Topic == p.Results {
-			errs.add("Callbacks.Topic", "%q is one of this pipeline's other topics (main, tier, DLQ or results); callbacks need a topic of their own", c.Topic)
-		}
-		if c.Wait <= 0 {
-			errs.add("Callbacks.Wait", "%s: must be more than 0", c.Wait)
-		} else if p.NotReadyDeadline > 0 && c.Wait >= p.NotReadyDeadline {
-			errs.add("Callbacks.Wait", "%s: must be less than not_ready_deadline (%s), or a job without a callback expires before its first poll", c.Wait, p.NotReadyDeadline)
-		}
-		if c.MaxEntries < 1 {
-			errs.add("Callbacks.MaxEntries", "%d: must be at least 1", c.MaxEntries)
-		}
-		if c.MaxBytes < MinCallbackBytes {
-			errs.add("Callbacks.MaxBytes", "%d: must be at least %d (1MiB)", c.MaxBytes, MinCallbackBytes)
-		}
+	var errs fieldErrs
+	if !(b.FailureRatio > 0 && b.FailureRatio <= 1) {
+		errs.add("Breaker.FailureRatio", "%v: must be more than 0 and at most 1", b.FailureRatio)
 	}
-	if b := p.Breaker; b.FailoverRetries && b.FailoverTo == "" {
-		errs.add("Breaker.FailoverRetries", "needs failover_to")
+	if b.MinCalls < 1 {
+		errs.add("Breaker.MinCalls", "%d: must be at least 1", b.MinCalls)
 	}
-	if g := p.Guard; !g.Disabled {
-		if !(g.PermanentRatio > 0 && g.PermanentRatio <= 1) {
-			errs.add("Guard.PermanentRatio", "%v: must be more than 0 and at most 1", g.PermanentRatio)
-		}
-		if g.MinCalls < 1 {
-			errs.add("Guard.MinCalls", "%d: must be at least 1", g.MinCalls)
-		}
-		if g.Window < time.Second {
-			errs.add("Guard.Window", "%s: must be at least 1s", g.Window)
-		}
-		if g.AutoResumeAfter < 0 {
-			errs.add("Guard.AutoResumeAfter", "%s: must not be negative", g.AutoResumeAfter)
+	if b.Consecutive < 1 {
+		errs.add("Breaker.Consecutive", "%d: must be at least 1", b.Consecutive)
+	}
+	if b.Window < time.Second {
+		errs.add("Breaker.Window", "%s: must be at least 1s", b.Window)
+	}
+	if b.OpenFor < 100*time.Millisecond {
+		errs.add("Breaker.OpenFor", "%s: must be at least 100ms", b.OpenFor)
+	}
+	if b.MaxOpen < b.OpenFor {
+		errs.add("Breaker.MaxOpen", "%s: must be at least open_for (%s)", b.MaxOpen, b.OpenFor)
+	}
+	if b.Probes < 1 || b.Probes > 1000 {
+		errs.add("Breaker.Probes", "%d: must be 1 to 1000", b.Probes)
+	}
+	if b.FailoverTo != "" {
+		if err := topics.ValidateName(b.FailoverTo); err != nil {
+			errs.addErr("Breaker.FailoverTo", err)
+		} else if p.ownTopic(b.FailoverTo, tiers) {
+			errs.add("Breaker.FailoverTo", "%q is one of this pipeline's own topics; name another pipeline's main topic", b.FailoverTo)
 		}
 	}
 	return errs
+}
+
+// validateCallbacks checks the callbacks' topic, which must be theirs
+// alone (tiers: this pipeline's tier topics), and their bounds.
+func (p Pipeline) validateCallbacks(tiers []string) fieldErrs {
+	c := p.Callbacks
+	if c == nil {
+		return nil
+	}
+	var errs fieldErrs
+	if c.Topic == "" && p.Topic == "" {
+		// it defaults from the topic: the topic's error says it
+	} else if err := topics.ValidateName(c.Topic); err != nil {
+		errs.addErr("Callbacks.Topic", err)
+	} else if p.ownTopic(c.Topic, tiers) {
+		errs.add("Callbacks.Topic", "%q is one of this pipeline's other topics (main, tier, DLQ or results); callbacks need a topic of their own", c.Topic)
+	}
+	if c.Wait <= 0 {
+		errs.add("Callbacks.Wait", "%s: must be more than 0", c.Wait)
+	} else if p.NotReadyDeadline > 0 && c.Wait >= p.NotReadyDeadline {
+		errs.add("Callbacks.Wait", "%s: must be less than not_ready_deadline (%s), or a job without a callback expires before its first poll", c.Wait, p.NotReadyDeadline)
+	}
+	if c.MaxEntries < 1 {
+		errs.add("Callbacks.MaxEntries", "%d: must be at least 1", c.MaxEntries)
+	}
+	if c.MaxBytes < MinCallbackBytes {
+		errs.add("Callbacks.MaxBytes", "%d: must be at least %d (1MiB)", c.MaxBytes, MinCallbackBytes)
+	}
+	return errs
+}
+
+// validateFailoverRetries is not part of validateBreaker: failover_retries
+// without failover_to is wrong with the breaker off too.
+func (p Pipeline) validateFailoverRetries() fieldErrs {
+	var errs fieldErrs
+	if b := p.Breaker; b.FailoverRetries && b.FailoverTo == "" {
+		errs.add("Breaker.FailoverRetries", "needs failover_to")
+	}
+	return errs
+}
+
+// validateGuard checks an enabled guard's settings.
+func (p Pipeline) validateGuard() fieldErrs {
+	g := p.Guard
+	if g.Disabled {
+		return nil
+	}
+	var errs fieldErrs
+	if !(g.PermanentRatio > 0 && g.PermanentRatio <= 1) {
+		errs.add("Guard.PermanentRatio", "%v: must be more than 0 and at most 1", g.PermanentRatio)
+	}
+	if g.MinCalls < 1 {
+		errs.add("Guard.MinCalls", "%d: must be at least 1", g.MinCalls)
+	}
+	if g.Window < time.Second {
+		errs.add("Guard.Window", "%s: must be at least 1s", g.Window)
+	}
+	if g.AutoResumeAfter < 0 {
+		errs.add("Guard.AutoResumeAfter", "%s: must not be negative", g.AutoResumeAfter)
+	}
+	return errs
+}
+
+// ownTopic says whether t is one of p's topics: main, tier (tiers), DLQ or
+// results.
+func (p Pipeline) ownTopic(t string, tiers []string) bool {
+	return t == p.Topic || slices.Contains(tiers, t) || t == p.DLQ || t == p.Results
 }
 
 // WithDefaults is c with every zero value that has a default filled in,

@@ -268,89 +268,103 @@ func decideAs(meta retry.Meta, out Outcome, p policy, now time.Time, byCallback 
 	}
 	meta.State = nil
 	meta.Due, meta.Tier = time.Time{}, ""
+	if out.Kind == Paused {
+		return decidePaused(meta, out, p, now)
+	}
+	// Any other answer ends the attempt made (a transient failure's: a
+	// submit's, one more than before, or a poll's, the attempt its job
+	// was submitted in), and a poll is counted.
+	meta.Attempt = attempt
+	meta.Polls += btoi(poll)
 	switch out.Kind {
 	case Success:
-		meta.Attempt = attempt
-		meta.Polls += btoi(poll)
-		if !p.results {
-			return decision{}
-		}
-		m := retry.Meta{ID: meta.ID, Attempt: meta.Attempt, Polls: meta.Polls, Redrives: meta.Redrives, HasOrigin: true,
-			OriginTopic: meta.OriginTopic, OriginPartition: meta.OriginPartition, OriginOffset: meta.OriginOffset, OriginTimestamp: meta.OriginTimestamp}
-		return decision{to: toResults, meta: m, result: out.Result}
-
+		return decideSuccess(meta, out, p)
 	case NotReady:
-		meta.Attempt = attempt
-		meta.Polls += btoi(poll)
-		if meta.NotReadySince.IsZero() {
-			meta.NotReadySince = now
-		}
-		fail(&meta, now, retry.ClassNotReady, out.Code, errText(out, "not ready"))
+		return decideNotReady(meta, out, p, now, len(callState) == 0)
+	case Transient:
+		return decideTransient(meta, out, p, now)
+	case Invalid:
+		fail(&meta, now, retry.ClassInvalid, out.Code, errText(out, "invalid request"))
+		return dead(meta, reasonInvalid, "")
+	default: // Permanent
+		fail(&meta, now, retry.ClassPermanent, out.Code, errText(out, "permanent failure"))
+		return dead(meta, reasonPermanent, "")
+	}
+}
+
+// decideSuccess writes the result, with the identity and counts only,
+// when the pipeline has a results topic.
+func decideSuccess(meta retry.Meta, out Outcome, p policy) decision {
+	if !p.results {
+		return decision{}
+	}
+	m := retry.Meta{ID: meta.ID, Attempt: meta.Attempt, Polls: meta.Polls, Redrives: meta.Redrives, HasOrigin: true,
+		OriginTopic: meta.OriginTopic, OriginPartition: meta.OriginPartition, OriginOffset: meta.OriginOffset, OriginTimestamp: meta.OriginTimestamp}
+	return decision{to: toResults, meta: m, result: out.Result}
+}
+
+// decideNotReady sends the record to the tier of its next poll, with the
+// state to poll with. submit: the call carried no state.
+func decideNotReady(meta retry.Meta, out Outcome, p policy, now time.Time, submit bool) decision {
+	if meta.NotReadySince.IsZero() {
+		meta.NotReadySince = now
+	}
+	fail(&meta, now, retry.ClassNotReady, out.Code, errText(out, "not ready"))
+	if d, bad := badState(&meta, out, now); bad {
+		return d
+	}
+	meta.State = out.State
+	minDelay := out.MinDelay
+	if submit && minDelay < p.callbackWait {
+		// A submit in a pipeline with callbacks: the record waits for
+		// its callback; the first poll is not before the wait is over.
+		minDelay = p.callbackWait
+	}
+	idx, due := p.sched.NextPoll(now, min(minDelay, p.dueLimit(meta)), p.rnd)
+	return p.retryAt(meta, now, idx, due)
+}
+
+// decideTransient sends the record to the tier of its next attempt, or
+// to the DLQ once the schedule's attempts are spent.
+func decideTransient(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
+	fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "transient failure"))
+	if len(out.State) > 0 {
+		// A failed poll that keeps its job: the next attempt polls the
+		// same job again (never submits a second one), and the
+		// not-ready clock goes on.
 		if d, bad := badState(&meta, out, now); bad {
 			return d
 		}
 		meta.State = out.State
-		minDelay := out.MinDelay
-		if len(callState) == 0 && minDelay < p.callbackWait {
-			// A submit in a pipeline with callbacks: the record waits for
-			// its callback; the first poll is not before the wait is over.
-			minDelay = p.callbackWait
-		}
-		idx, due := p.sched.NextPoll(now, min(minDelay, p.dueLimit(meta)), p.rnd)
-		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
-		return retryTo(meta, idx, false)
-
-	case Transient:
-		// The attempt just made has failed: a submit's (one more than
-		// before) or a poll's (the attempt its job was submitted in).
-		meta.Attempt = attempt
-		meta.Polls += btoi(poll)
-		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "transient failure"))
-		if len(out.State) > 0 {
-			// A failed poll that keeps its job: the next attempt polls the
-			// same job again (never submits a second one), and the
-			// not-ready clock goes on.
-			if d, bad := badState(&meta, out, now); bad {
-				return d
-			}
-			meta.State = out.State
-		} else {
-			meta.NotReadySince = time.Time{}
-		}
-		if p.sched.Exhausted(meta.Attempt) {
-			return dead(meta, reasonExhausted, "")
-		}
-		idx, due := p.sched.Next(now, meta.Attempt+1, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
-		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
-		return retryTo(meta, idx, false)
-
-	case Paused:
-		// The pipeline's line holds a paused record and calls it again
-		// (line.go); decided here only without one: back to the tier
-		// covering the pause, no attempt spent, its State (a job id) kept.
-		fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "paused"))
-		if len(out.State) > 0 {
-			if d, bad := badState(&meta, out, now); bad {
-				return d
-			}
-			meta.State = out.State
-		}
-		idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
-		meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
-		return retryTo(meta, idx, false)
-
-	case Invalid:
-		meta.Attempt = attempt
-		meta.Polls += btoi(poll)
-		fail(&meta, now, retry.ClassInvalid, out.Code, errText(out, "invalid request"))
-		return dead(meta, reasonInvalid, "")
-
-	default: // Permanent
-		meta.Attempt = attempt
-		meta.Polls += btoi(poll)
-		fail(&meta, now, retry.ClassPermanent, out.Code, errText(out, "permanent failure"))
-		return dead(meta, reasonPermanent, "")
+	} else {
+		meta.NotReadySince = time.Time{}
 	}
+	if p.sched.Exhausted(meta.Attempt) {
+		return dead(meta, reasonExhausted, "")
+	}
+	idx, due := p.sched.Next(now, meta.Attempt+1, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
+	return p.retryAt(meta, now, idx, due)
+}
+
+// decidePaused: the pipeline's line holds a paused record and calls it
+// again (line.go); decided here only without one: back to the tier
+// covering the pause, no attempt spent, its State (a job id) kept.
+func decidePaused(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
+	fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "paused"))
+	if len(out.State) > 0 {
+		if d, bad := badState(&meta, out, now); bad {
+			return d
+		}
+		meta.State = out.State
+	}
+	idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
+	return p.retryAt(meta, now, idx, due)
+}
+
+// retryAt is the retry to tier idx, due at due (cut to dueLimit).
+func (p policy) retryAt(meta retry.Meta, now time.Time, idx int, due time.Time) decision {
+	meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
+	return retryTo(meta, idx, false)
 }
 
 // badState is the permanent dead letter of an outcome whose State cannot

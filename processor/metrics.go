@@ -50,113 +50,138 @@ type metrics struct {
 
 const maxCodes = 50
 
+// newMetrics makes the series family by family and registers them with
+// reg. Each family returns what it made, so a series added to one is
+// registered with it.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_records_consumed_total", Help: "Records polled, per topic (main and tiers).",
-		}, []string{"pipeline", "topic"}),
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_outcomes_total", Help: "Handled records by outcome (success, transient, not-ready, permanent, invalid, expired), the tier they were read from (main for the main topic) and error code.",
-		}, []string{"pipeline", "outcome", "tier", "code"}),
-		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "redrive_handler_duration_seconds", Help: "Handler call duration by outcome.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
-		}, []string{"pipeline", "outcome"}),
-		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_inflight_records", Help: "Records dispatched to handlers and not finished (outcome not yet acknowledged).",
-		}, []string{"pipeline"}),
-		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_waiting_records", Help: "Tier records held in memory until their due time.",
-		}, []string{"pipeline"}),
-		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_retries_scheduled_total", Help: "Records written to a retry tier (transient and not-ready), per tier.",
-		}, []string{"pipeline", "tier"}),
-		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_dead_letters_total", Help: "Records written to the DLQ by reason and error code.",
-		}, []string{"pipeline", "reason", "code"}),
-		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "redrive_delay_lateness_seconds", Help: "How late a tier record was handled after its redrive-due time.",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"pipeline", "tier"}),
-		hops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_tier_hops_total", Help: "Tier records re-queued without a handler call because they were not due yet (minimum delay longer than the tier).",
-		}, []string{"pipeline", "tier"}),
-		commitFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_commit_failures_total", Help: "Offset commits that failed.",
-		}, []string{"pipeline"}),
-		produceFails: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_produce_failures_total", Help: "Outcome writes (retry, dlq, results, failover) that failed and are being retried.",
-		}, []string{"pipeline", "kind"}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_consumer_lag", Help: "Consumer group lag in records per topic (main and tiers), from the committed offsets.",
-		}, []string{"pipeline", "topic"}),
-		pausedParts: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_paused_partitions", Help: "Tier partitions paused because their waiting records reached max_waiting.",
-		}, []string{"pipeline"}),
-		mainHeld: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_main_held_seconds_total", Help: "Seconds the main topic was not fetched so that due tier records were fetched first; at most 750ms at a time, then at least 250ms of fetching it.",
-		}, []string{"pipeline"}),
-		clamped: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future (or an origin timestamp before 1970), taken as now for waits and ages.",
-		}, []string{"pipeline", "time"}),
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_breaker_state", Help: "The pipeline's circuit breaker: 0 closed, 1 half-open (probing), 2 open.",
-		}, []string{"pipeline"}),
-		breakerTrans: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_breaker_transitions_total", Help: "Circuit breaker transitions by the state entered (closed, half-open, open).",
-		}, []string{"pipeline", "to"}),
-		breakerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_breaker_calls_total", Help: "Handler calls the circuit breaker judged: counted=yes outcome=success|failure (the service answered, or failed), counted=no outcome=repeat (the record failed with the same code before) or request_fault (a handler.codes.request_fault code).",
-		}, []string{"pipeline", "counted", "outcome"}),
-		throttleWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_throttle_waits_total", Help: "Waits records took in their worker because the service answered 429 (Retry-After, at most 5s, at most 10 per record), before calling again with the same attempt.",
-		}, []string{"pipeline"}),
-		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_paused", Help: "1 while the pipeline's handler calls are stopped for that reason (breaker, pause_code, guard, manual), else 0.",
-		}, []string{"pipeline", "reason"}),
-		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_rate_limited_seconds_total", Help: "Seconds records waited for a rate-limit token before their handler call (summed over records).",
-		}, []string{"pipeline"}),
-		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_failovers_total", Help: "Records forwarded to breaker.failover_to while the line was stopped (acknowledged).",
-		}, []string{"pipeline"}),
-		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_callbacks_total", Help: "Callbacks read from the callbacks topic by event: received, matched (a record finished by its callback), duplicate (a second callback for a job), late (a callback for a job this process finished by polling), evicted (dropped unmatched at max_entries or max_bytes), bad (no valid job id).",
-		}, []string{"pipeline", "event"}),
-		callbacksHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_callbacks_held", Help: "Callbacks held in memory (waiting for their record, or matched and kept to spot duplicates).",
-		}, []string{"pipeline"}),
-		callbackBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_callbacks_held_bytes", Help: "What the callbacks held in memory cost, in bytes, as handler.callback.max_bytes counts it (job ids, results, errors, a fixed overhead each; jobs finished by polling included).",
-		}, []string{"pipeline"}),
-		polls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_polls_total", Help: "Handler calls that polled a job (a record with redrive-state), fallback polls of a pipeline with callbacks included.",
-		}, []string{"pipeline"}),
-		jobSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "redrive_job_seconds", Help: "From the first not-ready answer (redrive-not-ready-since, the submit) to the success, by what finished the job: its callback or a poll.",
-			Buckets: []float64{.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800},
-		}, []string{"pipeline", "via"}),
-		txns: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "redrive_transactions_total", Help: "Transactions of an exactly-once pipeline by result: committed, or aborted (a rebalance, a fenced process, a failed write; the work is redone).",
-		}, []string{"pipeline", "result"}),
-		txnHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "redrive_transaction_held", Help: "Outcomes of an exactly-once pipeline held in memory until every earlier record of their partition has its outcome and their transaction commits.",
-		}, []string{"pipeline"}),
-		txnSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "redrive_transaction_seconds", Help: "How long a transaction of an exactly-once pipeline took, from begin to its end (write, offset commit, end).",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"pipeline"}),
-		codes: map[string]bool{"": true},
-	}
-	for _, c := range []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
-		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped,
-		m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.failovers,
-		m.callbacks, m.callbacksHeld, m.callbackBytes, m.polls, m.jobSeconds, m.txns, m.txnHeld, m.txnSeconds} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
+	m := &metrics{codes: map[string]bool{"": true}}
+	for _, family := range []func() []prometheus.Collector{m.newFlow, m.newLine, m.newCallbacks, m.newTxns} {
+		for _, c := range family() {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return m, nil
+}
+
+// newFlow makes the series of records moving through a pipeline: polled,
+// handled, retried, dead-lettered, committed, held back.
+func (m *metrics) newFlow() []prometheus.Collector {
+	m.consumed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_records_consumed_total", Help: "Records polled, per topic (main and tiers).",
+	}, []string{"pipeline", "topic"})
+	m.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_outcomes_total", Help: "Handled records by outcome (success, transient, not-ready, permanent, invalid, expired), the tier they were read from (main for the main topic) and error code.",
+	}, []string{"pipeline", "outcome", "tier", "code"})
+	m.handlerSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "redrive_handler_duration_seconds", Help: "Handler call duration by outcome.",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"pipeline", "outcome"})
+	m.inflight = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_inflight_records", Help: "Records dispatched to handlers and not finished (outcome not yet acknowledged).",
+	}, []string{"pipeline"})
+	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_waiting_records", Help: "Tier records held in memory until their due time.",
+	}, []string{"pipeline"})
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_retries_scheduled_total", Help: "Records written to a retry tier (transient and not-ready), per tier.",
+	}, []string{"pipeline", "tier"})
+	m.deadLetters = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_dead_letters_total", Help: "Records written to the DLQ by reason and error code.",
+	}, []string{"pipeline", "reason", "code"})
+	m.lateness = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "redrive_delay_lateness_seconds", Help: "How late a tier record was handled after its redrive-due time.",
+		Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"pipeline", "tier"})
+	m.hops = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_tier_hops_total", Help: "Tier records re-queued without a handler call because they were not due yet (minimum delay longer than the tier).",
+	}, []string{"pipeline", "tier"})
+	m.commitFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_commit_failures_total", Help: "Offset commits that failed.",
+	}, []string{"pipeline"})
+	m.produceFails = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_produce_failures_total", Help: "Outcome writes (retry, dlq, results, failover) that failed and are being retried.",
+	}, []string{"pipeline", "kind"})
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_consumer_lag", Help: "Consumer group lag in records per topic (main and tiers), from the committed offsets.",
+	}, []string{"pipeline", "topic"})
+	m.pausedParts = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_paused_partitions", Help: "Tier partitions paused because their waiting records reached max_waiting.",
+	}, []string{"pipeline"})
+	m.mainHeld = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_main_held_seconds_total", Help: "Seconds the main topic was not fetched so that due tier records were fetched first; at most 750ms at a time, then at least 250ms of fetching it.",
+	}, []string{"pipeline"})
+	m.clamped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future (or an origin timestamp before 1970), taken as now for waits and ages.",
+	}, []string{"pipeline", "time"})
+	return []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
+		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped}
+}
+
+// newLine makes the series of the line in front of the handler: the
+// breaker, the guard's and the operator's stops, throttling, the rate
+// limit, failover.
+func (m *metrics) newLine() []prometheus.Collector {
+	m.breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_breaker_state", Help: "The pipeline's circuit breaker: 0 closed, 1 half-open (probing), 2 open.",
+	}, []string{"pipeline"})
+	m.breakerTrans = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_breaker_transitions_total", Help: "Circuit breaker transitions by the state entered (closed, half-open, open).",
+	}, []string{"pipeline", "to"})
+	m.breakerCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_breaker_calls_total", Help: "Handler calls the circuit breaker judged: counted=yes outcome=success|failure (the service answered, or failed), counted=no outcome=repeat (the record failed with the same code before) or request_fault (a handler.codes.request_fault code).",
+	}, []string{"pipeline", "counted", "outcome"})
+	m.throttleWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_throttle_waits_total", Help: "Waits records took in their worker because the service answered 429 (Retry-After, at most 5s, at most 10 per record), before calling again with the same attempt.",
+	}, []string{"pipeline"})
+	m.paused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_paused", Help: "1 while the pipeline's handler calls are stopped for that reason (breaker, pause_code, guard, manual), else 0.",
+	}, []string{"pipeline", "reason"})
+	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_rate_limited_seconds_total", Help: "Seconds records waited for a rate-limit token before their handler call (summed over records).",
+	}, []string{"pipeline"})
+	m.failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_failovers_total", Help: "Records forwarded to breaker.failover_to while the line was stopped (acknowledged).",
+	}, []string{"pipeline"})
+	return []prometheus.Collector{m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.failovers}
+}
+
+// newCallbacks makes the series of job APIs: callbacks, polls, and how
+// long a job took.
+func (m *metrics) newCallbacks() []prometheus.Collector {
+	m.callbacks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_callbacks_total", Help: "Callbacks read from the callbacks topic by event: received, matched (a record finished by its callback), duplicate (a second callback for a job), late (a callback for a job this process finished by polling), evicted (dropped unmatched at max_entries or max_bytes), bad (no valid job id).",
+	}, []string{"pipeline", "event"})
+	m.callbacksHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_callbacks_held", Help: "Callbacks held in memory (waiting for their record, or matched and kept to spot duplicates).",
+	}, []string{"pipeline"})
+	m.callbackBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_callbacks_held_bytes", Help: "What the callbacks held in memory cost, in bytes, as handler.callback.max_bytes counts it (job ids, results, errors, a fixed overhead each; jobs finished by polling included).",
+	}, []string{"pipeline"})
+	m.polls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_polls_total", Help: "Handler calls that polled a job (a record with redrive-state), fallback polls of a pipeline with callbacks included.",
+	}, []string{"pipeline"})
+	m.jobSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "redrive_job_seconds", Help: "From the first not-ready answer (redrive-not-ready-since, the submit) to the success, by what finished the job: its callback or a poll.",
+		Buckets: []float64{.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800},
+	}, []string{"pipeline", "via"})
+	return []prometheus.Collector{m.callbacks, m.callbacksHeld, m.callbackBytes, m.polls, m.jobSeconds}
+}
+
+// newTxns makes the series of an exactly-once pipeline's transactions.
+func (m *metrics) newTxns() []prometheus.Collector {
+	m.txns = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_transactions_total", Help: "Transactions of an exactly-once pipeline by result: committed, or aborted (a rebalance, a fenced process, a failed write; the work is redone).",
+	}, []string{"pipeline", "result"})
+	m.txnHeld = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_transaction_held", Help: "Outcomes of an exactly-once pipeline held in memory until every earlier record of their partition has its outcome and their transaction commits.",
+	}, []string{"pipeline"})
+	m.txnSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "redrive_transaction_seconds", Help: "How long a transaction of an exactly-once pipeline took, from begin to its end (write, offset commit, end).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	}, []string{"pipeline"})
+	return []prometheus.Collector{m.txns, m.txnHeld, m.txnSeconds}
 }
 
 // code bounds the code label's cardinality.

@@ -80,52 +80,16 @@ func (h *Handler) classify(status int, header http.Header, body []byte, tooLarge
 // it in errors; the state it sent is kept on a not-ready answer without
 // one; a job API's submit reads a 202 like any 2xx.
 func (h *Handler) classifyCall(c call, status int, header http.Header, body []byte, tooLarge bool, now time.Time) processor.Outcome {
-	sent := c.sent
-	var doc any
-	var docErr error = ErrBadResponse
+	a := answer{status: status, header: header, body: body, tooLarge: tooLarge, docErr: ErrBadResponse}
 	if h.json != nil && !tooLarge {
-		doc, docErr = decodeJSON(body)
+		a.doc, a.docErr = decodeJSON(body)
 	}
 	rerr := &ResponseError{Method: c.method, URL: c.safeURL, StatusCode: status}
-	var kind processor.Kind
-	fallback := "http_" + strconv.Itoa(status)
-	switch {
-	case status == http.StatusAccepted && !c.submitJob:
-		kind = processor.NotReady
-	case isSuccess(status):
-		switch {
-		case tooLarge:
-			fallback, rerr.Cause = CodeBodyTooLarge, ErrBodyTooLarge
-			rerr.Detail = fmt.Sprintf("body longer than %d bytes", h.maxBody)
-		case h.json == nil:
-			return processor.Succeed(body)
-		case docErr != nil:
-			fallback, rerr.Cause = CodeBadResponse, ErrBadResponse
-			rerr.Detail = h.scrub.text("body is not JSON: " + docErr.Error())
-		default:
-			ok, detail := h.json.ok(doc)
-			if ok {
-				return processor.Succeed(body)
-			}
-			fallback, rerr.Cause, rerr.Detail = CodeNotOK, ErrNotOK, detail
-		}
-		kind = processor.Transient
-	case status == http.StatusRequestTimeout, status == http.StatusTooEarly, status == http.StatusTooManyRequests,
-		status >= 500 && status <= 599:
-		kind = processor.Transient
-	case status >= 400 && status <= 499:
-		kind = processor.Permanent
-	default: // 1xx, 3xx (redirects are not followed), nonsense
-		kind = processor.Transient
+	kind, fallback, ok := h.statusKind(a, c.submitJob, rerr)
+	if ok {
+		return processor.Succeed(body)
 	}
-
-	code := h.scrub.code(header.Get(HeaderErrorCode))
-	if code == "" && h.json != nil && docErr == nil {
-		code = h.scrub.code(h.json.code(doc))
-	}
-	if code == "" {
-		code = fallback
-	}
+	code := h.codeOf(a, fallback)
 	class, ruled := h.classOf[code]
 	if ruled {
 		kind = class.kind
@@ -140,32 +104,109 @@ func (h *Handler) classifyCall(c call, status int, header http.Header, body []by
 		// The account is blocked, not this request: whatever the status.
 		return processor.Pause(code, rerr, d)
 	}
-	var out processor.Outcome
-	switch kind {
-	case processor.NotReady:
-		state := sent
-		if s := header.Get(HeaderState); s != "" {
-			state = []byte(s)
-		}
-		out = processor.Poll(state, minDelay)
-	case processor.Permanent:
-		out = processor.Fail(code, rerr)
-	default: // code rules name only transient, not-ready and permanent
-		switch {
-		case class.requestFault:
-			out = processor.RetryRequestFault(code, rerr)
-		case status == http.StatusTooManyRequests:
-			// The service asks us to slow down: neither it nor the
-			// request failed.
-			out = processor.Throttled(code, rerr, minDelay)
-		default:
-			out = processor.Retry(code, rerr)
-		}
-	}
+	out := failure(a, kind, class, code, rerr, minDelay, c.sent)
 	// Every failure says which code and answer it was, and keeps the delay
 	// asked for (a code rule may have turned it permanent).
 	out.Code, out.Err, out.MinDelay = code, rerr, minDelay
 	return out
+}
+
+// answer is one HTTP answer as classifyCall reads it.
+type answer struct {
+	status   int
+	header   http.Header
+	body     []byte // at most MaxBodyBytes
+	tooLarge bool   // the body had more
+	doc      any    // the body decoded, JSON mode
+	docErr   error  // why doc is missing; ErrBadResponse when not decoded
+}
+
+// statusKind is the kind the status gives a (code rules may change it) and
+// the code of a failure when the service names none; ok: a success. A 2xx
+// that is not a success fills rerr's Cause and Detail. submitJob: a job
+// API's submit, whose 202 is read like any 2xx.
+func (h *Handler) statusKind(a answer, submitJob bool, rerr *ResponseError) (kind processor.Kind, fallback string, ok bool) {
+	fallback = "http_" + strconv.Itoa(a.status)
+	switch {
+	case a.status == http.StatusAccepted && !submitJob:
+		return processor.NotReady, fallback, false
+	case isSuccess(a.status):
+		if fallback, ok = h.judge2xx(a, rerr); ok {
+			return 0, "", true
+		}
+		return processor.Transient, fallback, false
+	case a.status == http.StatusRequestTimeout, a.status == http.StatusTooEarly, a.status == http.StatusTooManyRequests,
+		a.status >= 500 && a.status <= 599:
+		return processor.Transient, fallback, false
+	case a.status >= 400 && a.status <= 499:
+		return processor.Permanent, fallback, false
+	default: // 1xx, 3xx (redirects are not followed), nonsense
+		return processor.Transient, fallback, false
+	}
+}
+
+// judge2xx says whether a 2xx answer is a success: a body within
+// MaxBodyBytes and, in JSON mode, JSON whose ok field holds the ok value.
+// When it is not, it fills rerr's Cause and Detail and gives the code.
+func (h *Handler) judge2xx(a answer, rerr *ResponseError) (code string, ok bool) {
+	switch {
+	case a.tooLarge:
+		rerr.Cause = ErrBodyTooLarge
+		rerr.Detail = fmt.Sprintf("body longer than %d bytes", h.maxBody)
+		return CodeBodyTooLarge, false
+	case h.json == nil:
+		return "", true
+	case a.docErr != nil:
+		rerr.Cause = ErrBadResponse
+		rerr.Detail = h.scrub.text("body is not JSON: " + a.docErr.Error())
+		return CodeBadResponse, false
+	}
+	ok, detail := h.json.ok(a.doc)
+	if ok {
+		return "", true
+	}
+	rerr.Cause, rerr.Detail = ErrNotOK, detail
+	return CodeNotOK, false
+}
+
+// codeOf is the failure's code: the error code header's, else (JSON mode)
+// the body's code field, else fallback.
+func (h *Handler) codeOf(a answer, fallback string) string {
+	code := h.scrub.code(a.header.Get(HeaderErrorCode))
+	if code == "" && h.json != nil && a.docErr == nil {
+		code = h.scrub.code(h.json.code(a.doc))
+	}
+	if code == "" {
+		code = fallback
+	}
+	return code
+}
+
+// failure is the Outcome of an answer that is not a success, of kind
+// (after code rules; class is the code's rule). sent is the state the
+// call carried, kept by a not-ready answer without one.
+func failure(a answer, kind processor.Kind, class codeClass, code string, rerr *ResponseError, minDelay time.Duration, sent []byte) processor.Outcome {
+	switch kind {
+	case processor.NotReady:
+		state := sent
+		if s := a.header.Get(HeaderState); s != "" {
+			state = []byte(s)
+		}
+		return processor.Poll(state, minDelay)
+	case processor.Permanent:
+		return processor.Fail(code, rerr)
+	}
+	// Code rules name only transient, not-ready and permanent.
+	switch {
+	case class.requestFault:
+		return processor.RetryRequestFault(code, rerr)
+	case a.status == http.StatusTooManyRequests:
+		// The service asks us to slow down: neither it nor the
+		// request failed.
+		return processor.Throttled(code, rerr, minDelay)
+	default:
+		return processor.Retry(code, rerr)
+	}
 }
 
 // cleanCode makes a code fit for a header and a metric label: trimmed,
