@@ -29,6 +29,11 @@ type Start struct {
 // by time, its own).
 type Lister func(ctx context.Context) (Start, error)
 
+// Fixed is the Lister of offsets the caller already has.
+func Fixed(s Start) Lister {
+	return func(context.Context) (Start, error) { return s, nil }
+}
+
 // Batch is what one Poll returns.
 type Batch struct {
 	// Records in offset order within a partition, partitions interleaved;

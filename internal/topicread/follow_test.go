@@ -36,11 +36,6 @@ func manual(c *kafkatest.Cluster, t *testing.T, opts ...kgo.Opt) *kgo.Client {
 	return c.Client(t, append([]kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 }
 
-// fixed lists s.
-func fixed(s topicread.Start) topicread.Lister {
-	return func(context.Context) (topicread.Start, error) { return s, nil }
-}
-
 // ends lists every partition from its earliest retained offset to its end.
 func ends(adm *kadm.Client, topic string) topicread.Lister {
 	return func(ctx context.Context) (topicread.Start, error) {
@@ -105,7 +100,7 @@ func TestFollowCatchesUpAndAddsPartitions(t *testing.T) {
 	produce(t, cl, topic, 1, 3, "old")
 
 	start := topicread.Start{From: map[int32]int64{0: 2, 1: 0}, Ends: map[int32]int64{0: 5, 1: 3}}
-	f, err := topicread.Open(ctx, topic, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, fixed(start),
+	f, err := topicread.Open(ctx, topic, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, topicread.Fixed(start),
 		topicread.CheckEvery(100*time.Millisecond), topicread.MaxRecords(1))
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +279,7 @@ func TestCatchUpAfterDeleteRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	f, err := topicread.Open(ctx, topic, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, fixed(start),
+	f, err := topicread.Open(ctx, topic, []kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, topicread.Fixed(start),
 		topicread.CheckEvery(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
