@@ -19,10 +19,10 @@
 //     offset is no longer retained, from its earliest retained offset.
 //   - A partition that appears later is read from its start; Poll finds it
 //     at most CheckEvery after it appeared.
-//   - A partition has caught up once a record (control records count:
-//     a transaction's marker can be a partition's last offset) at or past
-//     its end minus one was returned, or once what lies before its end is
-//     gone (a data-loss reset or a log start past it).
+//   - A partition has caught up once Poll read its record just before its
+//     end (a transaction's marker counts: it can be a partition's last
+//     offset), or once nothing before its end is left to read (a
+//     data-loss reset, or a log start at or past it found by the check).
 //
 // It never commits, joins a consumer group, produces or logs, and never
 // decides which fetch error stops a reader: Poll hands them over, and the

@@ -66,7 +66,8 @@ type Follower struct {
 // Open lists where to start with list (see RetryList), then makes the
 // client that reads topic from there: conn are the options that reach the
 // cluster (brokers, TLS, SASL, client id, hooks), given before the
-// Follower's own consumer options. With UpToEnds and nothing to read it
+// Follower's own consumer options (which also set kgo.MetadataMinAge to
+// 1s: see consumerOpts). With UpToEnds and nothing to read it
 // makes no client, and the Follower has caught up.
 //
 // The error is the Lister's, ctx's when ctx ended while retrying, or the

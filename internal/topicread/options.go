@@ -62,9 +62,9 @@ func ReadCommitted() Opt { return func(c *config) { c.committed = true } }
 // every partition without end.
 func UpToEnds() Opt { return func(c *config) { c.upToEnds = true } }
 
-// RetryList makes Open list again, pause after each failure, until the
-// Lister succeeds or ctx ends; report (if not nil) is told each error
-// first. Default: Open returns the Lister's error.
+// RetryList makes Open list again, pause (positive) after each failure,
+// until the Lister succeeds or ctx ends; report (if not nil) is told each
+// error first. Default: Open returns the Lister's error.
 func RetryList(pause time.Duration, report func(error)) Opt {
 	return func(c *config) { c.retryPause, c.retryReport = pause, report }
 }
