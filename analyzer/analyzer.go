@@ -16,6 +16,7 @@ import (
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/dlq/dlqread"
+	"github.com/redrive/redrive/internal/topicread"
 	"github.com/redrive/redrive/topics"
 )
 
@@ -230,31 +231,23 @@ func (a *Analyzer) Run(ctx context.Context) error {
 func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 	name := "analyzer " + p.cfg.Name + " statistics"
 	a.ready(name, errors.New("rebuilding statistics from "+p.cfg.DLQ))
-	ends, err := a.endOffsets(ctx, p.cfg.DLQ)
-	for err != nil {
-		a.log.Error("cannot read the DLQ's end offsets; retrying", "dlq", p.cfg.DLQ, "err", err)
-		a.ready(name, fmt.Errorf("reading %s: %w", p.cfg.DLQ, err))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(2 * time.Second):
-		}
-		ends, err = a.endOffsets(ctx, p.cfg.DLQ)
-	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, a.o.ClientOpts...),
-		kgo.ConsumeTopics(p.cfg.DLQ), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(500*time.Millisecond))...)
+	f, err := topicread.Open(ctx, p.cfg.DLQ, a.o.ClientOpts, a.dlqStart(p.cfg.DLQ),
+		topicread.RetryList(2*time.Second, func(err error) {
+			a.log.Error("cannot read the DLQ's end offsets; retrying", "dlq", p.cfg.DLQ, "err", err)
+			a.ready(name, fmt.Errorf("reading %s: %w", p.cfg.DLQ, err))
+		}),
+		topicread.ReadCommitted(),
+		topicread.FetchMaxWait(500*time.Millisecond),
+		topicread.PollWait(2*time.Second),
+		topicread.MaxRecords(5000),
+	)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("analyzer %s: %w", p.cfg.Name, err)
 	}
-	defer cl.Close()
-	behind := map[int32]int64{} // partition → end offset still to reach
-	for part, end := range ends {
-		if end > 0 {
-			behind[part] = end
-		}
-	}
+	defer f.Close()
 	start := time.Now()
 	rebuilt := func() {
 		p.mu.Lock()
@@ -266,29 +259,39 @@ func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 			a.ready(name, nil)
 		}
 	}
-	if len(behind) == 0 {
-		rebuilt()
-	}
 	for ctx.Err() == nil {
-		a.beat(name)
-		fs, closed, fatal := a.poll(ctx, cl, 2*time.Second, 5000, "")
-		if fatal != nil {
-			return fatal
+		if f.CaughtUp() {
+			rebuilt()
 		}
-		if closed {
+		a.beat(name)
+		b, err := f.Poll(ctx)
+		if err != nil {
 			return nil
 		}
-		fs.EachRecord(func(r *kgo.Record) {
+		if fatal := a.fetchErrors(b.Errs, ""); fatal != nil {
+			return fatal
+		}
+		for _, r := range b.Records {
 			a.add(p, r)
-			if end, ok := behind[r.Partition]; ok && r.Offset+1 >= end {
-				delete(behind, r.Partition)
-			}
-		})
-		if len(behind) == 0 {
-			rebuilt()
 		}
 	}
 	return nil
+}
+
+// dlqStart lists where the statistics reader starts: every partition of
+// topic from its earliest retained offset, caught up at its end offset.
+func (a *Analyzer) dlqStart(topic string) topicread.Lister {
+	return func(ctx context.Context) (topicread.Start, error) {
+		bounds, err := a.dlqBounds(ctx, topic)
+		if err != nil {
+			return topicread.Start{}, err
+		}
+		s := topicread.Start{From: make(map[int32]int64, len(bounds)), Ends: make(map[int32]int64, len(bounds))}
+		for part, b := range bounds {
+			s.From[part], s.Ends[part] = b.Start, b.End
+		}
+		return s, nil
+	}
 }
 
 // add takes one DLQ record into the statistics, the recent list and the
@@ -357,12 +360,7 @@ func (p *pipe) find(f dlq.Filter, limit int) []*kept {
 }
 
 func (a *Analyzer) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	bounds, err := dlqread.Offsets(ctx, a.admin, topic)
-	if errors.Is(err, dlqread.ErrNoTopic) {
-		return nil, fmt.Errorf("%w: run `redrive topics ensure`", err)
-	}
+	bounds, err := a.dlqBounds(ctx, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -371,6 +369,18 @@ func (a *Analyzer) endOffsets(ctx context.Context, topic string) (map[int32]int6
 		out[part] = b.End
 	}
 	return out, nil
+}
+
+// dlqBounds lists every partition of the DLQ topic with its earliest
+// retained and its end offset (dlqread.Offsets), within 10s.
+func (a *Analyzer) dlqBounds(ctx context.Context, topic string) (map[int32]dlqread.Bounds, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	bounds, err := dlqread.Offsets(ctx, a.admin, topic)
+	if errors.Is(err, dlqread.ErrNoTopic) {
+		return nil, fmt.Errorf("%w: run `redrive topics ensure`", err)
+	}
+	return bounds, err
 }
 
 // depthLoop publishes each DLQ's depth (end offsets minus the rule
@@ -442,15 +452,22 @@ func (a *Analyzer) poll(ctx context.Context, cl *kgo.Client, wait time.Duration,
 	if fs.IsClientClosed() {
 		return fs, true, nil
 	}
-	fs.EachError(func(t string, part int32, err error) {
-		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return
+	return fs, false, a.fetchErrors(fs.Errors(), group)
+}
+
+// fetchErrors logs fetch errors (a timed-out or cancelled poll is not one)
+// and returns the last that no retry fixes (fatalFetchErr; group as in
+// poll), or nil.
+func (a *Analyzer) fetchErrors(errs []kgo.FetchError, group string) (fatal error) {
+	for _, e := range errs {
+		if errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded) {
+			continue
 		}
-		if f := fatalFetchErr(group, t, a.o.Principal, err); f != nil {
+		if f := fatalFetchErr(group, e.Topic, a.o.Principal, e.Err); f != nil {
 			fatal = f
-			return
+			continue
 		}
-		a.log.Error("fetching the DLQ", "topic", t, "partition", part, "err", err)
-	})
-	return fs, false, fatal
+		a.log.Error("fetching the DLQ", "topic", e.Topic, "partition", e.Partition, "err", e.Err)
+	}
+	return fatal
 }

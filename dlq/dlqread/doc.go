@@ -7,7 +7,8 @@
 // leaves, so reading a DLQ never disturbs the analyzer or anyone else. Each
 // call consumes with a client of its own, made from the caller's client's
 // options; the caller's client is used only for the admin requests that
-// list the offsets.
+// list the offsets. The reading itself (offsets, partitions added later,
+// where a scan ends) is internal/topicread's.
 //
 // The package reads records; it never produces, commits or decodes them
 // (dlq.Decode does).

@@ -10,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/topicread"
 )
 
 // ErrNoTopic is wrapped by the error about a topic that does not exist.
@@ -134,75 +136,34 @@ func Scan(ctx context.Context, cl *kgo.Client, topic string, fn func(*kgo.Record
 // the records from Start up to End, End excluded. A partition whose Start
 // is no longer retained is read from its earliest retained offset.
 func ScanBounds(ctx context.Context, cl *kgo.Client, topic string, bounds map[int32]Bounds, fn func(*kgo.Record) error) error {
-	todo := make(map[int32]int64, len(bounds)) // partition → end
-	at := make(map[int32]kgo.Offset, len(bounds))
+	start := topicread.Start{From: make(map[int32]int64, len(bounds)), Ends: make(map[int32]int64, len(bounds))}
 	for p, b := range bounds {
-		if b.End > b.Start {
-			todo[p] = b.End
-			at[p] = kgo.NewOffset().At(b.Start)
-		}
+		start.From[p], start.Ends[p] = b.Start, b.End
 	}
-	if len(todo) == 0 {
-		return nil
-	}
-	rc, err := kgo.NewClient(append(baseOpts(cl),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
-		// Retention may remove records between listing and fetching: go on
-		// from what is left.
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// A transactional writer's commit markers take offsets; seeing them
-		// is how Scan knows a partition ending in one is done.
-		kgo.KeepControlRecords(),
-	)...)
+	f, err := topicread.Open(ctx, topic, baseOpts(cl), topicread.Fixed(start), topicread.UpToEnds(), topicread.MaxRecords(0))
 	if err != nil {
-		return fmt.Errorf("%s: consumer: %w", topic, err)
+		return err
 	}
-	defer rc.Close()
-	done := func(p int32) {
-		delete(todo, p)
-		rc.PauseFetchPartitions(map[string][]int32{topic: {p}})
+	defer f.Close()
+	stopped := func(err error) error {
+		return fmt.Errorf("%s: scan stopped with %d partitions unfinished: %w", topic, f.Behind(), err)
 	}
-	for len(todo) > 0 {
-		fs := rc.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("%s: scan stopped with %d partitions unfinished: %w", topic, len(todo), err)
+	for !f.CaughtUp() {
+		b, err := f.Poll(ctx)
+		if err != nil {
+			return stopped(err)
 		}
-		for _, f := range fs {
-			for _, t := range f.Topics {
-				for _, fp := range t.Partitions {
-					end, ok := todo[fp.Partition]
-					if fp.Err != nil {
-						if err := fetchErr(topic, fp); err != nil {
-							return err
-						}
-						var dl *kgo.ErrDataLoss
-						if ok && errors.As(fp.Err, &dl) && dl.ResetTo >= end {
-							done(fp.Partition) // everything up to end is gone
-							continue
-						}
-					}
-					if !ok {
-						continue // done already; a fetch was under way
-					}
-					for _, r := range fp.Records {
-						if r.Offset >= end {
-							done(fp.Partition)
-							break
-						}
-						if err := ctx.Err(); err != nil {
-							return fmt.Errorf("%s: scan stopped with %d partitions unfinished: %w", topic, len(todo), err)
-						}
-						if !r.Attrs.IsControl() {
-							if err := fn(r); err != nil {
-								return err
-							}
-						}
-						if r.Offset+1 >= end {
-							done(fp.Partition)
-							break
-						}
-					}
-				}
+		for _, e := range b.Errs {
+			if err := fetchErr(topic, e); err != nil {
+				return err
+			}
+		}
+		for _, r := range b.Records {
+			if err := ctx.Err(); err != nil {
+				return stopped(err)
+			}
+			if err := fn(r); err != nil {
+				return err
 			}
 		}
 	}
@@ -212,15 +173,15 @@ func ScanBounds(ctx context.Context, cl *kgo.Client, topic string, bounds map[in
 // fetchErr is the error a fetch error stops reading with, or nil for one
 // that is only news: data loss (records removed by retention or a log
 // truncation; the client goes on from where it reset to).
-func fetchErr(topic string, fp kgo.FetchPartition) error {
+func fetchErr(topic string, e kgo.FetchError) error {
 	var dl *kgo.ErrDataLoss
-	if errors.As(fp.Err, &dl) {
+	if errors.As(e.Err, &dl) {
 		return nil
 	}
-	if fp.Partition < 0 {
-		return fmt.Errorf("%s: fetch: %w", topic, fp.Err)
+	if e.Partition < 0 {
+		return fmt.Errorf("%s: fetch: %w", topic, e.Err)
 	}
-	return fmt.Errorf("%s/%d: fetch: %w", topic, fp.Partition, fp.Err)
+	return fmt.Errorf("%s/%d: fetch: %w", topic, e.Partition, e.Err)
 }
 
 // Tail follows topic: it calls fn for each record written after Tail
@@ -250,93 +211,34 @@ var FollowCheckInterval = 30 * time.Second
 // offset, every other partition (added later, too) from its start. It
 // returns nil when ctx is done. The client is made as Scan's is.
 func Follow(ctx context.Context, cl *kgo.Client, topic string, from map[int32]int64, fn func(*kgo.Record) error) error {
-	at := make(map[int32]kgo.Offset, len(from))
-	for p, o := range from {
-		at[p] = kgo.NewOffset().At(o)
-	}
-	rc, err := kgo.NewClient(append(baseOpts(cl),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: at}),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// watchPartitions sees a new partition within MetadataMinAge, and
-		// it joins the next fetch request, after the broker answers the
-		// one waiting for data.
-		kgo.MetadataMinAge(time.Second),
-		kgo.FetchMaxWait(time.Second),
-	)...)
+	f, err := topicread.Open(ctx, topic, baseOpts(cl), topicread.Fixed(topicread.Start{From: from}),
+		topicread.CheckEvery(FollowCheckInterval),
+		// A partition found new joins the next fetch request, once the
+		// broker answered the one waiting for data.
+		topicread.FetchMaxWait(time.Second),
+		topicread.MaxRecords(0),
+	)
 	if err != nil {
-		return fmt.Errorf("%s: consumer: %w", topic, err)
+		return err
 	}
-	defer rc.Close()
-
-	ctx, cancel := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		watchPartitions(ctx, rc, topic, from, FollowCheckInterval)
-	}()
-	defer func() { cancel(); <-watched }()
-
+	defer f.Close()
 	for {
-		fs := rc.PollFetches(ctx)
+		b, err := f.Poll(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		for _, f := range fs {
-			for _, t := range f.Topics {
-				for _, fp := range t.Partitions {
-					if fp.Err != nil {
-						if err := fetchErr(topic, fp); err != nil {
-							return err
-						}
-					}
-					for _, r := range fp.Records {
-						if r.Attrs.IsControl() {
-							continue
-						}
-						if err := fn(r); err != nil {
-							return err
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
-// watchPartitions adds partitions that appear in topic to rc, from their
-// start, until ctx is done. It asks rc, whose cached metadata is at most
-// MetadataMinAge old. Errors are left for the next look.
-func watchPartitions(ctx context.Context, rc *kgo.Client, topic string, known map[int32]int64, every time.Duration) {
-	seen := make(map[int32]bool, len(known))
-	for p := range known {
-		seen[p] = true
-	}
-	adm := kadm.NewClient(rc)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		tds, err := adm.ListTopics(ctx, topic)
 		if err != nil {
-			continue
+			return fmt.Errorf("%s: %w", topic, err)
 		}
-		td, ok := tds[topic]
-		if !ok || td.Err != nil {
-			continue
-		}
-		add := map[int32]kgo.Offset{}
-		for p := range td.Partitions {
-			if !seen[p] {
-				seen[p] = true
-				add[p] = kgo.NewOffset().AtStart()
+		for _, e := range b.Errs {
+			if err := fetchErr(topic, e); err != nil {
+				return err
 			}
 		}
-		if len(add) > 0 {
-			rc.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: add})
+		for _, r := range b.Records {
+			if err := fn(r); err != nil {
+				return err
+			}
 		}
 	}
 }
