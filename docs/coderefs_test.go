@@ -126,10 +126,10 @@ func recvType(e ast.Expr) string {
 	return ""
 }
 
-// docsForCode are the pages that describe redrive's code: the design and
-// docs/.
+// docsForCode are the pages that describe redrive's code: the design,
+// docs/, and the processor's map of its files.
 func docsForCode(t *testing.T, r string) []string {
-	pages := []string{filepath.Join(r, "ARCHITECTURE.md")}
+	pages := []string{filepath.Join(r, "ARCHITECTURE.md"), filepath.Join(r, "processor", "doc.go")}
 	for _, p := range mustGlob(t, filepath.Join(r, "docs", "*.md")) {
 		pages = append(pages, p)
 	}
@@ -220,3 +220,19 @@ func (n goNames) unknown(ref string) string {
 }
 
 func isExported(s string) bool { return s != "" && s[0] >= 'A' && s[0] <= 'Z' }
+
+// processor/doc.go names every file of the package: it is where a
+// newcomer looks for "to change X, open Y".
+func TestProcessorDocNamesEveryFile(t *testing.T) {
+	r := root(t)
+	doc := read(t, filepath.Join(r, "processor", "doc.go"))
+	for _, f := range mustGlob(t, filepath.Join(r, "processor", "*.go")) {
+		name := filepath.Base(f)
+		if strings.HasSuffix(name, "_test.go") || name == "doc.go" {
+			continue
+		}
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(name) + `\b`).MatchString(doc) {
+			t.Errorf("processor/doc.go does not say what %s holds", name)
+		}
+	}
+}
