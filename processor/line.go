@@ -36,16 +36,20 @@ var stopReasons = []string{stopBreaker, stopPauseCode, stopGuard, stopManual}
 // While any of 1-4 stops the line, no call starts, the records already
 // polled wait in their workers (no attempt spent), and run pauses fetching.
 // failover (line_failover.go) says what a stopped line still takes in.
-// Every stage's state is guarded by line.mu (the rate limiter has its own
-// lock); the stages have none of their own. How they interact:
+// Every stage's state is guarded by line.mu, one lock for the line (the
+// rate limiter has its own, so that no one waits for a token holding
+// line.mu); the stages have none of their own. How they interact:
 //
 //   - failover forwards records only while the line is stopped by the
 //     service alone (breaker, pause code), and an open breaker alone keeps
 //     the main topic fetched: its half-open probes are fresh records.
 //   - The breaker's half-open probes prefer fresh work (no failure
-//     history): notClosed tells the run queue to hand out fresh work first,
-//     and a caller that failed before gives its worker to fresh work queued
-//     behind it (enterYield) while a probe slot is kept for that work.
+//     history), which fails only if the service does: notClosed tells the
+//     run queue to hand out fresh work first, and a caller that failed
+//     before gives its worker to fresh work queued behind it (enterYield)
+//     while a probe slot is kept for that work. enter asks the run queue
+//     (freshQueued) before taking line.mu: pipeline.mu is never taken
+//     under line.mu.
 //   - leave hands every outcome to every stage, a callback's too (heard):
 //     a pause code is counted there (it pauses the line; the breaker and
 //     the guard do not count it), the breaker judges transient failures,
@@ -72,7 +76,8 @@ type line struct {
 	// queue then hands out fresh work first, so that probes are fresh.
 	notClosed atomic.Bool
 	// counted: redrive_breaker_calls_total, by verdict.
-	counted  [len(verdicts)]prometheus.Counter
+	counted [len(verdicts)]prometheus.Counter
+	// Set once by newLine: read without l.mu.
 	failover failover
 	rate     rateLimit
 
