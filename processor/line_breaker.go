@@ -332,3 +332,160 @@ func (b *breaker) counts(now time.Time) BreakerCounts {
 	return BreakerCounts{Window: b.cfg.Window.String(), Calls: calls, Failures: failed, InARow: b.run,
 		NotCounted: skipped, Probes: b.granted, ProbesOK: b.ok, ProbesFailed: b.failed}
 }
+
+// The line's side of the breaker: the line asks it for calls, tells it
+// outcomes, and logs, counts and shows what it did. l.mu held throughout.
+
+// admitLocked asks the breaker whether a caller may call at now, the other
+// stages letting it. fresh: its record has no failure history;
+// freshQueued: fresh work waits in the run queue for a worker. yield: no,
+// and a probe slot is kept for that work, which no worker has taken: give
+// this worker to it.
+func (l *line) admitLocked(now time.Time, fresh, freshQueued bool) (allow, probe, yield bool) {
+	b := l.br
+	if b == nil {
+		return true, false, false
+	}
+	var tr *transition
+	allow, probe, tr = b.admit(now, fresh, waiters{fresh: l.freshWaiting > 0 || freshQueued, failed: l.failedWaiting > 0})
+	l.onBreakerLocked(tr)
+	yield = !allow && freshQueued && l.freshWaiting == 0 && b.slotFree()
+	return allow, probe, yield
+}
+
+// countBreakerLocked has the breaker that let t through judge and count
+// out (prevCode: the record's last transient failure before the call). A
+// breaker that resume has replaced since says nothing.
+func (l *line) countBreakerLocked(t ticket, out Outcome, prevCode string, now time.Time) {
+	b := t.br
+	if b == nil || b != l.br {
+		return
+	}
+	v := b.judge(out, prevCode, t.probe)
+	if t.probe && v == countFailure && prevCode == "" {
+		b.noteProbe(t.gen, out.Code)
+	}
+	if c := l.counted[v]; c != nil && t.gen == b.gen {
+		c.Inc()
+	}
+	l.onBreakerLocked(b.record(t.gen, t.probe, t.start, v, now, l.failedWaiting > 0))
+	if t.probe && v != countSuccess {
+		l.kickLocked() // a slot is free again, or the verdict changed
+	}
+}
+
+// onBreakerLocked logs and counts a breaker transition.
+func (l *line) onBreakerLocked(tr *transition) {
+	if tr == nil {
+		return
+	}
+	b := l.br
+	if tr.from == tr.to {
+		// A second round of probes: not a transition.
+		l.log.Info("breaker half-open: the fresh probes failed; probing requests that failed before", "why", b.why)
+		l.kickLocked()
+		return
+	}
+	switch tr.to {
+	case breakerOpen:
+		l.log.Warn("breaker open: handler calls stopped, fetching paused, no attempts spent", "why", b.why, "open_for", b.openFor, "failover_to", l.cfg.Breaker.FailoverTo)
+	case breakerHalfOpen:
+		l.log.Info("breaker half-open: probing, fresh requests first", "probes", l.cfg.Breaker.Probes)
+	case breakerClosed:
+		l.log.Info("breaker closed: handler calls resume", "was", tr.from.String())
+	}
+	l.notClosed.Store(tr.to != breakerClosed)
+	l.m.breakerState.WithLabelValues(l.name).Set(float64(tr.to))
+	l.m.breakerTrans.WithLabelValues(l.name, tr.to.String()).Inc()
+	l.kickLocked()
+}
+
+// resetBreakerLocked replaces the breaker with a new, closed one (resume:
+// the operator says the service is back); tickets of the old one are not
+// counted.
+func (l *line) resetBreakerLocked(now time.Time) {
+	if l.br == nil {
+		return
+	}
+	wasOpen := l.br.state != breakerClosed
+	l.br = newBreaker(l.cfg.Breaker, now)
+	if wasOpen {
+		l.onBreakerLocked(&transition{from: breakerOpen, to: breakerClosed})
+	}
+}
+
+func (b *breaker) stopReason() StopReason {
+	return StopReason{Reason: stopBreaker, Since: b.since, Until: b.openUntil, Detail: b.why}
+}
+
+// breakerStatusLocked fills in the breaker's part of the status at now.
+func (l *line) breakerStatusLocked(s *LineStatus, now time.Time) {
+	b := l.br
+	if b == nil {
+		s.Breaker = "disabled"
+		return
+	}
+	s.Breaker, s.BreakerSince = b.state.String(), b.since
+	if b.state == breakerOpen {
+		s.OpenFor = b.openFor.String()
+	}
+	if b.state != breakerClosed {
+		s.Why = b.why
+	}
+	c := b.counts(now)
+	s.Counts = &c
+}
+
+// ratioWindow is the closed breaker's window: calls and the failures among
+// them over a rolling span of ten buckets.
+type ratioWindow struct {
+	bucket time.Duration
+	slots  [10]struct {
+		epoch       int64
+		calls, hits int
+	}
+}
+
+func newRatioWindow(span time.Duration) ratioWindow {
+	return ratioWindow{bucket: max(span/10, time.Millisecond)}
+}
+
+// add counts a call (hit: a failure) at now and returns the window's
+// totals.
+func (w *ratioWindow) add(now time.Time, hit bool) (calls, hits int) {
+	e := now.UnixNano() / int64(w.bucket)
+	s := &w.slots[e%int64(len(w.slots))]
+	if s.epoch != e {
+		s.epoch, s.calls, s.hits = e, 0, 0
+	}
+	s.calls++
+	if hit {
+		s.hits++
+	}
+	for _, s := range w.slots {
+		if s.epoch > e-int64(len(w.slots)) {
+			calls += s.calls
+			hits += s.hits
+		}
+	}
+	return calls, hits
+}
+
+// sum is the window's totals at now.
+func (w *ratioWindow) sum(now time.Time) (calls, hits int) {
+	e := now.UnixNano() / int64(w.bucket)
+	for _, s := range w.slots {
+		if s.epoch > e-int64(len(w.slots)) && s.epoch <= e {
+			calls += s.calls
+			hits += s.hits
+		}
+	}
+	return calls, hits
+}
+
+func (w *ratioWindow) reset() {
+	w.slots = [10]struct {
+		epoch       int64
+		calls, hits int
+	}{}
+}

@@ -1,0 +1,59 @@
+package processor
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// rateLimit is the line's last stage: a call the other stages let through
+// waits for a token, RateLimit a second in bursts of RateBurst. The
+// limiter has a lock of its own, so that a wait for a token never holds
+// line.mu.
+type rateLimit struct {
+	lim    *rate.Limiter      // nil: no rate limit
+	waited prometheus.Counter // redrive_rate_limited_seconds_total
+}
+
+func newRateLimit(perSecond float64, burst int, waited prometheus.Counter) rateLimit {
+	r := rateLimit{waited: waited}
+	if perSecond > 0 {
+		r.lim = rate.NewLimiter(rate.Limit(perSecond), max(1, burst))
+	}
+	return r
+}
+
+// reserve takes a token at now and says how long its call waits for it.
+func (r rateLimit) reserve(now time.Time) (*rate.Reservation, time.Duration) {
+	res := r.lim.ReserveN(now, 1)
+	return res, res.DelayFrom(now)
+}
+
+// wait takes a token and waits for it. ok is false when ch (the line
+// changed) or ctx ended the wait: the token is given back, and the caller
+// looks at the line again, so that a token is never waited for through a
+// stop that came meanwhile.
+func (r rateLimit) wait(ctx context.Context, ch <-chan struct{}) (waited, ok bool) {
+	if r.lim == nil {
+		return false, true
+	}
+	start := time.Now()
+	res, d := r.reserve(start)
+	if d <= 0 {
+		return false, true
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		ok = true
+	case <-ch:
+		res.Cancel()
+	case <-ctx.Done():
+		res.Cancel()
+	}
+	r.waited.Add(time.Since(start).Seconds())
+	return true, ok
+}
