@@ -236,3 +236,32 @@ func TestProcessorDocNamesEveryFile(t *testing.T) {
 		}
 	}
 }
+
+// A Go file a comment names is there: a file of the same package, or a
+// path from the repository root.
+func TestGoFilesNamedInCommentsExist(t *testing.T) {
+	r := root(t)
+	fset := token.NewFileSet()
+	ref := regexp.MustCompile(`(?:^|[\s(,;])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_]+\.go)\b`)
+	for _, rel := range repoFiles(t, r, ".go") {
+		f, err := parser.ParseFile(fset, filepath.Join(r, rel), nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := path.Dir(rel)
+		for _, cg := range f.Comments {
+			for _, m := range ref.FindAllStringSubmatch(cg.Text(), -1) {
+				name := m[1]
+				if exists(filepath.Join(r, dir, name)) || (strings.Contains(name, "/") && exists(filepath.Join(r, name))) {
+					continue
+				}
+				t.Errorf("%s:%d: a comment names %s, which is not there", rel, fset.Position(cg.Pos()).Line, name)
+			}
+		}
+	}
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}

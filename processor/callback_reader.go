@@ -12,7 +12,7 @@ import (
 )
 
 // The callbacks reader: a pipeline with Callbacks follows its callbacks
-// topic (internal/topicread) into its store (callbacks.go), and its start
+// topic (internal/topicread) into its store (callback_store.go), and its start
 // waits a little for the reader to read what the topic already holds.
 
 // callbackCatchUp bounds how long a starting pipeline waits for its

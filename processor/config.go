@@ -101,7 +101,7 @@ const (
 // DefaultMaxBatch is Pipeline.MaxBatch's default.
 const DefaultMaxBatch = 2000
 
-// Breaker is a pipeline's circuit breaker (breaker.go): it judges whether
+// Breaker is a pipeline's circuit breaker (line_breaker.go): it judges whether
 // the service fails, not whether some requests do. It counts transient
 // outcomes as the service's failures, except a record's failure with the
 // code it failed with before and codes marked Outcome.RequestFault; any

@@ -254,7 +254,7 @@ func decide(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 }
 
 // decideCallback is decide for an outcome that a callback gave
-// (callbacks.go): the same rules, but it is not a poll, so redrive-polls
+// (callback_match.go): the same rules, but it is not a poll, so redrive-polls
 // is not counted.
 func decideCallback(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
 	return decideAs(meta, out, p, now, true)

@@ -87,7 +87,7 @@ type CallbackStatus struct {
 	ViaPoll     uint64 `json:"via_poll"`
 }
 
-// LineStatus is a pipeline's flow control (line.go, breaker.go) in PipelineStatus.
+// LineStatus is a pipeline's flow control (line.go, line_breaker.go) in PipelineStatus.
 type LineStatus struct {
 	// State: "running", "probing" (the breaker is half-open: a few calls
 	// go through) or "stopped" (no call starts; Reasons say why).
