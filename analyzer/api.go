@@ -16,6 +16,7 @@ import (
 
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/dlq/replay"
+	"github.com/redrive/redrive/internal/bearer"
 )
 
 // MaxReplay bounds one POST /api/replay.
@@ -134,8 +135,9 @@ func (ac Access) open() bool { return ac.Token == "" && ac.ReadToken == "" }
 // reads reports whether r's bearer token is Token or ReadToken (each
 // compared in constant time, both always compared).
 func (ac Access) reads(r *http.Request) bool {
-	full := validBearer(r, ac.Token)
-	read := validBearer(r, ac.ReadToken)
+	auth := r.Header.Get("Authorization")
+	full := bearer.Valid(auth, ac.Token)
+	read := bearer.Valid(auth, ac.ReadToken)
 	return full || read
 }
 
@@ -184,8 +186,8 @@ func (a *Analyzer) HandlerAccess(ac Access) http.Handler {
 			}
 			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
 			return
-		case validBearer(r, ac.Token): // httpsafe.go
-		case validBearer(r, ac.ReadToken):
+		case bearer.Valid(r.Header.Get("Authorization"), ac.Token):
+		case bearer.Valid(r.Header.Get("Authorization"), ac.ReadToken):
 			httpError(w, http.StatusForbidden, "the read-only token (analyzer.read_token) cannot replay: use analyzer.token")
 			return
 		default:

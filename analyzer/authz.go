@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/redrive/redrive/internal/kafkaconn/acl"
 )
 
 // fatalError is an error no retry fixes: Run stops every loop with it and
@@ -20,17 +22,12 @@ func (e *fatalError) Unwrap() error { return e.err }
 // none) is refused, or the DLQ may not be read; principal as in
 // Options.Principal. nil for any other error.
 func fatalFetchErr(group, topic, principal string, err error) error {
-	to, arg := "the analyzer's principal", "User:<principal>"
-	if principal != "" {
-		to, arg = principal, principal
-	}
+	p := acl.Principal{Name: principal, Unknown: "the analyzer's principal"}
 	switch {
 	case errors.Is(err, kerr.GroupAuthorizationFailed) && group != "":
-		return &fatalError{fmt.Errorf("consumer group %s: GROUP_AUTHORIZATION_FAILED: grant ACL READ on group %s to %s "+
-			"(kafka-acls.sh --add --allow-principal %s --operation Read --group %s): %w", group, group, to, arg, group, err)}
+		return &fatalError{fmt.Errorf("%s: %w", acl.Group(p, group), err)}
 	case errors.Is(err, kerr.TopicAuthorizationFailed) && topic != "":
-		return &fatalError{fmt.Errorf("topic %s: READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic %s to %s "+
-			"(kafka-acls.sh --add --allow-principal %s --operation Read --topic %s): %w", topic, topic, to, arg, topic, err)}
+		return &fatalError{fmt.Errorf("%s: %w", acl.Topic(p, acl.Read, topic), err)}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/redrive/redrive/internal/bearer"
 )
 
 // MaxDevOutage is the longest outage POST /api/dev/outage asks for: the
@@ -43,7 +45,7 @@ func (a *Analyzer) serveDevOutage(token string) http.HandlerFunc {
 				httpError(w, http.StatusForbidden, "cross-origin request refused: only the dashboard's own page, or a client with the bearer token and no Origin, may do this")
 				return
 			}
-		case !validBearer(r, token): // httpsafe.go
+		case !bearer.Valid(r.Header.Get("Authorization"), token):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive analyzer"`)
 			httpError(w, http.StatusUnauthorized, "missing or wrong bearer token (or send it from the dashboard, whose requests are same-origin)")
 			return

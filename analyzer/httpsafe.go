@@ -8,8 +8,6 @@ import (
 	"path"
 	"strings"
 	"time"
-
-	"github.com/redrive/redrive/internal/bearer"
 )
 
 // The guards every request to the analyzer's dashboard and API passes
@@ -76,13 +74,6 @@ func (a *Analyzer) guard(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
-}
-
-// validBearer reports whether r carries "Authorization: Bearer <token>"
-// with token (bearer.Valid: the scheme in any case, compared in constant
-// time); never with token empty (the mutating endpoints are off then).
-func validBearer(r *http.Request, token string) bool {
-	return bearer.Valid(r.Header.Get("Authorization"), token)
 }
 
 // sameOrigin reports whether a browser sent r from a page of this

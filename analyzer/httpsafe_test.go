@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/redrive/redrive/internal/bearer"
 )
 
 func TestHostAllowed(t *testing.T) {
@@ -44,18 +46,6 @@ func FuzzHostAllowed(f *testing.F) {
 	})
 }
 
-func TestValidBearer(t *testing.T) {
-	const tok = "analyzer-token-0123456789"
-	for auth, want := range map[string]bool{"Bearer " + tok: true, "bearer " + tok: true, "BEARER  " + tok: true,
-		"Basic " + tok: false, tok: false, "Bearer": false, "Bearer " + tok[1:]: false, "": false} {
-		r, _ := http.NewRequest("GET", "/", nil)
-		r.Header.Set("Authorization", auth)
-		if got := validBearer(r, tok); got != want {
-			t.Errorf("validBearer(%q) = %t, want %t", auth, got, want)
-		}
-	}
-}
-
 func TestSameOrigin(t *testing.T) {
 	for _, c := range []struct {
 		host, origin, site string
@@ -92,8 +82,8 @@ func TestSameOrigin(t *testing.T) {
 
 // FuzzAccess: an Authorization header passes a guarded read only when it
 // is "<bearer in any case> <spaces><token>" for Token or ReadToken, and
-// replay's check (validBearer) only for Token; an empty token never
-// matches.
+// replay's check (bearer.Valid with Token) only for Token; an empty token
+// never matches.
 func FuzzAccess(f *testing.F) {
 	for _, s := range [][3]string{{"Bearer full", "full", "ro"}, {"bearer  ro", "full", "ro"}, {"Bearer ", "", "ro"}, {"Bearer", "", ""},
 		{"Basic full", "full", ""}, {"Bearer full ", "full", "ro"}, {"BEARER \x00", "\x00", ""}, {"Bearer ro", "", "ro"}} {
@@ -104,14 +94,14 @@ func FuzzAccess(f *testing.F) {
 		r.Header["Authorization"] = []string{auth}
 		scheme, rest, found := strings.Cut(auth, " ")
 		sent := strings.TrimLeft(rest, " ")
-		bearer := found && strings.EqualFold(scheme, "bearer")
+		isBearer := found && strings.EqualFold(scheme, "bearer")
 		ac := Access{Token: token, ReadToken: readToken}
-		wantRead := bearer && ((token != "" && sent == token) || (readToken != "" && sent == readToken))
+		wantRead := isBearer && ((token != "" && sent == token) || (readToken != "" && sent == readToken))
 		if got := ac.reads(r); got != wantRead {
 			t.Errorf("reads(%q) with %+v = %t, want %t", auth, ac, got, wantRead)
 		}
-		if got, want := validBearer(r, token), bearer && token != "" && sent == token; got != want {
-			t.Errorf("validBearer(%q, %q) = %t, want %t", auth, token, got, want)
+		if got, want := bearer.Valid(r.Header.Get("Authorization"), token), isBearer && token != "" && sent == token; got != want {
+			t.Errorf("bearer.Valid(%q, %q) = %t, want %t", auth, token, got, want)
 		}
 		if ac.open() != (token == "" && readToken == "") {
 			t.Errorf("open() = %t with %+v", ac.open(), ac)

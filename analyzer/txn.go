@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/internal/kafkaconn/txnoffsets"
 )
 
 // The rule worker of an exactly-once pipeline (Pipeline.ExactlyOnce).
@@ -306,27 +306,15 @@ func commitPoint(q []*held, next int64) (point, bool) {
 }
 
 // offsets replaces the offsets franz-go's End would commit (the polled
-// head) with the worker's commit points.
+// head) with the worker's commit points, each with its finished runs as
+// metadata.
 func (w *worker) offsets(req *kmsg.TxnOffsetCommitRequest, points map[int32]point) {
-	t := kmsg.NewTxnOffsetCommitRequestTopic()
-	t.Topic = w.p.cfg.DLQ
-	for _, rt := range req.Topics {
-		if rt.Topic == t.Topic {
-			t.TopicID = rt.TopicID
-		}
+	parts := make(map[int32]kgo.EpochOffset, len(points))
+	for part, pt := range points {
+		parts[part] = kgo.EpochOffset{Epoch: -1, Offset: pt.off}
 	}
-	for _, part := range slices.Sorted(maps.Keys(points)) {
-		pt := points[part]
-		rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-		rp.Partition, rp.Offset, rp.LeaderEpoch = part, pt.off, -1
-		meta := pt.meta
-		rp.Metadata = &meta
-		t.Partitions = append(t.Partitions, rp)
-	}
-	req.Topics = nil
-	if len(t.Partitions) > 0 {
-		req.Topics = []kmsg.TxnOffsetCommitRequestTopic{t}
-	}
+	txnoffsets.CommitExactly(req, map[string]map[int32]kgo.EpochOffset{w.p.cfg.DLQ: parts},
+		func(_ string, part int32) string { return points[part].meta })
 }
 
 // ready runs after each poll. After a revoke or a loss it rewinds (false:

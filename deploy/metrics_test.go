@@ -26,7 +26,7 @@ import (
 	"github.com/redrive/redrive/internal/obs"
 	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
-	"github.com/redrive/redrive/processor/callback"
+	"github.com/redrive/redrive/processor/intake"
 	"github.com/redrive/redrive/retry"
 	"github.com/redrive/redrive/topics"
 )
@@ -252,8 +252,8 @@ func startPair(t *testing.T) *pair {
 		t.Fatal(err)
 	}
 	// The callback intake, its metrics on the processor's registry.
-	icl := c.Client(t, callback.ProducerOpts()...)
-	in, err := callback.New(callback.Options{
+	icl := c.Client(t, intake.ProducerOpts()...)
+	in, err := intake.New(intake.Options{
 		Pipeline: p.Name, Path: pairCallbackPath, Token: pairCallbackToken, Topic: p.Callbacks.Topic, DLQ: p.DLQ,
 		Client: icl, Logger: log, Registerer: prec,
 	})
@@ -261,7 +261,7 @@ func startPair(t *testing.T) *pair {
 		cancel()
 		t.Fatal(err)
 	}
-	mux, err := callback.NewMux(in)
+	mux, err := intake.NewMux(in)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -411,7 +411,7 @@ func TestEveryErrorCodeIsDocumented(t *testing.T) {
 	r := root(t)
 	doc := read(t, "outcomes.md")
 	var codes []string
-	for _, dir := range []string{"processor", "processor/httphandler", "processor/callback"} {
+	for _, dir := range []string{"processor", "processor/httphandler", "processor/intake"} {
 		codes = append(codes, codeConsts(t, r, dir)...)
 	}
 	for _, must := range []string{"bad_header", "timeout", "not_ready_deadline", "callback_no_id"} {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/redrive/redrive/internal/kafkaconn/acl"
 )
 
 // writeErr describes a failed outcome write for logs and /readyz. A write
@@ -13,9 +15,8 @@ import (
 // the ACL is there.
 func writeErr(topic, principal string, err error) error {
 	if errors.Is(err, kerr.TopicAuthorizationFailed) {
-		return fmt.Errorf("writing to %s: topic %s: WRITE denied (TOPIC_AUTHORIZATION_FAILED): grant ACL WRITE on topic %s to %s "+
-			"(kafka-acls.sh --add --allow-principal %s --operation Write --topic %s); retrying, nothing committed past this record: %w",
-			topic, topic, topic, who(principal), principalArg(principal), topic, err)
+		return fmt.Errorf("writing to %s: %s; retrying, nothing committed past this record: %w",
+			topic, acl.Topic(aclFor(principal), acl.Write, topic), err)
 	}
 	return fmt.Errorf("writing to %s: %w", topic, err)
 }
@@ -30,30 +31,16 @@ func writeErr(topic, principal string, err error) error {
 func fatalPollErr(group, topic, principal string, err error) error {
 	switch {
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
-		return fmt.Errorf("consumer group %s: GROUP_AUTHORIZATION_FAILED: grant ACL READ on group %s to %s "+
-			"(kafka-acls.sh --add --allow-principal %s --operation Read --group %s): %w", group, group, who(principal), principalArg(principal), group, err)
+		return fmt.Errorf("%s: %w", acl.Group(aclFor(principal), group), err)
 	case errors.Is(err, kerr.TopicAuthorizationFailed) && topic != "":
-		return fmt.Errorf("topic %s: READ denied (TOPIC_AUTHORIZATION_FAILED): grant ACL READ on topic %s to %s "+
-			"(kafka-acls.sh --add --allow-principal %s --operation Read --topic %s): %w", topic, topic, who(principal), principalArg(principal), topic, err)
+		return fmt.Errorf("%s: %w", acl.Topic(aclFor(principal), acl.Read, topic), err)
 	}
 	return nil
 }
 
-// who names the principal an ACL is for in a message: Config.Principal
+// aclFor is who an ACL in a message is for: Config.Principal
 // ("User:redrive") or, when it is not known (no SASL: a TLS client
 // certificate's name, or none), "redrive's principal".
-func who(principal string) string {
-	if principal == "" {
-		return "redrive's principal"
-	}
-	return principal
-}
-
-// principalArg is the --allow-principal argument of the kafka-acls.sh
-// command in a message: the principal, or a placeholder to fill in.
-func principalArg(principal string) string {
-	if principal == "" {
-		return "User:<principal>"
-	}
-	return principal
+func aclFor(principal string) acl.Principal {
+	return acl.Principal{Name: principal, Unknown: "redrive's principal"}
 }

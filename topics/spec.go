@@ -19,7 +19,7 @@ const (
 	RoleDLQ     Role = "dlq"     // the dead-letter topic
 	RoleResults Role = "results" // where successful results go
 	// RoleCallbacks is where the callback intake writes the service's
-	// callbacks (processor/callback), read by every processor.
+	// callbacks (processor/intake), read by every processor.
 	RoleCallbacks Role = "callbacks"
 )
 

@@ -16,7 +16,7 @@ import (
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
 	"github.com/redrive/redrive/internal/obs"
-	"github.com/redrive/redrive/processor/callback"
+	"github.com/redrive/redrive/processor/intake"
 )
 
 func newCallbacksCmd(g *globals) *cobra.Command {
@@ -66,11 +66,11 @@ type intakeServer struct {
 
 // ackGrace is how long a stopping intake waits for its requests in
 // flight: their acknowledgement, and a little more.
-const ackGrace = callback.AckTimeout + 5*time.Second
+const ackGrace = intake.AckTimeout + 5*time.Second
 
 // startIntake serves the callback intakes of c's pipelines on
 // callback_addr until ctx is done, with a producer client of its own
-// (kafkaconn options + callback.ProducerOpts), metrics on o's registry and
+// (kafkaconn options + intake.ProducerOpts), metrics on o's registry and
 // a readiness check per pipeline ("callbacks <pipeline>": its callbacks
 // topic and DLQ exist with leaders). Nil, nil when no pipeline has
 // handler.callback. Stopping: no new requests, those in flight finish (up
@@ -83,7 +83,7 @@ func startIntake(ctx context.Context, c *config.Config, o *obs.Server) (*intakeS
 	if err != nil {
 		return nil, &exitError{2, err}
 	}
-	cl, err := kgo.NewClient(append(opts, callback.ProducerOpts()...)...)
+	cl, err := kgo.NewClient(append(opts, intake.ProducerOpts()...)...)
 	if err != nil {
 		return nil, &exitError{2, err}
 	}
@@ -91,7 +91,7 @@ func startIntake(ctx context.Context, c *config.Config, o *obs.Server) (*intakeS
 	if instance == "" {
 		instance, _ = os.Hostname()
 	}
-	var intakes []*callback.Intake
+	var intakes []*intake.Intake
 	for _, p := range c.Pipelines {
 		if p.Handler.Callback == nil {
 			continue
@@ -105,14 +105,14 @@ func startIntake(ctx context.Context, c *config.Config, o *obs.Server) (*intakeS
 			slog.Warn("callback intake without a token: anyone who can reach callback_addr can post a result for any job; set handler.callback.token (\"${CB_TOKEN}\") and put it in the pingback URL",
 				"pipeline", p.Name, "path", co.Path, "addr", c.CallbackAddr, "insecure_public", p.Handler.Callback.InsecurePublic)
 		}
-		in, err := callback.New(co)
+		in, err := intake.New(co)
 		if err != nil {
 			cl.Close()
 			return nil, &exitError{2, fmt.Errorf("pipeline %q: handler.callback: %w", p.Name, err)}
 		}
 		intakes = append(intakes, in)
 	}
-	mux, err := callback.NewMux(intakes...)
+	mux, err := intake.NewMux(intakes...)
 	if err != nil {
 		cl.Close()
 		return nil, &exitError{2, err}
@@ -166,9 +166,9 @@ func (s *intakeServer) wait() error {
 // readyInterval is how often the intake's readiness is checked.
 const readyInterval = 10 * time.Second
 
-// readyLoop reports each intake's readiness (callback.Intake.Ready) to o
+// readyLoop reports each intake's readiness (intake.Intake.Ready) to o
 // at once and every readyInterval until ctx is done.
-func readyLoop(ctx context.Context, intakes []*callback.Intake, o *obs.Server) {
+func readyLoop(ctx context.Context, intakes []*intake.Intake, o *obs.Server) {
 	t := time.NewTicker(readyInterval)
 	defer t.Stop()
 	for {

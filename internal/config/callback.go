@@ -6,7 +6,7 @@ import (
 	"net"
 
 	"github.com/redrive/redrive/processor"
-	"github.com/redrive/redrive/processor/callback"
+	"github.com/redrive/redrive/processor/intake"
 	"github.com/redrive/redrive/topics"
 )
 
@@ -40,14 +40,14 @@ func (p Pipeline) CallbacksTopic() string {
 }
 
 // CallbackOptions are the options of the pipeline's callback intake
-// (callback.New) but Client, Logger, Registerer and Instance, which the
+// (intake.New) but Client, Logger, Registerer and Instance, which the
 // command supplies. Zero without handler.callback.
-func (p Pipeline) CallbackOptions() callback.Options {
+func (p Pipeline) CallbackOptions() intake.Options {
 	cb := p.Handler.Callback
 	if cb == nil {
-		return callback.Options{}
+		return intake.Options{}
 	}
-	return callback.Options{
+	return intake.Options{
 		Pipeline:       p.name(),
 		Path:           cb.Path,
 		Token:          cb.Token,
@@ -74,11 +74,11 @@ func (p Pipeline) processorCallbacks() *processor.Callbacks {
 
 // setDefaults fills handler.callback from the packages' defaults:
 // id_field, result_field, max_body_bytes and max_result_bytes
-// (callback.Options.WithDefaults), wait, max_entries and max_bytes
+// (intake.Options.WithDefaults), wait, max_entries and max_bytes
 // (processor.DefaultCallbackWait, DefaultCallbackEntries,
 // DefaultCallbackBytes) and topic (topics.CallbacksTopic).
 func (cb *Callback) setDefaults(mainTopic string) {
-	o := callback.Options{IDField: cb.IDField, ResultField: cb.ResultField, MaxBodyBytes: cb.MaxBodyBytes, MaxResultBytes: int(cb.MaxResultBytes)}.WithDefaults()
+	o := intake.Options{IDField: cb.IDField, ResultField: cb.ResultField, MaxBodyBytes: cb.MaxBodyBytes, MaxResultBytes: int(cb.MaxResultBytes)}.WithDefaults()
 	cb.IDField, cb.ResultField, cb.MaxBodyBytes, cb.MaxResultBytes = o.IDField, o.ResultField, o.MaxBodyBytes, int64(o.MaxResultBytes)
 	if cb.MaxBytes == 0 {
 		cb.MaxBytes = processor.DefaultCallbackBytes
@@ -94,7 +94,7 @@ func (cb *Callback) setDefaults(mainTopic string) {
 	}
 }
 
-// callbackKeys are the file's keys of callback.Options fields, relative
+// callbackKeys are the file's keys of intake.Options fields, relative
 // to the pipeline. Pipeline, DLQ and DLQHeaderStyle are the pipeline's
 // own keys, checked there.
 var callbackKeys = map[string]string{
@@ -108,7 +108,7 @@ var callbackKeys = map[string]string{
 }
 
 // callbacks checks callback_addr and every handler.callback: the
-// intake's options (callback.Options.Validate), wait and max_entries,
+// intake's options (intake.Options.Validate), wait and max_entries,
 // handler.http.poll beside it, and that no two pipelines share a path and
 // no callbacks topic is another topic of any pipeline. It returns the
 // problems for attribute, which reports a default topic's at the

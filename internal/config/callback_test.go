@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive/processor"
-	"github.com/redrive/redrive/processor/callback"
+	"github.com/redrive/redrive/processor/intake"
 	"github.com/redrive/redrive/topics"
 )
 
@@ -40,8 +40,8 @@ func TestCallbackDefaults(t *testing.T) {
 		t.Errorf("callback = %+v, want %+v", *cb, want)
 	}
 	// The defaults are the packages'.
-	if cb.IDField != callback.DefaultIDField || cb.ResultField != callback.DefaultResultField || cb.MaxBodyBytes != callback.DefaultMaxBodyBytes ||
-		cb.MaxResultBytes != callback.DefaultMaxResultBytes || cb.MaxBytes != processor.DefaultCallbackBytes ||
+	if cb.IDField != intake.DefaultIDField || cb.ResultField != intake.DefaultResultField || cb.MaxBodyBytes != intake.DefaultMaxBodyBytes ||
+		cb.MaxResultBytes != intake.DefaultMaxResultBytes || cb.MaxBytes != processor.DefaultCallbackBytes ||
 		cb.Wait.D() != processor.DefaultCallbackWait || cb.MaxEntries != processor.DefaultCallbackEntries || cb.Topic != topics.CallbacksTopic("solve.requests") {
 		t.Errorf("callback defaults differ from the packages': %+v", *cb)
 	}
@@ -75,7 +75,7 @@ func TestCallbackConversions(t *testing.T) {
 		t.Errorf("callback_addr = %q", c.CallbackAddr)
 	}
 	o := p.CallbackOptions()
-	want := callback.Options{Pipeline: "solve.requests", Path: "/hooks/captcha", Token: "tok-123-0123456789abcdef", IDField: "task", ResultField: "answer",
+	want := intake.Options{Pipeline: "solve.requests", Path: "/hooks/captcha", Token: "tok-123-0123456789abcdef", IDField: "task", ResultField: "answer",
 		ErrorField: "err", Topic: "cb.solve", DLQ: "solve.requests.dlq", MaxBodyBytes: 1024, MaxResultBytes: 1024}
 	if o != want {
 		t.Errorf("CallbackOptions = %+v\nwant %+v", o, want)
@@ -176,7 +176,7 @@ func TestCallbackErrors(t *testing.T) {
 	err := parseErr(t, cbPipe("path: cb", "insecure_public: true"), nil)
 	var fe *processor.FieldError
 	if !errors.As(err, &fe) || fe.Field != "Path" {
-		t.Errorf("cause %#v, want callback.Options' FieldError for Path", fe)
+		t.Errorf("cause %#v, want intake.Options' FieldError for Path", fe)
 	}
 }
 

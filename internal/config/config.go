@@ -207,7 +207,7 @@ type Handler struct {
 	Callback *Callback `yaml:"callback"`
 }
 
-// Callback is the callback intake of a pipeline (processor/callback) and
+// Callback is the callback intake of a pipeline (processor/intake) and
 // how long a submitted job waits for its callback (processor.Callbacks).
 type Callback struct {
 	Path        string   `yaml:"path"`         // served on callback_addr; required, starts with /

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/config"
+	"github.com/redrive/redrive/internal/kafkaconn/acl"
 )
 
 // CheckTimeout bounds the start-up check: a command that cannot use the
@@ -145,15 +146,33 @@ func (a topicAccess) allowed(op kadm.ACLOperation) bool {
 // TopicDenied is the error for a topic the user may not read or write
 // (op: READ or WRITE).
 func TopicDenied(c *config.Config, topic, op string) *FatalError {
-	return &FatalError{err: kerr.TopicAuthorizationFailed, msg: fmt.Sprintf(
-		"topic %s: %s denied (TOPIC_AUTHORIZATION_FAILED): user %s may not %s it; grant ACL %s on topic %s to User:%s "+
-			"(kafka-acls.sh --add --allow-principal User:%s --operation %s --topic %s)",
-		topic, op, user(c), strings.ToLower(op), op, topic, user(c), user(c), opName(op), topic)}
+	h := acl.Topic(principal(c), acl.Op(op), topic)
+	return &FatalError{err: kerr.TopicAuthorizationFailed, msg: h.Refused + ": " + who(c) + " may not " + strings.ToLower(op) + " it; " + h.Grant}
 }
 
-// opName is op as kafka-acls.sh spells it (Read, Write).
-func opName(op string) string {
-	return op[:1] + strings.ToLower(op[1:])
+// GroupDenied is the error for a consumer group the user may not use.
+func GroupDenied(c *config.Config, group string, err error) *FatalError {
+	h := acl.Group(principal(c), group)
+	return &FatalError{err: err, msg: h.Refused + ": " + who(c) + " may not use it; " + h.Grant}
+}
+
+// principal is who c connects as, for the ACL a message asks for.
+func principal(c *config.Config) acl.Principal {
+	p := acl.Principal{Unknown: "redrive's principal"}
+	if c != nil {
+		p.Name = c.Principal()
+	}
+	return p
+}
+
+// who names whom the broker refused: "user <sasl.user>", or "redrive's
+// principal" without SASL (a TLS client certificate's principal is the
+// broker's mapping of its name, not known here).
+func who(c *config.Config) string {
+	if c == nil || c.SASL == nil || c.SASL.User == "" {
+		return principal(c).Unknown
+	}
+	return "user " + c.SASL.User
 }
 
 // user names c's SASL user for messages ("<user>" without one).
@@ -162,14 +181,6 @@ func user(c *config.Config) string {
 		return c.SASL.User
 	}
 	return "<user>"
-}
-
-// GroupDenied is the error for a consumer group the user may not use.
-func GroupDenied(c *config.Config, group string, err error) *FatalError {
-	return &FatalError{err: err, msg: fmt.Sprintf(
-		"consumer group %s: GROUP_AUTHORIZATION_FAILED: user %s may not use it; grant ACL READ on group %s to User:%s "+
-			"(kafka-acls.sh --add --allow-principal User:%s --operation Read --group %s)",
-		group, user(c), group, user(c), user(c), group)}
 }
 
 // Fatal classifies err from any client built with c's options: a
@@ -206,9 +217,9 @@ func Fatal(c *config.Config, err error) *FatalError {
 	case errors.Is(err, kerr.IllegalSaslState):
 		return &FatalError{err: err, msg: fmt.Sprintf("SASL: broker %s refused the handshake (%v): is sasl set for a listener without SASL?", brokers, err)}
 	case errors.Is(err, kerr.GroupAuthorizationFailed):
-		return &FatalError{err: err, msg: fmt.Sprintf("GROUP_AUTHORIZATION_FAILED: user %s may not use a consumer group (%v); grant ACL READ on the group to User:%s", user(c), err, user(c))}
+		return &FatalError{err: err, msg: fmt.Sprintf("GROUP_AUTHORIZATION_FAILED: %s may not use a consumer group (%v); grant ACL READ on the group to %s", who(c), err, principal(c))}
 	case errors.Is(err, kerr.ClusterAuthorizationFailed):
-		return &FatalError{err: err, msg: fmt.Sprintf("CLUSTER_AUTHORIZATION_FAILED: user %s lacks a cluster ACL (%v)", user(c), err)}
+		return &FatalError{err: err, msg: fmt.Sprintf("CLUSTER_AUTHORIZATION_FAILED: %s lacks a cluster ACL (%v)", who(c), err)}
 	case errors.As(err, &firstEOF):
 		return &FatalError{err: err, msg: fmt.Sprintf("broker %s closed the connection before answering (%v): a TLS listener without tls.enabled, or a SASL listener without sasl?", brokers, err)}
 	}

@@ -67,6 +67,20 @@ func TestFatalClassifies(t *testing.T) {
 	}
 }
 
+// Without SASL the principal is not known here: the hint says so and its
+// command has a placeholder, as the processor's and the analyzer's do.
+func TestDeniedWithoutSASL(t *testing.T) {
+	c := &config.Config{Brokers: []string{"127.0.0.1:9092"}}
+	want := "topic orders.dlq: WRITE denied (TOPIC_AUTHORIZATION_FAILED): redrive's principal may not write it; grant ACL WRITE on topic orders.dlq to redrive's principal " +
+		"(kafka-acls.sh --add --allow-principal User:<principal> --operation Write --topic orders.dlq)"
+	if d := TopicDenied(c, "orders.dlq", "WRITE"); d.Error() != want || !errors.Is(d, kerr.TopicAuthorizationFailed) {
+		t.Errorf("TopicDenied: %q, want %q", d, want)
+	}
+	if g := GroupDenied(c, "redrive.p", kerr.GroupAuthorizationFailed); !strings.Contains(g.Error(), "--allow-principal User:<principal> --operation Read --group redrive.p)") {
+		t.Errorf("GroupDenied: %q", g)
+	}
+}
+
 func TestAllowed(t *testing.T) {
 	cases := []struct {
 		name string

@@ -15,15 +15,15 @@ import (
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
-	"github.com/redrive/redrive/processor/callback"
 	"github.com/redrive/redrive/processor/httphandler"
+	"github.com/redrive/redrive/processor/intake"
 	"github.com/redrive/redrive/retry"
 )
 
 // End to end: records → the processor with the real HTTP
 // handler, configured as the captchaai preset → the fake CaptchaAI
 // (in.php with a pingback, res.php) → its pingback to the real callback
-// intake (processor/callback on 127.0.0.1) → <topic>.callbacks on the
+// intake (processor/intake on 127.0.0.1) → <topic>.callbacks on the
 // broker the tests run on → the processor's callbacks reader → results.
 // Everything but the broker runs in the test process.
 
@@ -59,16 +59,16 @@ func newCaptchaE2E(t *testing.T, base string, wait time.Duration, pb fakeapi.Pin
 	r := &captchaE2E{t: t, e: e, reg: prometheus.NewRegistry(), intake: prometheus.NewRegistry(), wait: wait}
 
 	// The intake, with a client of its own as redrive process gives it.
-	in, err := callback.New(callback.Options{
+	in, err := intake.New(intake.Options{
 		Pipeline: e.P.Name, Path: e2eCallbackPath, Token: e2eCallbackToken,
 		Topic: cbTopic, DLQ: e.P.DLQ, Instance: "e2e",
-		Client:     e.Cluster.Client(t, callback.ProducerOpts()...),
+		Client:     e.Cluster.Client(t, intake.ProducerOpts()...),
 		Registerer: r.intake,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux, err := callback.NewMux(in)
+	mux, err := intake.NewMux(in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +263,7 @@ func TestCaptchaAICallbacksE2E(t *testing.T) {
 	if st := r.status(); st.Matched != n || st.ViaCallback != n || st.Polls != 0 || st.ViaPoll != 0 || st.Received < n {
 		t.Errorf("processor: %+v; want %d received, matched and via callback, no poll", st, n)
 	}
-	if a := r.intakeCount(callback.ResultAccepted); a < n {
+	if a := r.intakeCount(intake.ResultAccepted); a < n {
 		t.Errorf("intake: %d accepted, want %d", a, n)
 	}
 }
@@ -352,7 +352,7 @@ func TestCaptchaAIDuplicateEarlyPingbacksE2E(t *testing.T) {
 	if got := metricValue(t, r.reg, "redrive_callbacks_total", "event", "duplicate"); got < n {
 		t.Errorf(`redrive_callbacks_total{event="duplicate"} = %v, want at least %d`, got, n)
 	}
-	if a := r.intakeCount(callback.ResultAccepted); a != 2*n {
+	if a := r.intakeCount(intake.ResultAccepted); a != 2*n {
 		t.Errorf("intake accepted %d callbacks, want %d", a, 2*n)
 	}
 	t.Logf("%d of %d pingbacks early; processor %+v", early, n, st)

@@ -1,4 +1,4 @@
-// Package callback is the callback intake: the HTTP endpoint a job API
+// Package intake is the callback intake: the HTTP endpoint a job API
 // (CaptchaAI's and 2captcha's pingback, an SMM panel's webhook) calls with
 // a job's answer. Each callback becomes one record in the pipeline's
 // callbacks topic (processor.CallbackRecord: key = job id, value = the
@@ -30,4 +30,4 @@
 //
 // [Parse] is the pure part (a request's method, content type, query and
 // body to a processor.Callback), fuzzed by FuzzParseCallback.
-package callback
+package intake
