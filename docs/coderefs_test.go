@@ -144,7 +144,7 @@ var (
 	goFileRef  = regexp.MustCompile(`(?:^|[\s(\x60|,;])((?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-]+\.go)\b`)
 	// qualified: pkg.Name or pkg.Type.Member, or Type.Member.
 	qualified = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)(?:\.([A-Za-z_][A-Za-z0-9_]*))?(?:\(\))?$`)
-	// lowerCamel: an unexported Go name such as newPipeline or txnCycle.
+	// lowerCamel: an unexported Go name such as newPipeline or admitTierLocked.
 	lowerCamel = regexp.MustCompile(`^([a-z]+[A-Z][A-Za-z0-9]*)(?:\(\))?$`)
 )
 

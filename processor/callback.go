@@ -21,7 +21,7 @@ import (
 //
 // Every processor reads Topic (all partitions, no consumer group, from
 // Wait+CallbackMargin before it started) into a map by job id bounded by
-// MaxEntries and MaxBytes. The callback intake (processor/callback) writes
+// MaxEntries and MaxBytes. The callback intake (processor/intake) writes
 // the records.
 type Callbacks struct {
 	// Topic holds the callbacks: key = job id, value = the result,

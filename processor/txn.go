@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/internal/kafkaconn/txnoffsets"
 )
 
 // Exactly-once delivery (Pipeline.Delivery == ExactlyOnce).
@@ -303,7 +304,9 @@ func (c *txnCommitter) cycle() error {
 	}
 	wr := c.produce(ctx, b)
 	commitCtx := kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
-		commitOnly(req, b.offsets)
+		// franz-go fills req with the polled positions, which run ahead
+		// of the records finished: commit exactly the held prefix.
+		txnoffsets.CommitExactly(req, b.offsets, nil)
 		return nil
 	})
 	committed, err := c.sess.End(commitCtx, kgo.TransactionEndTry(wr.err == nil))
@@ -399,27 +402,6 @@ func (c *txnCommitter) aborted(b txnBatch, wr txnWrite, endErr error) error {
 		c.setErr(fmt.Errorf("transaction aborted: %w", wr.err))
 	}
 	return nil
-}
-
-// commitOnly makes req commit exactly offsets: franz-go fills it with the
-// polled positions, which run ahead of the records finished.
-func commitOnly(req *kmsg.TxnOffsetCommitRequest, offsets map[string]map[int32]kgo.EpochOffset) {
-	ids := map[string][16]byte{}
-	for _, t := range req.Topics {
-		ids[t.Topic] = t.TopicID
-	}
-	req.Topics = req.Topics[:0]
-	for topic, parts := range offsets {
-		rt := kmsg.NewTxnOffsetCommitRequestTopic()
-		rt.Topic, rt.TopicID = topic, ids[topic]
-		for part, eo := range parts {
-			rp := kmsg.NewTxnOffsetCommitRequestTopicPartition()
-			rp.Partition, rp.Offset, rp.LeaderEpoch = part, eo.Offset, eo.Epoch
-			rp.Metadata = &req.MemberID
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		req.Topics = append(req.Topics, rt)
-	}
 }
 
 // resetAll starts every owned partition over after an aborted
