@@ -31,9 +31,10 @@ type committer interface {
 	pollContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc)
 	// dropped forgets the partitions of states (revoked or lost, already
 	// marked leaving). commit: a revoke, whose finished records are
-	// committed; closing: the pipeline is stopping (in-flight work is not
-	// waited for, shutdown's drain does that).
-	dropped(ctx context.Context, states []*partState, commit, closing bool)
+	// committed if the committer can; closing: the pipeline is stopping
+	// (in-flight work is not waited for, shutdown's drain does that). It
+	// reports whether it committed.
+	dropped(ctx context.Context, states []*partState, commit, closing bool) (committed bool)
 	// drain waits at shutdown until drained is closed (in-flight work
 	// finished): true, or false when graceOver fires first.
 	drain(drained <-chan struct{}, graceOver <-chan time.Time) bool
@@ -102,7 +103,7 @@ func (c *offsetCommitter) pollContext(ctx context.Context, wait time.Duration) (
 // revokeWait bounds how long a revoke waits for in-flight work.
 const revokeWait = 5 * time.Second
 
-func (c *offsetCommitter) dropped(ctx context.Context, states []*partState, commit, closing bool) {
+func (c *offsetCommitter) dropped(ctx context.Context, states []*partState, commit, closing bool) bool {
 	if commit && !closing {
 		c.p.awaitIdle(states, revokeWait)
 	}
@@ -110,13 +111,14 @@ func (c *offsetCommitter) dropped(ctx context.Context, states []*partState, comm
 	defer c.mu.Unlock()
 	offsets := c.p.forget(states)
 	if !commit || len(offsets) == 0 {
-		return
+		return commit
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := c.commitOffsets(cctx, offsets); err != nil {
 		c.p.log.Warn("commit on revoke failed; the records will be redelivered to the next owner", "err", err)
 	}
+	return true
 }
 
 func (c *offsetCommitter) drain(drained <-chan struct{}, graceOver <-chan time.Time) bool {

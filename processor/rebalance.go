@@ -50,9 +50,9 @@ func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]in
 	if len(states) == 0 {
 		return
 	}
-	p.commits.dropped(ctx, states, commit, closing)
+	committed := p.commits.dropped(ctx, states, commit, closing)
 	cl.ResumeFetchPartitions(tps)
-	p.log.Info("partitions dropped", "partitions", tps, "committed", commit)
+	p.log.Info("partitions dropped", "partitions", tps, "committed", committed)
 }
 
 // markLeaving marks the owned partitions of tps revoking: nothing more of

@@ -152,7 +152,7 @@ func (c *txnCommitter) pollContext(ctx context.Context, wait time.Duration) (con
 // transaction across the rebalance, and calling End from this callback
 // would deadlock; held outcomes of these partitions are dropped and their
 // records redelivered.
-func (c *txnCommitter) dropped(_ context.Context, states []*partState, _, _ bool) {
+func (c *txnCommitter) dropped(_ context.Context, states []*partState, _, _ bool) bool {
 	p := c.p
 	p.forget(states)
 	var held []*work
@@ -162,6 +162,7 @@ func (c *txnCommitter) dropped(_ context.Context, states []*partState, _, _ bool
 	}
 	p.mu.Unlock()
 	c.settle(held, false)
+	return false
 }
 
 // final writes the last transaction (its own timeout).
