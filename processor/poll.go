@@ -56,15 +56,21 @@ func (p *pipeline) pollLoop(ctx context.Context) error {
 }
 
 // waitForSpace waits at the in-flight bound until work finishes (capCh),
-// the committer wants the loop (kick, or wait is over), or a tick.
+// the committer wants the loop (kick, or wait is over: only a committer
+// with a kick channel writes from the loop), or a tick. At saturation the
+// loop waits here once per finished record: no timer without a kick.
 func (p *pipeline) waitForSpace(ctx context.Context, wait time.Duration, kick <-chan struct{}, tick, check <-chan time.Time) {
-	t := time.NewTimer(wait)
-	defer t.Stop()
+	var due <-chan time.Time
+	if kick != nil {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		due = t.C
+	}
 	select {
 	case <-p.capCh:
 	case <-tick:
 	case <-check:
-	case <-t.C:
+	case <-due:
 	case <-kick:
 	case <-ctx.Done():
 	}
