@@ -64,8 +64,12 @@ test-fast:
 dev:
 	$(GO) run ./cmd/redrive dev
 
+# Port 9092 when it is free, the address the examples name. The last line
+# is one redrive reads: eval "$$(make -s kafka-up)" sets it in your shell.
 kafka-up:
-	@bash scripts/kafka.sh up
+	@line=$$(KAFKA_PORT=$${KAFKA_PORT:-9092} bash scripts/kafka.sh up | tail -1) || exit 1; \
+	echo "$$line"; \
+	echo "export REDRIVE_BROKERS=$${line#KAFKA_BROKERS=}"
 
 kafka-down:
 	@bash scripts/kafka.sh down

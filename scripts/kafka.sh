@@ -33,6 +33,9 @@
 #   REDRIVE_KAFKA_DIR  state: config, data, log, pid; default /tmp/redrive-kafka
 #                      (/tmp/redrive-kafka-secure with --secure)
 #   KAFKA_READY_TIMEOUT  seconds to wait for readiness, default 90
+#   KAFKA_PORT         the listener's port when it is free (`make kafka-up`
+#                      asks for 9092, the port redrive's examples name);
+#                      default, or when it is in use: a free port
 #
 # Everything but the KAFKA_BROKERS line goes to stderr.
 set -euo pipefail
@@ -342,7 +345,13 @@ up() {
            --add-scram "SCRAM-SHA-512=[name=redrive,password=$(cred KAFKA_PASSWORD)]")
   fi
   local port cport
-  port=$(free_port); cport=$(free_port)
+  if [[ -n "${KAFKA_PORT:-}" ]] && ! (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then
+    port=$KAFKA_PORT
+  else
+    [[ -n "${KAFKA_PORT:-}" ]] && log "port $KAFKA_PORT is in use: taking a free one"
+    port=$(free_port)
+  fi
+  cport=$(free_port)
   while [[ "$cport" == "$port" ]]; do cport=$(free_port); done
   write_config "$port" "$cport"
 

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/redrive/redrive/internal/config"
+	"github.com/redrive/redrive/internal/kafkaconn"
 )
 
 // version is stamped by `make build` (-X main.version=...).
@@ -38,6 +39,10 @@ type globals struct {
 	brokers    string
 	logLevel   string
 	logJSON    bool
+
+	// loaded is the config load gave, so that an error about reaching the
+	// cluster can say which brokers were tried and where they came from.
+	loaded *config.Config
 }
 
 func main() {
@@ -53,7 +58,8 @@ func run(args []string) int {
 // runCtx runs the command line args until ctx is done and returns the exit
 // code: 0 success, 1 failure or a problem found, 2 bad usage or config.
 func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot()
+	g := &globals{}
+	root := newRoot(g)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -62,6 +68,9 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	fmt.Fprintln(stderr, "redrive:", err)
+	if g.loaded != nil && kafkaconn.Unreachable(err) {
+		fmt.Fprintln(stderr, "redrive:", kafkaconn.BrokersHint(g.loaded))
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee.code
@@ -72,8 +81,7 @@ func runCtx(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func newRoot() *cobra.Command {
-	g := &globals{}
+func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "redrive",
 		Short:         "Kafka stream processor with tiered retry topics and a dead-letter topic",
@@ -137,6 +145,10 @@ func (g *globals) load() (*config.Config, error) {
 	if err != nil {
 		return nil, &exitError{2, err}
 	}
+	if g.brokers != "" {
+		c.SetBrokers(g.brokers) // the same value, now named by its flag
+	}
+	g.loaded = c
 	return c, nil
 }
 

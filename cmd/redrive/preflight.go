@@ -25,7 +25,11 @@ func preflight(ctx context.Context, c *config.Config, need kafkaconn.Need) error
 	if errors.As(err, &f) {
 		return &exitError{1, f}
 	}
-	if err != nil && ctx.Err() == nil {
+	switch {
+	case err == nil || ctx.Err() != nil:
+	case kafkaconn.Unreachable(err):
+		slog.Warn("start-up check: cannot reach the cluster; going on, the clients retry. "+kafkaconn.BrokersHint(c), "err", err)
+	default:
 		slog.Warn("start-up check: the cluster did not answer; going on, the clients retry", "err", err)
 	}
 	return nil

@@ -1,6 +1,9 @@
 package config
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // The environment variables ApplyEnv reads. Each overrides its key in the
 // file when set to a non-empty value.
@@ -75,4 +78,24 @@ func splitCSV(s string) []string {
 		}
 	}
 	return out
+}
+
+// BrokersFrom says where the brokers came from, for a message about them:
+// "from --brokers", "from REDRIVE_BROKERS", or "from brokers: in FILE,
+// line N" (FILE as Load was given it).
+func (c *Config) BrokersFrom() string {
+	line, from := c.src.at("brokers")
+	path := ""
+	if c.src != nil {
+		path = c.src.file
+	}
+	switch {
+	case from != "":
+		return "from " + from
+	case line > 0 && path != "":
+		return fmt.Sprintf("from brokers: in %s, line %d", path, line)
+	case line > 0:
+		return fmt.Sprintf("from brokers:, line %d", line)
+	}
+	return "from the configuration"
 }

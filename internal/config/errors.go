@@ -95,6 +95,7 @@ type sources struct {
 	lines map[string]int
 	from  map[string]string
 	vars  map[string][]string // path → the ${NAME}s its value was expanded from
+	file  string              // the file's name, when it was loaded from one
 }
 
 // at finds where path (or its nearest ancestor that is known) came from.

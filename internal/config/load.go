@@ -96,6 +96,7 @@ func LoadEnv(path string, getenv func(string) string) (*Config, error) {
 	if err != nil {
 		return nil, inFile(path, err)
 	}
+	c.sources().file = path
 	return c, nil
 }
 

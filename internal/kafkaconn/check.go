@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -100,20 +101,51 @@ func Check(ctx context.Context, c *config.Config, need Need) (warnings []string,
 	if len(need.Groups) == 0 {
 		return warnings, nil
 	}
-	var errs []error
-	for g, r := range adm.FindGroupCoordinators(ctx, need.Groups...) {
-		if r.Err == nil {
-			continue
-		}
-		if f := Fatal(c, r.Err); f != nil {
-			if errors.Is(r.Err, kerr.GroupAuthorizationFailed) {
-				f = GroupDenied(c, g, r.Err)
+	return warnings, coordinators(ctx, c, adm, need.Groups)
+}
+
+// coordinatorWait bounds how long the check waits for a group's
+// coordinator while the broker still loads it. A fresh broker answers
+// COORDINATOR_NOT_AVAILABLE until it has created __consumer_offsets, a
+// few seconds; that is not a problem to warn about, and the clients would
+// wait for it anyway.
+const coordinatorWait = 8 * time.Second
+
+// coordinators finds the coordinator of each group, asking again every
+// 250 ms within coordinatorWait for the groups whose answer was a
+// retriable error (the coordinator not available or still loading).
+func coordinators(ctx context.Context, c *config.Config, adm *kadm.Client, groups []string) error {
+	wait, cancel := context.WithTimeout(ctx, coordinatorWait)
+	defer cancel()
+	pending := groups
+	for {
+		var errs []error
+		var retry []string
+		for g, r := range adm.FindGroupCoordinators(ctx, pending...) {
+			if r.Err == nil {
+				continue
 			}
-			return warnings, f
+			if f := Fatal(c, r.Err); f != nil {
+				if errors.Is(r.Err, kerr.GroupAuthorizationFailed) {
+					f = GroupDenied(c, g, r.Err)
+				}
+				return f
+			}
+			if kerr.IsRetriable(r.Err) {
+				retry = append(retry, g)
+			}
+			errs = append(errs, fmt.Errorf("consumer group %s: %w", g, r.Err))
 		}
-		errs = append(errs, fmt.Errorf("consumer group %s: %w", g, r.Err))
+		if len(errs) == 0 || len(retry) < len(errs) {
+			return errors.Join(errs...)
+		}
+		select {
+		case <-wait.Done():
+			return errors.Join(errs...)
+		case <-time.After(250 * time.Millisecond):
+		}
+		pending = retry
 	}
-	return warnings, errors.Join(errs...)
 }
 
 // topicAccess is a topic's metadata error and the operations the user may
@@ -231,4 +263,20 @@ func mech(c *config.Config) string {
 		return "no SASL"
 	}
 	return strings.ToUpper(c.SASL.Mechanism)
+}
+
+// Unreachable reports whether err is a failure to connect to a broker at
+// all (refused, no such host, a dial timeout), as opposed to a broker that
+// answered with an error.
+func Unreachable(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &dns)
+}
+
+// BrokersHint says where the brokers redrive dialled came from and how to
+// point it elsewhere: the line a user needs after "connection refused".
+func BrokersHint(c *config.Config) string {
+	return fmt.Sprintf("redrive tried the brokers %s (%s); point it at your cluster with --brokers HOST:PORT, the %s variable, or brokers: in the config file (make kafka-up prints its broker's address)",
+		strings.Join(c.Brokers, ","), c.BrokersFrom(), config.EnvBrokers)
 }

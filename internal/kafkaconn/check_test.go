@@ -9,10 +9,14 @@ import (
 	"math"
 	"net"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/config"
 )
@@ -144,5 +148,85 @@ func TestCheckTLSAgainstPlain(t *testing.T) {
 	var f *FatalError
 	if !errors.As(err, &f) || !strings.Contains(err.Error(), "does not speak TLS") {
 		t.Fatalf("Check = %v, want a fatal error saying the port does not speak TLS", err)
+	}
+}
+
+// TestCheckWaitsForALoadingCoordinator: a fresh broker answers
+// COORDINATOR_NOT_AVAILABLE for a few seconds while it creates the offsets
+// topic; the check asks again rather than report a healthy cluster as not
+// answering. A coordinator that stays unavailable is still reported.
+func TestCheckWaitsForALoadingCoordinator(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		refuse  int // FindCoordinator answers refused before the real one
+		wantErr bool
+	}{
+		{"loads", 3, false},
+		{"never loads", 1 << 30, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, err := kfake.NewCluster(kfake.NumBrokers(1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			var mu sync.Mutex
+			refused := 0
+			cl.ControlKey(int16(kmsg.FindCoordinator), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				cl.KeepControl()
+				mu.Lock()
+				defer mu.Unlock()
+				if refused >= tc.refuse {
+					return nil, nil, false
+				}
+				refused++
+				r := req.(*kmsg.FindCoordinatorRequest)
+				resp := r.ResponseKind().(*kmsg.FindCoordinatorResponse)
+				for _, k := range r.CoordinatorKeys {
+					c := kmsg.NewFindCoordinatorResponseCoordinator()
+					c.Key = k
+					c.ErrorCode = kerr.CoordinatorNotAvailable.Code
+					resp.Coordinators = append(resp.Coordinators, c)
+				}
+				return resp, nil, true
+			})
+			start := time.Now()
+			_, err = Check(context.Background(), &config.Config{Brokers: cl.ListenAddrs()}, Need{Groups: []string{"g1", "g2"}})
+			if tc.wantErr != (err != nil) {
+				t.Fatalf("Check = %v after %d refusals, want error %v", err, refused, tc.wantErr)
+			}
+			if tc.wantErr && !errors.Is(err, kerr.CoordinatorNotAvailable) {
+				t.Fatalf("Check = %v, want COORDINATOR_NOT_AVAILABLE named", err)
+			}
+			if took := time.Since(start); tc.wantErr && took > CheckTimeout {
+				t.Fatalf("Check took %v, over its bound %v", took, CheckTimeout)
+			}
+		})
+	}
+}
+
+// TestUnreachableHint: a refused dial is told apart from a broker's answer,
+// and the hint names the brokers tried and each way to change them.
+func TestUnreachableHint(t *testing.T) {
+	refused := fmt.Errorf("unable to dial: %w", &net.OpError{Op: "dial", Err: errors.New("connection refused")})
+	if !Unreachable(refused) || !Unreachable(&net.DNSError{Err: "no such host", Name: "kafka"}) {
+		t.Fatal("a refused dial or an unknown host is not reported as unreachable")
+	}
+	if Unreachable(kerr.CoordinatorNotAvailable) || Unreachable(nil) {
+		t.Fatal("a broker's error answer is reported as unreachable")
+	}
+	c, err := config.Parse([]byte("brokers: [\"127.0.0.1:9092\"]\npipelines: [{name: a, topic: a}]\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := BrokersHint(c)
+	for _, want := range []string{"127.0.0.1:9092", "line 1", "--brokers", "REDRIVE_BROKERS", "brokers: in the config file"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("hint %q lacks %q", h, want)
+		}
+	}
+	c.SetBrokers("10.0.0.1:9092")
+	if h := BrokersHint(c); !strings.Contains(h, "10.0.0.1:9092 (from --brokers)") {
+		t.Errorf("hint after --brokers: %q", h)
 	}
 }
