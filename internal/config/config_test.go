@@ -324,6 +324,12 @@ func TestEnvExpansion(t *testing.T) {
 		{"empty name", "${}", "", "bad variable name"},
 		{"bad name", "${A-B}", "", `bad variable name "A-B"`},
 		{"digit first", "${1A}", "", "bad variable name"},
+		{"default unused", "${A:-other}", "alpha", ""},
+		{"default for unset", "${NOPE:-other}", "other", ""},
+		{"default inside", "x-${NOPE:-b}-y", "x-b-y", ""},
+		{"default taken literally", "${NOPE:-$A}", "$A", ""},
+		{"empty default is absent", "${NOPE:-}", "t", ""},
+		{"default with a bad name", "${A-B:-x}", "", `bad variable name "A-B"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,8 +7,9 @@ import (
 )
 
 // expand replaces each ${NAME} in s by getenv(NAME); an unset variable
-// gives "". "$${" is a literal "${". Values are not expanded again, so a
-// variable holding "${X}" stays "${X}".
+// gives "". ${NAME:-default} gives default (taken literally) when NAME is
+// unset or empty, as in a shell. "$${" is a literal "${". Values are not
+// expanded again, so a variable holding "${X}" stays "${X}".
 func expand(s string, getenv func(string) string) (string, error) {
 	if !strings.Contains(s, "${") {
 		return s, nil
@@ -24,11 +25,15 @@ func expand(s string, getenv func(string) string) (string, error) {
 			if end < 0 {
 				return "", errors.New(`unterminated "${" (no closing "}"); write "$${" for a literal "${"`)
 			}
-			name := s[i+2 : i+2+end]
+			name, def, _ := strings.Cut(s[i+2:i+2+end], ":-")
 			if !envName(name) {
 				return "", badNameError(name)
 			}
-			b.WriteString(getenv(name))
+			v := getenv(name)
+			if v == "" {
+				v = def
+			}
+			b.WriteString(v)
 			i += 2 + end + 1
 		default:
 			b.WriteByte(s[i])
@@ -73,7 +78,7 @@ func refs(s string) []string {
 			if end < 0 {
 				return names
 			}
-			if name := s[i+2 : i+2+end]; envName(name) {
+			if name, _, _ := strings.Cut(s[i+2:i+2+end], ":-"); envName(name) {
 				names = append(names, name)
 			}
 			i += 2 + end + 1

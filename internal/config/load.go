@@ -15,7 +15,8 @@ import (
 // (so "partitions: ${PARTS}" works), not in keys. NAME is letters, digits
 // and _. A variable that getenv reports empty (unset) expands to "", and a
 // value that is empty once expanded, quoted or not, is an absent one: it
-// gets its default. "$${" is a literal "${"; an unterminated "${" is an
+// gets its default; ${NAME:-default} gives default (literally) when NAME
+// is empty or unset. "$${" is a literal "${"; an unterminated "${" is an
 // error. Expanded text is not expanded again. Inside a YAML flow
 // collection ({...} or [...]) quote the reference, "${NAME}": braces are
 // YAML syntax there. A nil getenv is an empty environment.
