@@ -100,6 +100,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(newAnalyzeCmd(g))
 	root.AddCommand(newReplayCmd(g))
 	root.AddCommand(newDLQCmd(g))
+	root.AddCommand(newTailCmd(g))
 	return root
 }
 
