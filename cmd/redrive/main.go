@@ -108,6 +108,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(newAnalyzeCmd(g))
 	root.AddCommand(newReplayCmd(g))
 	root.AddCommand(newDLQCmd(g))
+	root.AddCommand(newTailCmd(g))
 	return root
 }
 

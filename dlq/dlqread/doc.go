@@ -1,6 +1,7 @@
 // Package dlqread reads a dead-letter topic: Scan reads what it holds now
 // and returns, Tail follows what arrives. `redrive replay`, `redrive dlq
-// stats|export|tail` and the analyzer's replay read the DLQ through it.
+// stats|export|tail` and the analyzer's replay read the DLQ through it;
+// `redrive tail` reads any topic with it (nothing here is DLQ-specific).
 //
 // Reading is direct partition consumption at exact offsets, without a
 // consumer group: nothing is committed and no group member joins or

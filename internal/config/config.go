@@ -312,7 +312,7 @@ type Analyzer struct {
 	InsecurePublic bool `yaml:"insecure_public"`
 	// HideValues shows a dead letter's value as its size and SHA-256 in
 	// the API and the dashboard, never its bytes (and makes `redrive dlq
-	// export` hide them by default).
+	// export` hide them by default, and `redrive tail` hide every topic's).
 	HideValues bool `yaml:"hide_values"`
 	// Rules decide, in order, what happens to each dead letter; see
 	// AnalyzerRule.
