@@ -103,6 +103,7 @@ func newRoot(g *globals) *cobra.Command {
 		newTopicsCmd(g),
 		newProduceCmd(g),
 		newDemoSolverCmd(g),
+		newInitCmd(g),
 		newVersionCmd(),
 	)
 	root.AddCommand(newAnalyzeCmd(g))
