@@ -5,6 +5,10 @@ import (
 	"net"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/internal/kafkatest"
 )
 
 // TestUnreachableBrokersSayWhereTheyCameFrom: a command that cannot reach
@@ -37,5 +41,24 @@ func TestUnreachableBrokersSayWhereTheyCameFrom(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTailWithBrokersAlone: tail needs no config file when --brokers names
+// the cluster, so `redrive dev`'s broker can be read with it; without
+// either it is a usage error.
+func TestTailWithBrokersAlone(t *testing.T) {
+	c := kafkatest.New(t)
+	topic := kafkatest.Topic(t, "tailbrokers")
+	c.CreateTopic(t, topic, 1, nil)
+	if err := c.Client(t).ProduceSync(context.Background(), &kgo.Record{Topic: topic, Key: []byte("k"), Value: []byte("v-1")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runOut(context.Background(), "tail", "--brokers", strings.Join(c.Brokers, ","), topic, "--from-start", "--json")
+	if code != 0 || !strings.Contains(out, `"value":"v-1"`) {
+		t.Fatalf("tail --brokers without -c: exit %d:\n%s", code, out)
+	}
+	if code, out := runOut(context.Background(), "tail", topic); code != 2 {
+		t.Fatalf("tail without -c or --brokers: exit %d, want 2:\n%s", code, out)
 	}
 }

@@ -328,7 +328,7 @@ redrive dev is running
   dashboard     %s   (the pipelines' flow, callbacks and DLQ; %s)
   processor     http://%s/api/pipelines   (this processor's live state; /metrics, /healthz, /readyz;
                 POST /api/pipelines/<name>/pause|resume with %s)
-  kafka         %s   (embedded, in memory; e.g. kcat -b %s -t %s -C -J)
+  kafka         %s   (embedded, in memory; e.g. redrive tail --brokers %s %s --from-start)
   demo solver   %s   (an outage: the dashboard's button, or curl -X POST '%s?for=30s')
 %s  traffic       %s
 Ctrl-C stops it.

@@ -154,6 +154,20 @@ func (g *globals) load() (*config.Config, error) {
 	return c, nil
 }
 
+// loadOrBrokers is load, or without -c a config of --brokers alone (a
+// plain connection, no pipelines): enough for a command that reads a
+// topic by name, such as tail against `redrive dev`'s broker.
+func (g *globals) loadOrBrokers() (*config.Config, error) {
+	if g.configPath != "" || g.brokers == "" {
+		return g.load()
+	}
+	c := &config.Config{}
+	c.SetBrokers(g.brokers)
+	c.SetDefaults()
+	g.loaded = c
+	return c, nil
+}
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",

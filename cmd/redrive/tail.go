@@ -46,7 +46,7 @@ size and SHA-256 only, never its bytes; no flag shows them.`,
 			if limit < 0 {
 				return &exitError{2, fmt.Errorf("--max %d: want 0 (no limit) or more", limit)}
 			}
-			c, err := g.load()
+			c, err := g.loadOrBrokers()
 			if err != nil {
 				return err
 			}
