@@ -16,11 +16,11 @@ func TestReadmeEmbeddingIsExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(readme), "## Embedding it in Go\n")
+	_, section, ok := strings.Cut(string(readme), "## Embed it in Go\n")
 	_, block, ok2 := strings.Cut(section, "```go\n")
 	snippet, _, ok3 := strings.Cut(block, "```\n")
 	if !ok || !ok2 || !ok3 {
-		t.Fatal("README.md has no ```go block under \"## Embedding it in Go\"")
+		t.Fatal("README.md has no ```go block under \"## Embed it in Go\"")
 	}
 	_, fn, ok := strings.Cut(string(src), "\nfunc Example() {\n")
 	body, _, ok2 := strings.Cut(fn, "\n}\n")
