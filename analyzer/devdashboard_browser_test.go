@@ -2,10 +2,13 @@ package analyzer_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +19,55 @@ import (
 
 	"github.com/redrive/redrive/analyzer"
 )
+
+// browserLayoutJS measures the flow once the page has loaded its data:
+// every box of every flow card (main, tiers, results, DLQ) must lie
+// inside its card, every count and rate inside its box and its card, and
+// be what is painted at both ends of it (not cut off by a scrolling row
+// or the window's edge); neither the row nor the page may scroll sideways. It writes
+// {"width", "nodes", "values", "problems"} as JSON into #layout-report.
+const browserLayoutJS = `(function () {
+  const timer = setInterval(function () {
+    if (document.body.dataset.loaded !== "1" || !document.querySelector(".panel.flow .fnode")) return;
+    clearInterval(timer);
+    const out = { width: window.innerWidth, nodes: 0, values: 0, problems: [] };
+    const bad = (msg) => out.problems.push(msg);
+    const r = (e) => e.getBoundingClientRect();
+    const inside = (a, b) => a.left >= b.left - 0.5 && a.right <= b.right + 0.5 && a.top >= b.top - 0.5 && a.bottom <= b.bottom + 0.5;
+    const span = (a) => Math.round(a.left) + ".." + Math.round(a.right);
+    const doc = document.documentElement;
+    if (doc.scrollWidth > doc.clientWidth) bad("the page scrolls sideways: " + doc.scrollWidth + " px wide in " + doc.clientWidth);
+    for (const card of document.querySelectorAll(".panel.flow")) {
+      const row = card.querySelector(".fchain");
+      if (row.scrollWidth > row.clientWidth) bad(card.id + ": the flow row scrolls: " + row.scrollWidth + " px wide in " + row.clientWidth);
+      for (const node of card.querySelectorAll(".fnode")) {
+        out.nodes++;
+        if (!inside(r(node), r(card))) bad(node.id + " at x " + span(r(node)) + " is not inside its card at " + span(r(card)));
+      }
+      for (const v of card.querySelectorAll(".fnode .value[data-metric], .farrow .rate")) {
+        out.values++;
+        const box = v.closest(".fnode, .farrow");
+        const what = (box.id || box.title) + " " + (v.dataset.metric || "rate") + " " + JSON.stringify(v.textContent);
+        if (!v.textContent.trim()) bad(what + " is empty");
+        if (!inside(r(v), r(box))) bad(what + " at x " + span(r(v)) + " is not inside its box at " + span(r(box)));
+        if (!inside(r(v), r(card))) bad(what + " at x " + span(r(v)) + " is not inside its card at " + span(r(card)));
+        // Bring it into the window vertically only: scrolling it into
+        // view would also scroll a row that hides it.
+        window.scrollBy(0, r(v).top - window.innerHeight / 2);
+        const a = r(v), y = (a.top + a.bottom) / 2;
+        for (const x of [a.left + 1, a.right - 1]) {
+          const hit = document.elementFromPoint(x, y);
+          if (!hit || !v.contains(hit)) bad(what + " is not what shows at x " + Math.round(x) + " (" + (hit ? hit.tagName + "." + hit.className : "outside the window") + ")");
+        }
+      }
+    }
+    window.scrollTo(0, 0);
+    const pre = document.createElement("pre");
+    pre.id = "layout-report";
+    pre.textContent = JSON.stringify(out);
+    document.body.appendChild(pre);
+  }, 50);
+})();`
 
 // devFlows is GET /api/pipelines as `redrive dev` answers it after a
 // while: its two pipelines (solve and captcha, three tiers each, results
@@ -109,6 +161,54 @@ func browserDevDashboard(t *testing.T, script string) (url string, stats func() 
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(queries)
+	}
+}
+
+// TestBrowserFlowFitsItsCard loads the dashboard in headless Chromium at
+// 900, 1280, 1400 and 1920 px wide, with the flow of `redrive dev`'s two
+// pipelines, and checks that every box of the flow row lies inside its
+// card and every count and rate in it is shown whole (browserLayoutJS).
+// The flow is served as GET /api/pipelines would answer it: the layout is
+// under test, not the sampling (TestBrowserFlow), so no broker is needed.
+// REDRIVE_FLOW_SCREENSHOT_DIR=/tmp/x also writes a screenshot per width.
+func TestBrowserFlowFitsItsCard(t *testing.T) {
+	chrome := browserChromium(t)
+	url, _ := browserDevDashboard(t, browserLayoutJS)
+	for _, width := range []int{900, 1280, 1400, 1920} {
+		t.Run(fmt.Sprint(width), func(t *testing.T) {
+			size := fmt.Sprintf("--window-size=%d,1000", width)
+			dom := browserRun(t, chrome, url, "--dump-dom", size)
+			if dir := os.Getenv("REDRIVE_FLOW_SCREENSHOT_DIR"); dir != "" {
+				path := filepath.Join(dir, fmt.Sprintf("flow-%d.png", width))
+				browserRun(t, chrome, url, "--screenshot="+path, size)
+				t.Logf("screenshot written to %s", path)
+			}
+			if body, _ := browserFirst(dom, "body", nil); body.attrs["data-loaded"] != "1" || body.attrs["data-error"] != "" {
+				t.Fatalf("the page did not render (data-error %q):\n%s", body.attrs["data-error"], browserHead(dom))
+			}
+			e, ok := browserByID(dom, "layout-report")
+			if !ok {
+				t.Fatalf("no layout report in the page:\n%s", browserHead(dom))
+			}
+			var rep struct {
+				Width, Nodes, Values int
+				Problems             []string
+			}
+			if err := json.Unmarshal([]byte(e.text), &rep); err != nil {
+				t.Fatalf("layout report %q: %v", e.text, err)
+			}
+			// 2 pipelines of main, 3 tiers, results and DLQ. Numbers: main's
+			// waiting, in, done, in flight, handler p99; each tier's waiting,
+			// in, done, held, late p99; results' written and in; the DLQ's
+			// waiting, in, done; the 5 arrows' rates.
+			const nodes, values = 2 * 6, 2 * (5 + 3*5 + 2 + 3 + 5)
+			if rep.Width != width || rep.Nodes != nodes || rep.Values != values {
+				t.Errorf("measured %d boxes and %d numbers at %d px wide, want %d and %d at %d", rep.Nodes, rep.Values, rep.Width, nodes, values, width)
+			}
+			for _, p := range rep.Problems {
+				t.Errorf("at %d px: %s", width, p)
+			}
+		})
 	}
 }
 
