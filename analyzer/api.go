@@ -267,10 +267,10 @@ func (a *Analyzer) serveStats(w http.ResponseWriter, r *http.Request) {
 		resp.Pipelines = append(resp.Pipelines, ps)
 	}
 	if pretty, _ := strconv.ParseBool(r.URL.Query().Get("pretty")); pretty {
-		writeJSONIndent(w, resp)
+		writeJSON(w, resp)
 		return
 	}
-	writeJSON(w, resp)
+	writeCompactJSON(w, resp)
 }
 
 func (a *Analyzer) pipe(name string) *pipe {
@@ -513,12 +513,12 @@ func (a *Analyzer) replay(ctx context.Context, p *pipe, f dlq.Filter, limit int,
 	return resp, nil
 }
 
-// writeJSON answers v as compact JSON: the dashboard polls, and indenting
-// alone doubled the size of GET /api/stats.
-func writeJSON(w http.ResponseWriter, v any) { encodeJSON(w, v, "") }
+// writeJSON answers v indented, for a person reading it.
+func writeJSON(w http.ResponseWriter, v any) { encodeJSON(w, v, "  ") }
 
-// writeJSONIndent answers v indented, for a person reading it (?pretty=1).
-func writeJSONIndent(w http.ResponseWriter, v any) { encodeJSON(w, v, "  ") }
+// writeCompactJSON answers v on one line: GET /api/stats, which the
+// dashboard asks for every 5 s, and which indenting alone doubled.
+func writeCompactJSON(w http.ResponseWriter, v any) { encodeJSON(w, v, "") }
 
 func encodeJSON(w http.ResponseWriter, v any, indent string) {
 	w.Header().Set("Content-Type", "application/json")
