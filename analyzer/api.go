@@ -31,8 +31,10 @@ type PipelineStats struct {
 	// Depth: dead letters not yet handled by the rule worker.
 	Depth int64 `json:"depth"`
 	// OldestUnhandledSeconds: age of the oldest of those it holds; 0 if none.
-	OldestUnhandledSeconds float64           `json:"oldest_unhandled_seconds"`
-	Stats                  dlq.StatsSnapshot `json:"stats"`
+	OldestUnhandledSeconds float64 `json:"oldest_unhandled_seconds"`
+	// Stats with, in PerMinute, only the minutes asked for (?minutes=,
+	// DefaultStatsMinutes); the totals count every dead letter.
+	Stats dlq.StatsSnapshot `json:"stats"`
 }
 
 // StatsResponse is GET /api/stats.
@@ -219,9 +221,34 @@ func (a *Analyzer) pipelineFilter(w http.ResponseWriter, r *http.Request) (name 
 	return name, true
 }
 
+// DefaultStatsMinutes is how many minutes of per_minute GET /api/stats
+// answers without ?minutes=: the dashboard's default chart, the last hour.
+const DefaultStatsMinutes = 60
+
+// statsMinutes reads ?minutes= of GET /api/stats: how many minutes of
+// per_minute, up to now, to answer (0 to the 1440 the statistics keep;
+// empty or absent: DefaultStatsMinutes). All 1440 are 64 KB a pipeline,
+// asked for every 5 s by a dashboard that draws 60 of them.
+func statsMinutes(qs url.Values) (int, error) {
+	v := qs.Get("minutes")
+	if strings.TrimSpace(v) == "" {
+		return DefaultStatsMinutes, nil
+	}
+	n, err := strconv.Atoi(v)
+	if most := int(dlq.StatsWindow / time.Minute); err != nil || n < 0 || n > most {
+		return 0, fmt.Errorf("minutes %q: want a whole number from 0 to %d", v, most)
+	}
+	return n, nil
+}
+
 func (a *Analyzer) serveStats(w http.ResponseWriter, r *http.Request) {
 	want, ok := a.pipelineFilter(w, r)
 	if !ok {
+		return
+	}
+	minutes, err := statsMinutes(r.URL.Query())
+	if err != nil {
+		httpError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	now := a.o.Now()
@@ -235,9 +262,15 @@ func (a *Analyzer) serveStats(w http.ResponseWriter, r *http.Request) {
 		ps.OldestUnhandledSeconds = age(now, p.oldestUnseen) // clock.go
 		p.mu.Unlock()
 		ps.Stats = p.stats.Snapshot(now, 10)
+		pm := ps.Stats.PerMinute
+		ps.Stats.PerMinute = pm[max(0, len(pm)-minutes):]
 		resp.Pipelines = append(resp.Pipelines, ps)
 	}
-	writeJSON(w, resp)
+	if pretty, _ := strconv.ParseBool(r.URL.Query().Get("pretty")); pretty {
+		writeJSON(w, resp)
+		return
+	}
+	writeCompactJSON(w, resp)
 }
 
 func (a *Analyzer) pipe(name string) *pipe {
@@ -480,11 +513,18 @@ func (a *Analyzer) replay(ctx context.Context, p *pipe, f dlq.Filter, limit int,
 	return resp, nil
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
+// writeJSON answers v indented, for a person reading it.
+func writeJSON(w http.ResponseWriter, v any) { encodeJSON(w, v, "  ") }
+
+// writeCompactJSON answers v on one line: GET /api/stats, which the
+// dashboard asks for every 5 s, and which indenting alone doubled.
+func writeCompactJSON(w http.ResponseWriter, v any) { encodeJSON(w, v, "") }
+
+func encodeJSON(w http.ResponseWriter, v any, indent string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	enc.SetIndent("", indent)
 	_ = enc.Encode(v)
 }
 

@@ -27,6 +27,7 @@
     loaded: false,
     timer: 0,
     busy: false,
+    again: false, // refresh was asked for while busy
     dlSeq: 0,
     token: "", // the session's token (also in sessionStorage)
     asking: false, // the token prompt is shown: no refresh until it is answered
@@ -564,9 +565,16 @@
     return new uPlot(opts, data, $("chart-minutes"));
   }
 
+  // chartMinutes is how many minutes the chart draws, and so how many
+  // GET api/stats is asked for (all 1440 every 5 s would be 64 KB a
+  // pipeline).
+  function chartMinutes() {
+    return parseInt($("chart-range").value, 10) || 60;
+  }
+
   function renderChart(p) {
     const box = $("chart-minutes");
-    const n = parseInt($("chart-range").value, 10) || 60;
+    const n = chartMinutes();
     const pts = (p.stats.per_minute || []).slice(-n);
     const xs = pts.map((m) => Date.parse(m.minute) / 1000);
     const counts = pts.map((m) => m.count);
@@ -1095,12 +1103,16 @@
   }
 
   async function refresh() {
-    if (state.busy || state.asking) return;
+    if (state.asking) return;
+    if (state.busy) {
+      state.again = true; // asked for while answering: once more after this one
+      return;
+    }
     state.busy = true;
     clearTimeout(state.timer);
     try {
       const flows = api("api/pipelines");
-      state.stats = await api("api/stats");
+      state.stats = await api("api/stats?minutes=" + chartMinutes());
       state.flows = await flows;
       if (!pipelines().length) throw new Error("the analyzer has no pipelines");
       choosePipeline();
@@ -1117,7 +1129,10 @@
       showError(e);
     } finally {
       state.busy = false;
-      schedule();
+      if (state.again) {
+        state.again = false;
+        refresh();
+      } else schedule();
     }
   }
 
@@ -1152,8 +1167,11 @@
       loadDeadLetters().catch(showError);
     });
     $("chart-range").addEventListener("change", () => {
+      // Draw the minutes already here at once; the longer range needs
+      // GET api/stats again.
       const p = current();
       if (p) renderChart(p);
+      refresh();
     });
     $("autorefresh").addEventListener("change", () => {
       if ($("autorefresh").checked) refresh();
