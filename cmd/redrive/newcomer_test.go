@@ -98,7 +98,12 @@ func TestNewcomerPath(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			if t.Failed() {
+				t.Logf("redrive %s logged:\n%s", shown, logs.String())
+			}
+		})
 		return func() string {
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
@@ -125,7 +130,7 @@ func TestNewcomerPath(t *testing.T) {
 		Value   string `json:"value"`
 		Headers []struct{ Key, Value string }
 	}
-	if err := json.Unmarshal([]byte(results), &res); err != nil || !strings.Contains(res.Value, "answer") {
+	if err := json.Unmarshal([]byte(results), &res); err != nil || !strings.Contains(res.Value, `"status":1`) {
 		t.Errorf("the result read back with redrive tail: %v\n%s", err, results)
 	}
 	dead, _ := run("", "tail", "-c", "redrive.yaml", "solve.requests.dlq", "--from-start", "--follow", "-n", "1", "--json")
