@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/retry"
 )
@@ -42,8 +43,8 @@ func (f FormerTier) Name() string {
 func (f FormerTier) Note() string {
 	written, former := f.Main+".retry."+f.Written, f.Main+".retry."+f.Former
 	if f.Kept {
-		return fmt.Sprintf("tier %s uses the existing topic %s (its name before tier topics kept the written delay); %s is not created. Write the tier as %s to say so; see docs/topics.md to move to %s",
-			f.Written, former, written, f.Former, written)
+		return fmt.Sprintf("tier %s uses the existing topic %s (its name before tier topics kept the written delay), not %s; write the tier as %s to name it so (docs/topics.md, \"Tier names\")",
+			f.Written, former, written, f.Former)
 	}
 	return fmt.Sprintf("tier %s uses the topic %s; %s, its topic before tier topics kept the written delay, exists too and is not read: records still in it are not retried (write the tier as %s to read it instead)",
 		f.Written, written, former, f.Former)
@@ -59,10 +60,12 @@ func (f FormerTier) Note() string {
 // reported. Tiers whose two names are one, or whose former topic does not
 // exist, are not listed, and without such a tier no request is made.
 //
-// It reads metadata only. A topic the broker does not describe to us (not
-// authorized) counts as absent: the written name then wins, as for a new
-// pipeline.
-func FormerTierNames(ctx context.Context, adm *kadm.Client, ps []PipelineSpec) ([]FormerTier, error) {
+// It asks the broker for metadata only, never creating a topic. A topic
+// the broker does not describe to us counts as absent: without an ACL on
+// the written name (ACLs granted topic by topic before the upgrade), the
+// former topic is kept. It takes a kgo client, not a kadm one: kadm's
+// Metadata fails as a whole on one topic we may not describe.
+func FormerTierNames(ctx context.Context, cl *kgo.Client, ps []PipelineSpec) ([]FormerTier, error) {
 	var cands []FormerTier
 	var ask []string
 	for pi, p := range ps {
@@ -79,14 +82,24 @@ func FormerTierNames(ctx context.Context, adm *kadm.Client, ps []PipelineSpec) (
 	if len(cands) == 0 {
 		return nil, nil
 	}
-	md, err := freshMetadata(ctx, adm, ask)
+	req := kmsg.NewPtrMetadataRequest() // AllowAutoTopicCreation false
+	for _, t := range ask {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		return nil, fmt.Errorf("topics: look for tier topics under their former names (%s): %w", strings.Join(ask, ", "), err)
 	}
-	exists := func(name string) bool {
-		td, ok := md.Topics[name]
-		return ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition) && !errors.Is(td.Err, kerr.TopicAuthorizationFailed)
+	found := map[string]bool{}
+	for _, t := range resp.Topics {
+		err := kerr.ErrorForCode(t.ErrorCode)
+		if t.Topic != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) && !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			found[*t.Topic] = true
+		}
 	}
+	exists := func(name string) bool { return found[name] }
 	var out []FormerTier
 	for _, c := range cands {
 		if !exists(c.Main + ".retry." + c.Former) {

@@ -24,7 +24,8 @@ func TestFormerTierNames(t *testing.T) {
 		Tiers: old.Tiers, TierNames: slices.Clone(old.TierNames)}
 	c.CreateTopics(t, 2, nil, old.Topic+".retry.5s", old.Topic+".retry.1m4s", old.Topic+".retry.1m30s", old.Topic+".retry.90s")
 
-	found, err := topics.FormerTierNames(ctxFor(t), adm, []topics.PipelineSpec{old, fresh})
+	cl := c.Client(t)
+	found, err := topics.FormerTierNames(ctxFor(t), cl, []topics.PipelineSpec{old, fresh})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestFormerTierNames(t *testing.T) {
 	}
 
 	// Once ensured, nothing changes at the next start.
-	again, err := topics.FormerTierNames(ctxFor(t), adm, []topics.PipelineSpec{
+	again, err := topics.FormerTierNames(ctxFor(t), cl, []topics.PipelineSpec{
 		{Topic: old.Topic, Tiers: old.Tiers, TierNames: []string{"5s", "64s", "90s", "120m"}}, fresh})
 	if err != nil || !slices.Equal(again, want) {
 		t.Errorf("FormerTierNames again = %+v, %v; want %+v", again, err, want)
