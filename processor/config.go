@@ -790,8 +790,8 @@ func (p Pipeline) GroupID() string { return topics.GroupID(p.Name) }
 // TierTopics names the pipeline's retry topics, in tier order.
 func (p Pipeline) TierTopics() []string {
 	ts := make([]string, len(p.Schedule.Tiers))
-	for i, d := range p.Schedule.Tiers {
-		ts[i] = retry.TierTopic(p.Topic, d)
+	for i := range p.Schedule.Tiers {
+		ts[i] = p.Schedule.TierTopic(p.Topic, i)
 	}
 	return ts
 }

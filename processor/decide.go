@@ -98,7 +98,7 @@ func screen(meta retry.Meta, decodeErr error, tier int, p policy, now time.Time)
 	if tier >= 0 && now.Before(meta.Due) {
 		// Due later than this tier's delay: re-queue, no attempt spent.
 		idx, _ := p.sched.TierForDelay(meta.Due.Sub(now))
-		meta.Tier = retry.FormatDelay(p.sched.Tiers[idx])
+		meta.Tier = p.sched.TierName(idx)
 		return retryTo(meta, idx, true), false
 	}
 	return decision{}, true
@@ -363,7 +363,7 @@ func decidePaused(meta retry.Meta, out Outcome, p policy, now time.Time) decisio
 
 // retryAt is the retry to tier idx, due at due (cut to dueLimit).
 func (p policy) retryAt(meta retry.Meta, now time.Time, idx int, due time.Time) decision {
-	meta.Due, meta.Tier = p.capDue(meta, now, due), retry.FormatDelay(p.sched.Tiers[idx])
+	meta.Due, meta.Tier = p.capDue(meta, now, due), p.sched.TierName(idx)
 	return retryTo(meta, idx, false)
 }
 

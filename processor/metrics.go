@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/redrive/redrive/retry"
 )
 
 // metrics are the processor's Prometheus series. Label values are bounded:
@@ -325,8 +323,8 @@ func (h *hotMetrics) outcomeFor(k Kind, tier int, tierLabel, code string) promet
 func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 	m, name := h.m, p.Name
 	labels := []string{"main"}
-	for _, d := range p.Schedule.Tiers {
-		labels = append(labels, retry.FormatDelay(d))
+	for i := range p.Schedule.Tiers {
+		labels = append(labels, p.Schedule.TierName(i))
 	}
 	h.consumedFor(p.Topic)
 	for _, t := range tiers {

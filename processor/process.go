@@ -109,7 +109,7 @@ func (p *pipeline) begin(w *work) (meta retry.Meta, tierLabel string, now time.T
 	}
 	tierLabel = "main"
 	if w.ps.tier >= 0 {
-		tierLabel = retry.FormatDelay(p.cfg.Schedule.Tiers[w.ps.tier])
+		tierLabel = p.cfg.Schedule.TierName(w.ps.tier)
 		if w.decodeErr == nil && !meta.Due.IsZero() && !now.Before(meta.Due) && !w.yielded {
 			p.hot.latenessFor(w.ps.tier, tierLabel).Observe(now.Sub(meta.Due).Seconds())
 		}

@@ -140,7 +140,7 @@ type StopReason struct {
 
 // TierStatus is one retry tier in PipelineStatus.
 type TierStatus struct {
-	Name               string  `json:"name"` // its delay, as in redrive-tier
+	Name               string  `json:"name"` // its name (retry.Schedule.TierName), as in redrive-tier
 	Topic              string  `json:"topic"`
 	Waiting            int     `json:"waiting"`
 	PausedPartitions   int     `json:"paused_partitions"`
@@ -317,7 +317,7 @@ func jsonError(w http.ResponseWriter, code int, msg string) {
 func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus {
 	tiers := make([]TierStatus, len(p.tiers))
 	for i, t := range p.tiers {
-		tiers[i] = TierStatus{Name: retry.FormatDelay(p.cfg.Schedule.Tiers[i]), Topic: t}
+		tiers[i] = TierStatus{Name: p.cfg.Schedule.TierName(i), Topic: t}
 	}
 	ps := PipelineStatus{Name: p.cfg.Name, Group: p.cfg.GroupID(), Topic: p.cfg.Topic, Results: p.cfg.Results,
 		DLQ: p.cfg.DLQ, Joined: p.joined.Load(), Tiers: tiers}

@@ -27,7 +27,8 @@ func ParseDelay(s string) (time.Duration, error) {
 }
 
 // FormatDelay gives a delay in its shortest form: 5s, 30s, 5m, 1h, 1h30m,
-// 1h0m5s becomes 1h5s. This is the suffix of a tier topic's name.
+// 1h0m5s becomes 1h5s. It names a tier that has no name of its own (see
+// Schedule.Names).
 func FormatDelay(d time.Duration) string {
 	if d <= 0 {
 		return "0s"
@@ -53,10 +54,32 @@ func FormatDelay(d time.Duration) string {
 	return b.String()
 }
 
+// NameAsWritten is the name of a tier whose delay a configuration wrote as
+// s: s, trimmed, when it is made only of digits and letters ("64s", "90s",
+// "1h30m"), so that the topic is the one the user wrote; "" otherwise
+// ("1.5m", "+5s"), which names the tier by its delay's shortest form.
+func NameAsWritten(s string) string {
+	s = strings.TrimSpace(s)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return ""
+		}
+	}
+	return s
+}
+
 // Schedule is a pipeline's retry plan.
 type Schedule struct {
 	// Tiers are the fixed delays of the retry topics, strictly increasing.
 	Tiers []time.Duration
+	// Names are the tiers' names, in tier order: the suffix of each tier's
+	// topic (<topic>.retry.<name>), its redrive-tier header and its
+	// metrics label. A name reads as its tier's delay (ParseDelay: "64s"
+	// and "1m4s" both name a 64s tier) and uses only the characters of a
+	// topic name. Empty (all of it, or one name): FormatDelay of the
+	// delay.
+	Names []string
 	// MaxAttempts counts handler attempts in all, the first one included.
 	MaxAttempts int
 	// Jitter adds up to this fraction of a tier's delay on top of it (0.1: +10%).
@@ -146,6 +169,21 @@ func (s Schedule) Validate() error {
 			bad(field, "%s: a tier delay is a whole number of seconds, at least 1s (it names the topic)", t)
 		case i > 0 && t <= s.Tiers[i-1]:
 			bad(field, "%s after %s: tiers must strictly increase", FormatDelay(t), FormatDelay(s.Tiers[i-1]))
+		}
+	}
+	if len(s.Names) > 0 && len(s.Names) != len(s.Tiers) {
+		bad("tiers", "%d names for %d tiers", len(s.Names), len(s.Tiers))
+	} else if len(s.Names) > 0 {
+		// A name that reads as its own delay is also one no other tier
+		// has, since the delays strictly increase.
+		for i, t := range tiers {
+			n := s.Names[i]
+			if n == "" || t < time.Second || t%time.Second != 0 {
+				continue // the default name, or a delay reported above
+			}
+			if d, err := ParseDelay(n); err != nil || d != t || !nameChars(n) {
+				bad("tiers["+strconv.Itoa(i)+"]", "name %q: a tier's name must read as its delay, %s, in digits, unit letters and '.' (it names the topic and the redrive-tier header)", n, FormatDelay(t))
+			}
 		}
 	}
 	if s.MaxAttempts < 1 {
@@ -250,7 +288,35 @@ func (s Schedule) jitter(d time.Duration, rnd *rand.Rand) time.Duration {
 	return time.Duration(f * s.Jitter * float64(d))
 }
 
-// TierTopic names the retry topic of a tier: "<topic>.retry.<delay>".
+// nameChars: letters, digits and '.', the characters of a delay that a
+// topic name allows.
+func nameChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '.' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// TierName is tier i's name: Names[i], else FormatDelay of its delay.
+func (s Schedule) TierName(i int) string {
+	if i < len(s.Names) && s.Names[i] != "" {
+		return s.Names[i]
+	}
+	return FormatDelay(s.Tiers[i])
+}
+
+// TierTopic names the retry topic of tier i: "<topic>.retry.<name>"
+// (TierName).
+func (s Schedule) TierTopic(topic string, i int) string {
+	return topic + ".retry." + s.TierName(i)
+}
+
+// TierTopic names the retry topic of a tier named by its delay's shortest
+// form: "<topic>.retry.<delay>" (FormatDelay). It is also the topic a tier
+// had before tiers kept the name the configuration wrote.
 func TierTopic(topic string, d time.Duration) string {
 	return topic + ".retry." + FormatDelay(d)
 }

@@ -170,6 +170,15 @@ func TestValidate(t *testing.T) {
 		{"max_due negative", with(func(s *retry.Schedule) { s.MaxDue = -time.Second }), "max_due: -1s: must not be negative"},
 		{"max_due 10 years", with(func(s *retry.Schedule) { s.MaxDue = retry.MaxMaxDue }), ""},
 		{"max_due above 10 years", with(func(s *retry.Schedule) { s.MaxDue = retry.MaxMaxDue + time.Second }), "max_due: 87600h0m1s: must be at most 87600h0m0s (10 years)"},
+		{"names as written", with(func(s *retry.Schedule) { s.Names = []string{"5s", "30s", "300s"} }), ""},
+		{"names in other forms of the delay", with(func(s *retry.Schedule) { s.Names = []string{"5000ms", "0.5m", "5m0s"} }), ""},
+		{"an empty name is the default", with(func(s *retry.Schedule) { s.Names = []string{"", "30s", ""} }), ""},
+		{"fewer names than tiers", with(func(s *retry.Schedule) { s.Names = []string{"5s"} }), "tiers: 1 names for 3 tiers"},
+		{"a name of another delay", with(func(s *retry.Schedule) { s.Names = []string{"5s", "31s", "5m"} }), `tiers[1]: name "31s": a tier's name must read as its delay, 30s`},
+		{"a name of an earlier tier", with(func(s *retry.Schedule) { s.Names = []string{"5s", "5s", "5m"} }), `tiers[1]: name "5s"`},
+		{"a name that is not a delay", with(func(s *retry.Schedule) { s.Names = []string{"fast", "30s", "5m"} }), `tiers[0]: name "fast"`},
+		{"a name a topic cannot carry", with(func(s *retry.Schedule) { s.Names = []string{"5s", "30s", "+5m"} }), `tiers[2]: name "+5m"`},
+		{"a name with a unit a topic cannot carry", with(func(s *retry.Schedule) { s.Tiers[0] = time.Second; s.Names = []string{"1000000µs", "30s", "5m"} }), `tiers[0]: name "1000000µs"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.s.Validate()
@@ -271,6 +280,49 @@ func TestTierTopic(t *testing.T) {
 	} {
 		if got := retry.TierTopic(tc.topic, tc.d); got != tc.want {
 			t.Errorf("TierTopic(%q, %v) = %q, want %q", tc.topic, tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestNameAsWritten(t *testing.T) {
+	for in, want := range map[string]string{
+		"64s": "64s", " 90s ": "90s", "1h30m": "1h30m", "1h0m5s": "1h0m5s", "2000ms": "2000ms", "5m": "5m",
+		"1.5m": "", "0.5h": "", "+5s": "", "1m 4s": "", "": "",
+	} {
+		if got := retry.NameAsWritten(in); got != want {
+			t.Errorf("NameAsWritten(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestScheduleTierNames(t *testing.T) {
+	s := retry.Schedule{Tiers: []time.Duration{5 * time.Second, 64 * time.Second, 90 * time.Minute}}
+	for i, want := range []string{"orders.retry.5s", "orders.retry.1m4s", "orders.retry.1h30m"} {
+		if got := s.TierTopic("orders", i); got != want {
+			t.Errorf("without names: TierTopic(orders, %d) = %q, want %q", i, got, want)
+		}
+		if got := retry.TierTopic("orders", s.Tiers[i]); got != want {
+			t.Errorf("retry.TierTopic(orders, %v) = %q, want %q", s.Tiers[i], got, want)
+		}
+	}
+	s.Names = []string{"", "64s", "5400s"}
+	for i, want := range []string{"5s", "64s", "5400s"} {
+		if got := s.TierName(i); got != want {
+			t.Errorf("TierName(%d) = %q, want %q", i, got, want)
+		}
+		if got := s.TierTopic("orders", i); got != "orders.retry."+want {
+			t.Errorf("TierTopic(orders, %d) = %q, want orders.retry.%s", i, got, want)
+		}
+	}
+	s.MaxAttempts = 3
+	if err := s.Validate(); err != nil {
+		t.Errorf("Validate with names: %v", err)
+	}
+	// A name is what redrive-tier carries: it must read back.
+	for i := range s.Tiers {
+		m, _, err := retry.Decode(retry.Encode(retry.Meta{ID: "r1", Attempt: 2, Tier: s.TierName(i), Due: now}, nil))
+		if err != nil || m.Tier != s.TierName(i) {
+			t.Errorf("tier %d: redrive-tier %q reads back as %q, %v", i, s.TierName(i), m.Tier, err)
 		}
 	}
 }

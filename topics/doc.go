@@ -2,7 +2,8 @@
 // settings that cannot lose a record.
 //
 // A pipeline has a main topic, one retry topic per tier
-// (`<topic>.retry.<delay>`, the delay in its shortest form), a dead-letter
+// (`<topic>.retry.<name>`, the delay as the configuration wrote it, see
+// [FormerTierNames] for tiers named before that), a dead-letter
 // topic (`<topic>.dlq` unless configured) and, optionally, a results topic
 // and a callbacks topic (`<topic>.callbacks` unless configured) for its
 // callback intake.

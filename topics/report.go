@@ -13,6 +13,9 @@ import (
 // Report is what Ensure or Check found, one TopicState per spec.
 type Report struct {
 	Topics []TopicState
+	// Notes are what the caller adds for the reader, not problems: a tier
+	// that keeps its former topic (FormerTier.Note).
+	Notes []string
 }
 
 // TopicState is one topic as the broker has it.
@@ -59,8 +62,8 @@ func (r Report) Problems() []string {
 }
 
 // WriteTable writes the report as an aligned table, one row per topic
-// with its state (ok, created, grown from N or PROBLEM), followed by every problem and
-// its fix. An empty report writes nothing.
+// with its state (ok, created, grown from N or PROBLEM), followed by the
+// notes and every problem and its fix. An empty report writes nothing.
 func (r Report) WriteTable(w io.Writer) {
 	if len(r.Topics) == 0 {
 		return
@@ -89,6 +92,12 @@ func (r Report) WriteTable(w io.Writer) {
 			t.Spec.Name, t.Spec.Role, t.Partitions, t.Replication, formatMs(t.RetentionMs), cleanup, state)
 	}
 	tw.Flush()
+	if len(r.Notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "note: %s\n", n)
+		}
+	}
 	if ps := r.Problems(); len(ps) > 0 {
 		fmt.Fprintf(w, "\n%d problem(s):\n", len(ps))
 		for _, p := range ps {

@@ -102,6 +102,10 @@ type PipelineSpec struct {
 	Topic string
 	// Tiers are the retry delays, in order (default retry.DefaultTiers).
 	Tiers []time.Duration
+	// TierNames name the tiers' topics, `<topic>.retry.<name>`, as
+	// retry.Schedule.Names does: empty, all of it or one name, is the
+	// delay's shortest form (retry.FormatDelay).
+	TierNames []string
 	// DLQ is the dead-letter topic (default DefaultDLQ(Topic)).
 	DLQ string
 	// DLQRetention is the DLQ's retention.ms (default DefaultDLQRetention).
@@ -160,7 +164,7 @@ type Spec struct {
 }
 
 // ForPipeline is every topic of a pipeline, in order: the main topic, one
-// per tier (`<topic>.retry.<delay>`), the DLQ (`<topic>.dlq` unless
+// per tier (`<topic>.retry.<name>`), the DLQ (`<topic>.dlq` unless
 // configured), the results topic when one is configured and the callbacks
 // topic when the pipeline has a callback intake.
 //
@@ -179,9 +183,9 @@ func ForPipeline(p PipelineSpec) []Spec {
 	if repl <= 0 {
 		repl = DefaultReplication
 	}
-	tiers := p.Tiers
-	if len(tiers) == 0 {
-		tiers = retry.DefaultTiers()
+	sched := retry.Schedule{Tiers: p.Tiers, Names: p.TierNames}
+	if len(sched.Tiers) == 0 {
+		sched = retry.Schedule{Tiers: retry.DefaultTiers()}
 	}
 	dlq := p.DLQ
 	if dlq == "" {
@@ -210,8 +214,8 @@ func ForPipeline(p PipelineSpec) []Spec {
 	}
 
 	specs := []Spec{spec(p.Topic, RoleMain, 0)}
-	for _, d := range tiers {
-		s := spec(retry.TierTopic(p.Topic, d), RoleRetry, TierRetention(d))
+	for i, d := range sched.Tiers {
+		s := spec(sched.TierTopic(p.Topic, i), RoleRetry, TierRetention(d))
 		s.Delay = d
 		specs = append(specs, s)
 	}

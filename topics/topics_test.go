@@ -67,6 +67,21 @@ func TestForPipeline(t *testing.T) {
 			},
 		},
 		{
+			name: "tiers named as written",
+			p: topics.PipelineSpec{Topic: "jobs",
+				Tiers:     []time.Duration{5 * time.Second, 64 * time.Second, 90 * time.Second, 90 * time.Minute},
+				TierNames: []string{"5s", "64s", "", "90m"}},
+			partitions: 6, replication: 1,
+			want: []want{
+				{"jobs", topics.RoleMain, 0, ""},
+				{"jobs.retry.5s", topics.RoleRetry, 5 * time.Second, ms(week)},
+				{"jobs.retry.64s", topics.RoleRetry, 64 * time.Second, ms(week)},
+				{"jobs.retry.1m30s", topics.RoleRetry, 90 * time.Second, ms(week)},
+				{"jobs.retry.90m", topics.RoleRetry, 90 * time.Minute, ms(week)},
+				{"jobs.dlq", topics.RoleDLQ, 0, ms(week)},
+			},
+		},
+		{
 			name:       "no tiers listed: the default tiers",
 			p:          topics.PipelineSpec{Topic: "hooks"},
 			partitions: 6, replication: 1,
@@ -579,6 +594,10 @@ solve.requests.dlq          dlq    -           -            -          -        
 	}
 	if rep.OK() {
 		t.Error("a report with problems is OK")
+	}
+	rep.Notes = []string{"tier 64s uses the existing topic solve.requests.retry.1m4s"}
+	if got, wantNote := table(rep), "solve.requests.dlq          dlq    -           -            -          -        PROBLEM\n\nnote: tier 64s uses the existing topic solve.requests.retry.1m4s\n\n2 problem(s):\n"; !strings.Contains(got, wantNote) {
+		t.Errorf("table with a note:\n%s\nwant it to contain:\n%s", got, wantNote)
 	}
 	if got := table(topics.Report{}); got != "" {
 		t.Errorf("empty report wrote %q", got)

@@ -14,7 +14,6 @@ import (
 	"github.com/redrive/redrive/internal/kafkaconn"
 	"github.com/redrive/redrive/internal/obs"
 	"github.com/redrive/redrive/processor"
-	"github.com/redrive/redrive/retry"
 )
 
 func newAnalyzeCmd(g *globals) *cobra.Command {
@@ -30,6 +29,9 @@ and /metrics, /healthz, /readyz on analyzer.http_addr.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.load()
 			if err != nil {
+				return err
+			}
+			if err := startTierNames(cmd.Context(), c); err != nil {
 				return err
 			}
 			if err := preflight(cmd.Context(), c, analyzeNeeds(c)); err != nil {
@@ -68,8 +70,9 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 	for _, p := range c.Pipelines {
 		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results,
 			ExactlyOnce: processor.Delivery(p.Delivery) == processor.ExactlyOnce}
+		s := p.Schedule()
 		for i, t := range p.TierTopics() {
-			ap.Tiers = append(ap.Tiers, analyzer.Tier{Name: retry.FormatDelay(p.TierDelays()[i]), Topic: t})
+			ap.Tiers = append(ap.Tiers, analyzer.Tier{Name: s.TierName(i), Topic: t})
 		}
 		ao.Pipelines = append(ao.Pipelines, ap)
 	}

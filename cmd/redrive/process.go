@@ -30,6 +30,9 @@ in-flight work within shutdown_grace, commit, exit 0.`,
 			if err != nil {
 				return err
 			}
+			if err := startTierNames(cmd.Context(), c); err != nil {
+				return err
+			}
 			if err := preflight(cmd.Context(), c, processNeeds(c)); err != nil {
 				return err
 			}

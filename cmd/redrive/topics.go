@@ -75,6 +75,13 @@ func topicsGrowRun(ctx context.Context, c *config.Config, ensure, grow bool) (to
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	var all topics.Report
+	found, err := keepFormerTierNames(ctx, c, cl)
+	if err != nil {
+		return all, err
+	}
+	for _, f := range found {
+		all.Notes = append(all.Notes, tierNote(c, f))
+	}
 	var errs []error
 	for _, p := range c.Pipelines {
 		specs := topics.ForPipeline(p.TopicSpec())

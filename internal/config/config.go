@@ -177,9 +177,9 @@ type Processor struct {
 
 // Retry is the tier schedule.
 type Retry struct {
-	Tiers       []Duration `yaml:"tiers"`        // strictly increasing, default [5s, 30s, 5m]
-	MaxAttempts int        `yaml:"max_attempts"` // default 4
-	Jitter      float64    `yaml:"jitter"`       // default 0.1
+	Tiers       []Tier  `yaml:"tiers"`        // strictly increasing, default [5s, 30s, 5m]
+	MaxAttempts int     `yaml:"max_attempts"` // default 4
+	Jitter      float64 `yaml:"jitter"`       // default 0.1
 	// MaxDue bounds how far ahead a tier record's redrive-due may lie
 	// (retry.Schedule.MaxDue); 0: the processor's default, the largest
 	// tier with its jitter plus ttl, not_ready_deadline or 24h.

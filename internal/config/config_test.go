@@ -18,6 +18,7 @@ import (
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/httphandler"
 	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
 // designExample is the configuration in the design contract, verbatim.
@@ -77,6 +78,19 @@ func dur(s string) Duration {
 	return Duration(d)
 }
 
+// tiers are the tiers the file writes as ss.
+func tiers(ss ...string) []Tier {
+	out := make([]Tier, len(ss))
+	for i, s := range ss {
+		t, err := ParseTier(s)
+		if err != nil {
+			panic(err)
+		}
+		out[i] = t
+	}
+	return out
+}
+
 func mustParse(t *testing.T, doc string, getenv func(string) string) *Config {
 	t.Helper()
 	c, err := Parse([]byte(doc), getenv)
@@ -124,7 +138,7 @@ func TestParseDesignExample(t *testing.T) {
 			Results:     "solve.results",
 			Partitions:  6,
 			Replication: 1,
-			Retry:       Retry{Tiers: []Duration{dur("5s"), dur("30s"), dur("5m")}, MaxAttempts: 4, Jitter: 0.1, JitterSet: true},
+			Retry:       Retry{Tiers: tiers("5s", "30s", "5m"), MaxAttempts: 4, Jitter: 0.1, JitterSet: true},
 			DLQ: DLQ{
 				Topic:         "solve.requests.dlq",
 				Retention:     dur("168h"),
@@ -176,7 +190,7 @@ func TestParseDesignExample(t *testing.T) {
 	if got := p.AnalyzerGroupID(); got != "redrive.solve.analyzer" {
 		t.Errorf("AnalyzerGroupID = %q", got)
 	}
-	wantS := retry.Schedule{Tiers: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, MaxAttempts: 4, Jitter: 0.1}
+	wantS := retry.Schedule{Tiers: []time.Duration{5 * time.Second, 30 * time.Second, 5 * time.Minute}, Names: []string{"5s", "30s", "5m"}, MaxAttempts: 4, Jitter: 0.1}
 	if got := p.Schedule(); !reflect.DeepEqual(got, wantS) {
 		t.Errorf("Schedule = %+v, want %+v", got, wantS)
 	}
@@ -210,7 +224,7 @@ func TestDefaults(t *testing.T) {
 			Topic:            "t",
 			Partitions:       6,
 			Replication:      1,
-			Retry:            Retry{Tiers: []Duration{dur("5s"), dur("30s"), dur("5m")}, MaxAttempts: 4, Jitter: 0.1, JitterSet: true},
+			Retry:            Retry{Tiers: tiers("5s", "30s", "5m"), MaxAttempts: 4, Jitter: 0.1, JitterSet: true},
 			DLQ:              DLQ{Topic: "t.dlq", Retention: dur("168h")},
 			NotReadyDeadline: dur("10m"),
 			Concurrency:      64,
@@ -646,7 +660,7 @@ func TestValidationErrors(t *testing.T) {
 	}
 
 	// A Config built in Go, never parsed: paths, no lines.
-	c := Config{Brokers: []string{"h:1"}, Pipelines: []Pipeline{{Topic: "t", Retry: Retry{Tiers: []Duration{dur("-1s")}}, TTL: dur("-1s")}}}
+	c := Config{Brokers: []string{"h:1"}, Pipelines: []Pipeline{{Topic: "t", Retry: Retry{Tiers: []Tier{{Delay: dur("-1s")}}}, TTL: dur("-1s")}}}
 	c.SetDefaults()
 	err := c.Validate()
 	if err == nil || !strings.Contains(err.Error(), "pipelines[0].retry.tiers[0]: -1s") || !strings.Contains(err.Error(), "pipelines[0].ttl: -1s") || strings.Contains(err.Error(), "line ") {
@@ -994,20 +1008,30 @@ func TestDuration(t *testing.T) {
 }
 
 func TestPipelineHelpers(t *testing.T) {
-	p := Pipeline{Topic: "jobs", Retry: Retry{Tiers: []Duration{dur("1s"), dur("90s"), dur("1h30m"), dur("3605s")}, MaxAttempts: 6, Jitter: 0.2}}
-	if got, want := p.TierTopics(), []string{"jobs.retry.1s", "jobs.retry.1m30s", "jobs.retry.1h30m", "jobs.retry.1h5s"}; !slices.Equal(got, want) {
+	p := Pipeline{Topic: "jobs", Retry: Retry{Tiers: tiers("1s", "90s", "1h30m", "3605s", "2.5h"), MaxAttempts: 6, Jitter: 0.2}}
+	// Named as written, but for 2.5h: a '.' is not kept.
+	if got, want := p.TierTopics(), []string{"jobs.retry.1s", "jobs.retry.90s", "jobs.retry.1h30m", "jobs.retry.3605s", "jobs.retry.2h30m"}; !slices.Equal(got, want) {
 		t.Errorf("TierTopics = %q, want %q", got, want)
 	}
-	for i, d := range p.TierDelays() {
-		if retry.TierTopic("jobs", d) != p.TierTopics()[i] {
-			t.Errorf("tier %d: TierTopics disagrees with retry.TierTopic", i)
+	if got, want := p.TierNames(), []string{"1s", "90s", "1h30m", "3605s", ""}; !slices.Equal(got, want) {
+		t.Errorf("TierNames = %q, want %q", got, want)
+	}
+	spec := topics.ForPipeline(p.TopicSpec())
+	for i := range p.Retry.Tiers {
+		if p.Schedule().TierTopic("jobs", i) != p.TierTopics()[i] || spec[1+i].Name != p.TierTopics()[i] {
+			t.Errorf("tier %d: TierTopics disagrees with Schedule.TierTopic or topics.ForPipeline", i)
 		}
+	}
+	// Built in Go with delays only: the shortest forms, as before.
+	g := Pipeline{Topic: "jobs", Retry: Retry{Tiers: []Tier{{Delay: dur("90s")}, {Delay: dur("3605s")}}}}
+	if got, want := g.TierTopics(), []string{"jobs.retry.1m30s", "jobs.retry.1h5s"}; !slices.Equal(got, want) {
+		t.Errorf("TierTopics of a Go-built pipeline = %q, want %q", got, want)
 	}
 	if p.DLQTopic() != "jobs.dlq" || p.GroupID() != "redrive.jobs" || p.AnalyzerGroupID() != "redrive.jobs.analyzer" {
 		t.Errorf("before SetDefaults: %q %q %q", p.DLQTopic(), p.GroupID(), p.AnalyzerGroupID())
 	}
 	s := p.Schedule()
-	if s.MaxAttempts != 6 || s.Jitter != 0.2 || len(s.Tiers) != 4 || s.Tiers[2] != 90*time.Minute {
+	if s.MaxAttempts != 6 || s.Jitter != 0.2 || len(s.Tiers) != 5 || s.Tiers[2] != 90*time.Minute || s.TierName(1) != "90s" {
 		t.Errorf("Schedule = %+v", s)
 	}
 	empty := Pipeline{}
@@ -1170,10 +1194,10 @@ func schemaKeys(t reflect.Type, prefix string) []string {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct {
+	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct && t.Elem() != tierType {
 		return schemaKeys(t.Elem(), prefix+"[]")
 	}
-	if t.Kind() != reflect.Struct || t == durationType {
+	if t.Kind() != reflect.Struct || t == durationType || t == tierType {
 		return nil
 	}
 	var keys []string
@@ -1197,6 +1221,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(designExample)
 	f.Add(pipe())
 	f.Add(pipe("retry: {tiers: [1s, 1h30m], jitter: 0, max_attempts: ${N}}", "ttl: ${D}"))
+	f.Add(pipe("retry: {tiers: [2000ms, 64s, ' 1.5m ', 5400s, 7200000ms]}"))
 	f.Add("brokers: ${B}\npipelines: [&p {topic: t}, {<<: *p, topic: u}]\n")
 	f.Add(pipe("handler: {http: {url: 'http://h/', json: {ok_field: a, ok_value: ${N}}}}") + "analyzer: {rules: [{a: ${D}}]}\n")
 	f.Add(pipe("name: $${x}", "max_inflight_bytes: 1MiB"))
@@ -1241,6 +1266,16 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("duration %d: yaml %q reads back as %d, %v", int64(d), out, int64(u), err)
 			}
 		}
+		// A tier's name is what its topic and redrive-tier carry: it
+		// must read as its delay (Validate holds the schedule to that).
+		for _, p := range c.Pipelines {
+			s := p.Schedule()
+			for i, d := range s.Tiers {
+				if back, err := retry.ParseDelay(s.TierName(i)); err != nil || back != d {
+					t.Fatalf("tier %d of %s: name %q reads as %v, %v; want %v", i, p.Name, s.TierName(i), back, err, d)
+				}
+			}
+		}
 		if _, err := yaml.Marshal(c.Redacted()); err != nil {
 			t.Fatalf("yaml.Marshal: %v", err)
 		}
@@ -1264,7 +1299,9 @@ func durations(c *Config) []Duration {
 	ds := []Duration{c.SessionTimeout, c.ShutdownGrace}
 	for _, p := range c.Pipelines {
 		ds = append(ds, p.TTL, p.NotReadyDeadline, p.DLQ.Retention)
-		ds = append(ds, p.Retry.Tiers...)
+		for _, t := range p.Retry.Tiers {
+			ds = append(ds, t.Delay)
+		}
 		if p.Handler.HTTP != nil {
 			ds = append(ds, p.Handler.HTTP.Timeout)
 		}

@@ -40,7 +40,10 @@ const maxSteps = 1 << 20
 // maxMergeDepth bounds << merges of merges (and catches a merge cycle).
 const maxMergeDepth = 8
 
-var durationType = reflect.TypeFor[Duration]()
+var (
+	durationType = reflect.TypeFor[Duration]()
+	tierType     = reflect.TypeFor[Tier]()
+)
 
 // decodeFile fills c from data. It reports decoding problems only; it does
 // not apply overrides or defaults and does not validate.
@@ -204,6 +207,19 @@ func (d *decoder) value(n *yaml.Node, path string, v reflect.Value, opts string)
 			return
 		}
 		v.SetInt(int64(dur))
+		return
+	}
+	if t == tierType {
+		s, ok := d.want(n, path, "a delay such as 30s")
+		if !ok {
+			return
+		}
+		tier, err := ParseTier(s)
+		if err != nil {
+			d.fail(n, path, ErrType, "%v", err)
+			return
+		}
+		v.Set(reflect.ValueOf(tier))
 		return
 	}
 	switch t.Kind() {

@@ -23,15 +23,8 @@ const (
 )
 
 // DefaultTiers are the retry tiers of a pipeline whose retry.tiers is
-// absent: retry.DefaultTiers (5s, 30s, 5m).
-func DefaultTiers() []Duration {
-	ds := retry.DefaultTiers()
-	out := make([]Duration, len(ds))
-	for i, d := range ds {
-		out[i] = Duration(d)
-	}
-	return out
-}
+// absent: retry.DefaultTiers, named 5s, 30s, 5m.
+func DefaultTiers() []Tier { return tiersOf(retry.DefaultTiers()) }
 
 // SetDefaults fills in every value left empty or zero: the file's own
 // (http_addr, analyzer.http_addr), session_timeout and shutdown_grace

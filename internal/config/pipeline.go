@@ -19,16 +19,28 @@ func (p Pipeline) TierDelays() []time.Duration {
 	return ds
 }
 
-// Schedule is the pipeline's retry plan.
-func (p Pipeline) Schedule() retry.Schedule {
-	return retry.Schedule{Tiers: p.TierDelays(), MaxAttempts: p.Retry.MaxAttempts, Jitter: p.Retry.Jitter, MaxDue: p.Retry.MaxDue.D()}
+// TierNames are the retry tiers' names, in order (Tier.Name; "" for the
+// delay's shortest form).
+func (p Pipeline) TierNames() []string {
+	ns := make([]string, len(p.Retry.Tiers))
+	for i, t := range p.Retry.Tiers {
+		ns[i] = t.Name
+	}
+	return ns
 }
 
-// TierTopics name the retry topics, in tier order: "<topic>.retry.<delay>".
+// Schedule is the pipeline's retry plan, its tiers named.
+func (p Pipeline) Schedule() retry.Schedule {
+	return retry.Schedule{Tiers: p.TierDelays(), Names: p.TierNames(), MaxAttempts: p.Retry.MaxAttempts, Jitter: p.Retry.Jitter, MaxDue: p.Retry.MaxDue.D()}
+}
+
+// TierTopics name the retry topics, in tier order: "<topic>.retry.<name>"
+// (retry.Schedule.TierTopic).
 func (p Pipeline) TierTopics() []string {
-	ts := make([]string, len(p.Retry.Tiers))
-	for i, t := range p.Retry.Tiers {
-		ts[i] = retry.TierTopic(p.Topic, t.D())
+	s := p.Schedule()
+	ts := make([]string, len(s.Tiers))
+	for i := range s.Tiers {
+		ts[i] = s.TierTopic(p.Topic, i)
 	}
 	return ts
 }
@@ -169,6 +181,7 @@ func (p Pipeline) TopicSpec() topics.PipelineSpec {
 	return topics.PipelineSpec{
 		Topic:        p.Topic,
 		Tiers:        p.TierDelays(),
+		TierNames:    p.TierNames(),
 		DLQ:          p.DLQ.Topic,
 		DLQRetention: p.DLQ.Retention.D(),
 		Results:      p.Results,
