@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,8 +89,28 @@ func TestUsageAndConfigErrorsExit2(t *testing.T) {
 	}
 }
 
-// solver is a scripted HTTP solver: the value says what to answer.
-type solver = clitest.Solver
+// solver is a scripted HTTP solver: the value says what to answer
+// (clitest.Answer). Tests make it with &solver{calls: map[string]int{}}.
+type solver struct {
+	mu    sync.Mutex
+	calls map[string]int // by Idempotency-Key
+}
+
+func (s *solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	id := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	s.calls[id]++
+	n := s.calls[id]
+	s.mu.Unlock()
+	clitest.Answer(w, string(body), n)
+}
+
+func (s *solver) count(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[id]
+}
 
 // hdr is r's header k, "" without one.
 func hdr(r *kgo.Record, k string) string { return clitest.Header(r, k) }
@@ -97,7 +118,7 @@ func hdr(r *kgo.Record, k string) string { return clitest.Header(r, k) }
 func TestProcessCommandHandlesAndStopsCleanly(t *testing.T) {
 	c := kafkatest.New(t)
 	topic := kafkatest.Topic(t, "proc")
-	s := &solver{}
+	s := &solver{calls: map[string]int{}}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	cfg := writeConfig(t, c.Brokers, topic, srv.URL+"/solve", "")

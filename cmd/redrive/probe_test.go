@@ -35,7 +35,7 @@ func waitProbe(url string, want int, timeout time.Duration) (int, string) {
 func TestProbesOfProcess(t *testing.T) {
 	c := kafkatest.New(t)
 	topic := kafkatest.Topic(t, "probe")
-	s := &solver{}
+	s := &solver{calls: map[string]int{}}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	addr := freeAddr(t)

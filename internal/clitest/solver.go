@@ -13,9 +13,7 @@ import (
 	"github.com/redrive/redrive/internal/kafkatest"
 )
 
-// Solver is a scripted HTTP solver: the request body says what to answer
-// ("slow…" after 20 ms, "flaky" a 503 the first time, "wrong-key" a
-// permanent 400, anything else at once). It counts calls per
+// Solver is a scripted HTTP solver (Answer) that counts calls per
 // Idempotency-Key. The zero Solver is ready.
 type Solver struct {
 	mu    sync.Mutex
@@ -32,11 +30,18 @@ func (s *Solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.calls[id]++
 	n := s.calls[id]
 	s.mu.Unlock()
-	switch v := string(body); {
+	Answer(w, string(body), n)
+}
+
+// Answer is the scripted solver's answer to the call-th call of a request
+// whose body is v: "slow…" solved after 20 ms, "flaky" a 503 the first
+// time, "wrong-key" a permanent 400, anything else solved at once.
+func Answer(w http.ResponseWriter, v string, call int) {
+	switch {
 	case strings.HasPrefix(v, "slow"):
 		time.Sleep(20 * time.Millisecond)
 		fmt.Fprintf(w, "solved %s", v)
-	case v == "flaky" && n == 1:
+	case v == "flaky" && call == 1:
 		w.Header().Set("Redrive-Error-Code", "ERROR_NO_SLOT_AVAILABLE")
 		w.WriteHeader(503)
 	case v == "wrong-key":
