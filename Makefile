@@ -43,6 +43,13 @@ image-check:
 deploy-check:
 	$(GO) test -count=1 ./deploy/...
 
+# Both test targets pipe `go test -json` into scripts/testsummary: the
+# usual ok/FAIL lines and failed tests' output as they come, then the tests
+# that skipped and why (a missing tool skips outside CI), the totals, the
+# slowest packages and the wall time. Either side failing fails the target.
+TEST_TIMEOUT ?= 14m
+SUMMARY := $(GO) run ./scripts/testsummary
+
 # Starts the broker (or uses the one `make kafka-up` left running), runs the
 # whole suite with the race detector against it, and stops the broker it
 # started whatever the tests did.
@@ -52,14 +59,17 @@ test:
 	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
 	eval "$$line"; \
 	echo "testing against the real broker at $$KAFKA_BROKERS"; \
-	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) test -race -count=1 -timeout 14m $(PKGS); \
+	start=$$(date +%s); \
+	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS $(GO) test -json -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS) 2>&1 | \
+	  $(SUMMARY) -start $$start -timeout $(TEST_TIMEOUT); \
 	rc=$$?; \
 	if [ $$started = 1 ]; then bash scripts/kafka.sh down; fi; \
 	exit $$rc
 
 # The suite on the embedded kfake broker: fast, no Java.
 test-fast:
-	$(GO) test -count=1 $(PKGS)
+	@set -o pipefail; start=$$(date +%s); \
+	$(GO) test -json -count=1 -timeout 10m $(PKGS) 2>&1 | $(SUMMARY) -start $$start -timeout 10m
 
 dev:
 	$(GO) run ./cmd/redrive dev

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 )
@@ -48,19 +49,7 @@ pipelines:
 // starting) and returns the first answer's status and body.
 func callUntilOK(t *testing.T, u string) (int, string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(u)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return resp.StatusCode, string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", u, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return clitest.CallUntilOK(t, u)
 }
 
 // `redrive callbacks -c FILE` serves the intake alone: a callback is

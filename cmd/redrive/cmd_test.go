@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/analyzer"
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/fakeapi"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/obs"
@@ -28,30 +28,11 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// writeConfig writes a one-pipeline config for the test's broker.
+// writeConfig writes a one-pipeline config for the test's broker
+// (clitest.WriteConfig).
 func writeConfig(t *testing.T, brokers []string, topic, solverURL, extra string) string {
 	t.Helper()
-	handler := ""
-	if solverURL != "" {
-		handler = fmt.Sprintf("    handler:\n      http: {url: %q, timeout: 5s}\n", solverURL)
-	}
-	y := fmt.Sprintf(`brokers: [%q]
-http_addr: "127.0.0.1:0"
-session_timeout: 6s
-shutdown_grace: 10s
-instance: test
-pipelines:
-  - name: %s
-    topic: %s
-    results: %s.results
-    partitions: 3
-    retry: {tiers: [1s, 2s], max_attempts: 3, jitter: 0}
-%s%s`, brokers[0], topic, topic, topic, handler, extra)
-	p := filepath.Join(t.TempDir(), "redrive.yaml")
-	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return clitest.WriteConfig(t, brokers, topic, solverURL, extra)
 }
 
 func runOut(ctx context.Context, args ...string) (int, string) {
@@ -108,7 +89,8 @@ func TestUsageAndConfigErrorsExit2(t *testing.T) {
 	}
 }
 
-// solver is a scripted HTTP solver: the value says what to answer.
+// solver is a scripted HTTP solver: the value says what to answer
+// (clitest.Answer). Tests make it with &solver{calls: map[string]int{}}.
 type solver struct {
 	mu    sync.Mutex
 	calls map[string]int // by Idempotency-Key
@@ -121,19 +103,7 @@ func (s *solver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.calls[id]++
 	n := s.calls[id]
 	s.mu.Unlock()
-	switch v := string(body); {
-	case strings.HasPrefix(v, "slow"):
-		time.Sleep(20 * time.Millisecond)
-		fmt.Fprintf(w, "solved %s", v)
-	case v == "flaky" && n == 1:
-		w.Header().Set("Redrive-Error-Code", "ERROR_NO_SLOT_AVAILABLE")
-		w.WriteHeader(503)
-	case v == "wrong-key":
-		w.Header().Set("Redrive-Error-Code", "ERROR_WRONG_USER_KEY")
-		w.WriteHeader(400)
-	default:
-		fmt.Fprintf(w, "solved %s", v)
-	}
+	clitest.Answer(w, string(body), n)
 }
 
 func (s *solver) count(id string) int {
@@ -143,10 +113,7 @@ func (s *solver) count(id string) int {
 }
 
 // hdr is r's header k, "" without one.
-func hdr(r *kgo.Record, k string) string {
-	v, _ := kafkatest.Header(r, k)
-	return v
-}
+func hdr(r *kgo.Record, k string) string { return clitest.Header(r, k) }
 
 func TestProcessCommandHandlesAndStopsCleanly(t *testing.T) {
 	c := kafkatest.New(t)
@@ -460,12 +427,7 @@ func TestPickPort(t *testing.T) {
 
 // statusOf is the processor's status of pipeline name, nil if absent.
 func statusOf(s processor.Status, name string) *processor.PipelineStatus {
-	for i := range s.Pipelines {
-		if s.Pipelines[i].Name == name {
-			return &s.Pipelines[i]
-		}
-	}
-	return nil
+	return clitest.StatusOf(s, name)
 }
 
 // flowOf is the analyzer's flow of pipeline name, nil if absent.
@@ -478,32 +440,10 @@ func flowOf(r analyzer.FlowResponse, name string) *analyzer.Flow {
 	return nil
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuf = clitest.SyncBuf
 
 // getJSON GETs url into v; false on any failure.
-func getJSON(url string, v any) bool {
-	resp, err := http.Get(url)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(v) == nil
-}
+func getJSON(url string, v any) bool { return clitest.GetJSON(url, v) }
 
 // devBanner runs redrive dev with args until it has printed its banner,
 // stops it and returns all it printed.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -14,40 +12,22 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 )
 
+// freeAddr is a 127.0.0.1 address with a port free a moment ago.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return clitest.FreeAddr(t)
 }
 
 // probe returns the status code and body of GET url (0 when unreachable).
-func probe(url string) (int, string) {
-	r, err := http.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer r.Body.Close()
-	b, _ := io.ReadAll(r.Body)
-	return r.StatusCode, string(b)
-}
+func probe(url string) (int, string) { return clitest.Probe(url) }
 
 // waitProbe polls url until its status is want or timeout; it returns the last answer.
 func waitProbe(url string, want int, timeout time.Duration) (int, string) {
-	deadline := time.Now().Add(timeout)
-	for {
-		code, body := probe(url)
-		if code == want || time.Now().After(deadline) {
-			return code, body
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return clitest.WaitProbe(url, want, timeout)
 }
 
 // TestProbesOfProcess: /readyz fails until the group is joined and while

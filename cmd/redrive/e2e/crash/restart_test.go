@@ -1,4 +1,4 @@
-package main
+package crash
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 )
 
@@ -27,7 +28,7 @@ func ownBroker(t *testing.T) (addr string, restart, kill func()) {
 			kafkatest.Missing(t, tool+" not found: the broker-restart test needs Java 17 and Maven (apt-get install openjdk-17-jre-headless maven)")
 		}
 	}
-	script, _ := filepath.Abs("../../scripts/kafka.sh")
+	script := clitest.RepoPath("scripts/kafka.sh")
 	dir := filepath.Join(t.TempDir(), "kafka")
 	run := func(cmd string) string {
 		c := exec.Command("bash", script, cmd)
@@ -66,50 +67,50 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	}
 	addr, restart, kill := ownBroker(t)
 	c := &kafkatest.Cluster{Brokers: []string{addr}, Kind: kafkatest.KindReal}
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := "restart"
-	s := &solver{calls: map[string]int{}}
+	s := &clitest.Solver{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(30 * time.Millisecond)
 		s.ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	cfg := writeConfig(t, c.Brokers, topic, srv.URL+"/solve", "    concurrency: 16\n")
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	cfg := clitest.WriteConfig(t, c.Brokers, topic, srv.URL+"/solve", "    concurrency: 16\n")
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure: %s", out)
 	}
 	const n = 1500
 	want := produceMix(t, c, topic, n)
-	p := startProc(t, bin, cfg)
+	p := clitest.StartProcess(t, bin, cfg)
 	waitHandled := func(k int) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
-		for distinct(s) < k {
+		for s.Distinct() < k {
 			if time.Now().After(deadline) {
-				t.Fatalf("handled %d of %d in 60s:\n%s", distinct(s), n, p.log.String())
+				t.Fatalf("handled %d of %d in 60s:\n%s", s.Distinct(), n, p.Log.String())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	waitHandled(n / 4)
-	restartedAt := distinct(s)
+	restartedAt := s.Distinct()
 	restart()
 	waitHandled(restartedAt + n/4)
-	killedAt := distinct(s)
-	logBefore := len(p.log.String())
+	killedAt := s.Distinct()
+	logBefore := len(p.Log.String())
 	kill()
 	killed := time.Now()
 	time.Sleep(3 * time.Second) // down: fetches, writes and commits fail meanwhile
-	handledDown := distinct(s) - killedAt
+	handledDown := s.Distinct() - killedAt
 	restart()
 	down := time.Since(killed)
 	missing, _, dups := terminal(t, c, topic, want)
 	if missing > 0 {
-		t.Fatalf("%d of %d requests reached no terminal topic after a broker restart at %d and a SIGKILL at %d handled:\n%s", missing, n, restartedAt, killedAt, p.log.String())
+		t.Fatalf("%d of %d requests reached no terminal topic after a broker restart at %d and a SIGKILL at %d handled:\n%s", missing, n, restartedAt, killedAt, p.Log.String())
 	}
 	// What an operator sees while the broker is gone.
 	msgs := map[string]int{}
-	for l := range strings.SplitSeq(p.log.String()[logBefore:], "\n") {
+	for l := range strings.SplitSeq(p.Log.String()[logBefore:], "\n") {
 		if strings.Contains(l, "level=ERROR") || strings.Contains(l, "level=WARN") {
 			if _, m, ok := strings.Cut(l, "msg="); ok {
 				if q, err := strconv.QuotedPrefix(m); err == nil {
@@ -118,29 +119,15 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 			}
 		}
 	}
-	after := p.log.String()[logBefore:]
-	unreachable, back := lineWith(after, `msg="cannot reach the broker`, "broker="+addr), lineWith(after, `msg="broker reachable again"`, "broker="+addr)
+	after := p.Log.String()[logBefore:]
+	unreachable, back := clitest.LineWith(after, `msg="cannot reach the broker`, "broker="+addr), clitest.LineWith(after, `msg="broker reachable again"`, "broker="+addr)
 	if unreachable == "" || back == "" {
 		t.Fatalf("the SIGKILLed broker, down for %v, is not logged as unreachable and then reachable again:\n%s", down, after)
 	}
 	t.Logf("broker restarted after %d and SIGKILLed after %d of %d handled (down %v, %d handled meanwhile); all reached their terminal topic; %d duplicates; WARN/ERROR lines meanwhile %v; log: %s ... %s",
 		restartedAt, killedAt, n, down.Round(100*time.Millisecond), handledDown, dups, msgs, unreachable, back)
-	p.sigterm(t, 30*time.Second)
+	p.Sigterm(t, 30*time.Second)
 	if lag := c.Lag(t, "redrive."+topic, topic); lag != 0 {
 		t.Errorf("lag on %s after SIGTERM is %d, want 0", topic, lag)
 	}
-}
-
-// lineWith is the first line of log containing every one of parts, "" if none.
-func lineWith(log string, parts ...string) string {
-	for l := range strings.SplitSeq(log, "\n") {
-		ok := true
-		for _, s := range parts {
-			ok = ok && strings.Contains(l, s)
-		}
-		if ok {
-			return l
-		}
-	}
-	return ""
 }

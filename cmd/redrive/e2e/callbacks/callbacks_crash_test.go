@@ -1,4 +1,4 @@
-package main
+package callbacks
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/fakeapi"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
@@ -95,7 +96,7 @@ func TestCallbacksSurviveSIGKILL(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "cbcrash")
 
 	// Solved 2–5 s after the submit (not 1–3 s as elsewhere): a batch is
@@ -111,9 +112,9 @@ func TestCallbacksSurviveSIGKILL(t *testing.T) {
 	// when the service tries again, is read long before it. A task is
 	// polled only when its service gave up its pingback.
 	const wait = 30 * time.Second
-	httpAddr, cbAddr := freeAddr(t), freeAddr(t)
+	httpAddr, cbAddr := clitest.FreeAddr(t), clitest.FreeAddr(t)
 	cfg := captchaCrashConfig(t, c.Brokers, topic, fakeSrv.URL, httpAddr, cbAddr, wait)
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("topics ensure: exit %d:\n%s", code, out)
 	}
 
@@ -136,14 +137,14 @@ func TestCallbacksSurviveSIGKILL(t *testing.T) {
 	}
 	status := func() *processor.PipelineStatus {
 		var st processor.Status
-		if !getJSON("http://"+httpAddr+"/api/pipelines", &st) {
+		if !clitest.GetJSON("http://"+httpAddr+"/api/pipelines", &st) {
 			return nil
 		}
-		return statusOf(st, topic)
+		return clitest.StatusOf(st, topic)
 	}
 
 	var waitingAtKill []int
-	p := startProc(t, bin, cfg)
+	p := clitest.StartProcess(t, bin, cfg)
 	for k := range kills {
 		produce(k)
 		// Kill once this batch's pingbacks are coming in (some callbacks
@@ -163,20 +164,20 @@ func TestCallbacksSurviveSIGKILL(t *testing.T) {
 			return waiting >= batch/4 && called >= batch/5
 		}) {
 			t.Fatalf("run %d: never %d records waiting while %d of the batch were called back, within 90s (last %d, %d); fake %+v:\n%s",
-				k+1, batch/4, batch/5, waiting, called, fake.Stats(), p.log.String())
+				k+1, batch/4, batch/5, waiting, called, fake.Stats(), p.Log.String())
 		}
 		retried := fake.Stats().PingbackRetries
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		_, _ = p.cmd.Process.Wait()
+		_, _ = p.Cmd.Process.Wait()
 		waitingAtKill = append(waitingAtKill, waiting)
 		// Down until a pingback was refused (the intake died with the
 		// processor): the service tries it again later.
 		if !kafkatest.Eventually(30*time.Second, func() bool { return fake.Stats().PingbackRetries > retried }) {
 			t.Fatalf("run %d: no pingback refused within 30s of the kill; fake %+v", k+1, fake.Stats())
 		}
-		p = startProc(t, bin, cfg)
+		p = clitest.StartProcess(t, bin, cfg)
 	}
 
 	last := p
@@ -196,7 +197,7 @@ func TestCallbacksSurviveSIGKILL(t *testing.T) {
 		lag = c.LagProblem(t, "redrive."+topic, topics, 3)
 		return lag == ""
 	}) {
-		t.Fatalf("the last process never finished everything: %s; fake %+v:\n%s", lag, fake.Stats(), last.log.String())
+		t.Fatalf("the last process never finished everything: %s; fake %+v:\n%s", lag, fake.Stats(), last.Log.String())
 	}
 	results := collectKeys(t, c, topic+".results", want, 60*time.Second)
 	missing, wrong, dups := 0, 0, 0
@@ -216,10 +217,10 @@ func TestCallbacksSurviveSIGKILL(t *testing.T) {
 	}
 	if missing > 0 {
 		t.Fatalf("after SIGKILLs with %v records waiting: %d of %d tasks never reached results (lost); fake %+v:\n%s",
-			waitingAtKill, missing, len(want), fake.Stats(), last.log.String())
+			waitingAtKill, missing, len(want), fake.Stats(), last.Log.String())
 	}
 	if dl := c.Collect(t, topic+".dlq", 1, 2*time.Second); len(dl) > 0 {
-		t.Errorf("%d dead letters, e.g. %s: %s", len(dl), dl[0].Key, hdr(dl[0], "redrive-error"))
+		t.Errorf("%d dead letters, e.g. %s: %s", len(dl), dl[0].Key, clitest.Header(dl[0], "redrive-error"))
 	}
 	resubmitted := 0
 	for _, tk := range fake.Tasks() {
@@ -246,7 +247,7 @@ func TestCallbacksSurviveSIGKILL(t *testing.T) {
 	if cb.ViaCallback == 0 {
 		t.Errorf("the restarted process finished no job by its callback: %+v", cb)
 	}
-	last.sigterm(t, 25*time.Second)
+	last.Sigterm(t, 25*time.Second)
 }
 
 // collectKeys reads topic from its start until every key of want is there

@@ -1,4 +1,4 @@
-package main
+package crash
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/retry"
 )
@@ -31,7 +32,7 @@ func TestAnalyzerKilledRepublishesOnce(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	for _, eos := range []bool{true, false} {
 		name := "at-least-once"
 		if eos {
@@ -72,7 +73,7 @@ pipelines:
 	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure: %s", out)
 	}
 	c.CreateTopic(t, target, 3, nil)
@@ -125,9 +126,9 @@ pipelines:
 			from = 200 // the first run republishes 200 before its kill
 		}
 		if !written.waitPast(from, 60*time.Second) {
-			t.Fatalf("run %d wrote nothing past %d republished records in 60s:\n%s", k+1, from, p.log.String())
+			t.Fatalf("run %d wrote nothing past %d republished records in 60s:\n%s", k+1, from, p.Log.String())
 		}
-		p.kill(t)
+		p.Kill(t)
 		killedAt = append(killedAt, written.total())
 	}
 	last := startAnalyze(t, bin, cfg)
@@ -140,7 +141,7 @@ pipelines:
 		t.Errorf("after the kills not every rule-matched dead letter was republished (read_committed) within 60s")
 	}
 	wg.Wait()
-	last.sigterm(t, 25*time.Second)
+	last.Sigterm(t, 25*time.Second)
 	// Every transaction has ended now; a second without a new record
 	// for late duplicates.
 	committed.settle(time.Second, 15*time.Second)
@@ -174,9 +175,9 @@ pipelines:
 	}
 }
 
-func startAnalyze(t *testing.T, bin, cfg string) *proc {
+func startAnalyze(t *testing.T, bin, cfg string) *clitest.Proc {
 	t.Helper()
-	return startCmd(t, bin, nil, "analyze", "-c", cfg)
+	return clitest.Start(t, bin, nil, "analyze", "-c", cfg)
 }
 
 // targetCounter reads a topic from its start in the background and counts

@@ -1,4 +1,4 @@
-package main
+package crash
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 )
 
@@ -89,13 +90,13 @@ func TestRequestFailuresWithKillsAtDefaults(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "mix40")
 	s := &ownFailSolver{calls: map[string]int{}}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	cfg := writeConfig(t, c.Brokers, topic, srv.URL+"/solve", "    concurrency: 16\n")
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	cfg := clitest.WriteConfig(t, c.Brokers, topic, srv.URL+"/solve", "    concurrency: 16\n")
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure: %s", out)
 	}
 	const n, kills = 3000, 3
@@ -123,16 +124,16 @@ func TestRequestFailuresWithKillsAtDefaults(t *testing.T) {
 		}
 	}()
 	killedAt, logs := killRuns(t, bin, cfg, n, kills, s.distinct)
-	last := startProc(t, bin, cfg)
-	logs = append(logs, last.log)
+	last := clitest.StartProcess(t, bin, cfg)
+	logs = append(logs, last.Log)
 	missing, wrong, dups := terminal(t, c, topic, want)
 	if missing > 0 || wrong > 0 {
 		t.Fatalf("after SIGKILLs at %v handled: %d of %d requests reached no terminal topic (lost), %d reached both:\n%s",
-			killedAt, missing, n, wrong, last.log.String())
+			killedAt, missing, n, wrong, last.Log.String())
 	}
 	t.Logf("SIGKILLed at %v of %d distinct requests handled; all %d reached their terminal topic (%d dead letters); %d duplicates (at least once)",
 		killedAt, n, n, countTo(want, topic+".dlq"), dups)
-	last.sigterm(t, 25*time.Second)
+	last.Sigterm(t, 25*time.Second)
 	for i, l := range logs {
 		if out := l.String(); strings.Contains(out, "breaker open") {
 			t.Errorf("process %d of %d opened its breaker on requests failing for their own reasons:\n%s", i+1, len(logs), out)

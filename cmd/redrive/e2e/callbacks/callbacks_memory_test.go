@@ -1,4 +1,4 @@
-package main
+package callbacks
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 )
@@ -29,9 +30,9 @@ func TestCallbackFloodStaysWithinTheByteBound(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "cbflood")
-	cbAddr := freeAddr(t)
+	cbAddr := clitest.FreeAddr(t)
 	// Loopback without a token: the processor says so and starts; a flood
 	// by whoever reaches it is what the bound is for.
 	y := fmt.Sprintf(`brokers: [%q]
@@ -50,15 +51,15 @@ pipelines:
 	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure: %s", out)
 	}
 
-	p := startProc(t, bin, cfg)
-	callUntilOK(t, "http://"+cbAddr+"/cb")
-	waitLog(t, p, 60*time.Second, "callbacks read")
-	if !strings.Contains(p.log.String(), "callback intake without a token") {
-		t.Errorf("a tokenless path on loopback started without a warning:\n%s", p.log.String())
+	p := clitest.StartProcess(t, bin, cfg)
+	clitest.CallUntilOK(t, "http://"+cbAddr+"/cb")
+	p.WaitLog(t, 60*time.Second, "callbacks read")
+	if !strings.Contains(p.Log.String(), "callback intake without a token") {
+		t.Errorf("a tokenless path on loopback started without a warning:\n%s", p.Log.String())
 	}
 	time.Sleep(time.Second)
 	base := rss(t, p)
@@ -97,10 +98,10 @@ pipelines:
 	}
 
 	// A restart re-reads the topic (every callback of the last wait+5m).
-	p.kill(t)
-	p = startProc(t, bin, cfg)
+	p.Kill(t)
+	p = clitest.StartProcess(t, bin, cfg)
 	peak = sampleRSS(t, p)
-	waitLog(t, p, 60*time.Second, "callbacks read")
+	p.WaitLog(t, 60*time.Second, "callbacks read")
 	time.Sleep(5 * time.Second)
 	held = heldBytes(t, p)
 	max2 := peak()
@@ -149,18 +150,18 @@ func flood(t *testing.T, addr string, n int, req func(i int) (query, body string
 }
 
 // rss is the process's resident set, in bytes (Linux).
-func rss(t *testing.T, p *proc) int64 {
+func rss(t *testing.T, p *clitest.Proc) int64 {
 	t.Helper()
-	r := rssOf(p.cmd.Process.Pid)
+	r := rssOf(p.Cmd.Process.Pid)
 	if r <= 0 {
-		t.Fatalf("no resident set for pid %d in /proc", p.cmd.Process.Pid)
+		t.Fatalf("no resident set for pid %d in /proc", p.Cmd.Process.Pid)
 	}
 	return r
 }
 
 // sampleRSS samples the process's resident set every 50 ms until the
 // returned func is called, which returns the largest seen.
-func sampleRSS(t *testing.T, p *proc) func() int64 {
+func sampleRSS(t *testing.T, p *clitest.Proc) func() int64 {
 	t.Helper()
 	var mu sync.Mutex
 	var peak int64
@@ -171,7 +172,7 @@ func sampleRSS(t *testing.T, p *proc) func() int64 {
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if r := rssOf(p.cmd.Process.Pid); r > 0 {
+			if r := rssOf(p.Cmd.Process.Pid); r > 0 {
 				mu.Lock()
 				peak = max(peak, r)
 				mu.Unlock()
@@ -209,9 +210,9 @@ func rssOf(pid int) int64 {
 
 // heldBytes reads redrive_callbacks_held_bytes from the process's
 // /metrics (its address from the log line that serves them).
-func heldBytes(t *testing.T, p *proc) int64 {
+func heldBytes(t *testing.T, p *clitest.Proc) int64 {
 	t.Helper()
-	log := p.log.String()
+	log := p.Log.String()
 	i := strings.Index(log, `msg="serving /metrics, /healthz, /readyz" addr=`)
 	if i < 0 {
 		t.Fatalf("no metrics address in the log:\n%s", log)

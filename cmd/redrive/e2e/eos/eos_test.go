@@ -1,4 +1,4 @@
-package main
+package eos
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/retry"
@@ -145,8 +146,8 @@ func eosConfig(t *testing.T, c *kafkatest.Cluster, topic, url string, eos bool) 
 	if eos {
 		extra += "    delivery: exactly-once\n"
 	}
-	cfg := writeConfig(t, c.Brokers, topic, url, extra)
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	cfg := clitest.WriteConfig(t, c.Brokers, topic, url, extra)
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure: %s", out)
 	}
 	return cfg
@@ -169,24 +170,19 @@ func (o outcome) exact() bool {
 	return o.missing == 0 && o.wrong == 0 && o.dups == 0 && o.hopDups == 0
 }
 
-// groupTopics are the topics a test pipeline's group consumes.
-func groupTopics(topic string) []string {
-	return []string{topic, topic + ".retry.1s", topic + ".retry.2s"}
-}
-
 // readOutcome reads the results, DLQ and tier topics read_committed until
 // every request of want is in a terminal topic (or timeout), then settle
 // more for late duplicates.
 func readOutcome(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]string, timeout time.Duration) outcome {
 	t.Helper()
 	results, dead := topic+".results", topic+".dlq"
-	tiers := groupTopics(topic)[1:]
+	tiers := clitest.GroupTopics(topic)[1:]
 	seen := map[string]bool{}
 	counted := map[string]int{}
 	enough := func(got kafkatest.Got) bool {
 		for _, tp := range []string{results, dead} {
 			for _, r := range got[tp][counted[tp]:] {
-				seen[hdr(r, retry.HeaderID)] = true
+				seen[clitest.Header(r, retry.HeaderID)] = true
 			}
 			counted[tp] = len(got[tp])
 		}
@@ -197,7 +193,7 @@ func readOutcome(t *testing.T, c *kafkatest.Cluster, topic string, want map[stri
 	in := map[string]map[string]int{results: {}, dead: {}}
 	for _, tp := range []string{results, dead} {
 		for _, r := range got[tp] {
-			in[tp][hdr(r, retry.HeaderID)]++
+			in[tp][clitest.Header(r, retry.HeaderID)]++
 		}
 	}
 	for id, to := range want {
@@ -242,7 +238,7 @@ func TestExactlyOnceSurvivesSIGKILL(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	for _, eos := range []bool{true, false} {
 		name := map[bool]string{true: "exactly-once", false: "at-least-once"}[eos]
 		t.Run(name, func(t *testing.T) {
@@ -266,11 +262,11 @@ func killedProcess(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 	var killedAt []int
 	start := time.Now()
 	for k := range kills {
-		p := startProc(t, bin, cfg)
+		p := clitest.StartProcess(t, bin, cfg)
 		if !s.waitDistinct(s.distinct()+step, 60*time.Second) {
-			t.Fatalf("run %d: the service saw %d of %d requests and no new %d in 60s:\n%s", k+1, s.distinct(), n, step, p.log.String())
+			t.Fatalf("run %d: the service saw %d of %d requests and no new %d in 60s:\n%s", k+1, s.distinct(), n, step, p.Log.String())
 		}
-		p.kill(t)
+		p.Kill(t)
 		killedAt = append(killedAt, s.distinct())
 	}
 	if killedAt[kills-1] >= n {
@@ -278,12 +274,12 @@ func killedProcess(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 	}
 	t.Logf("%d SIGKILLs in %v, the last with %d of %d requests seen by the service", kills, time.Since(start).Round(time.Second), killedAt[kills-1], n)
 
-	last := startProc(t, bin, cfg)
+	last := clitest.StartProcess(t, bin, cfg)
 	o := readOutcome(t, c, topic, want, 180*time.Second)
 	mode := map[bool]string{true: "exactly once", false: "at least once"}[eos]
 	t.Logf("%s, %d requests: read_committed: %v", mode, n, o)
 	if o.missing > 0 || o.wrong > 0 {
-		t.Errorf("%s: %d requests lost (in no terminal topic), %d in the wrong one:\n%s", mode, o.missing, o.wrong, last.log.String())
+		t.Errorf("%s: %d requests lost (in no terminal topic), %d in the wrong one:\n%s", mode, o.missing, o.wrong, last.Log.String())
 	}
 	if eos && (o.dups > 0 || o.hopDups > 0) {
 		t.Errorf("exactly once: %d duplicate results or dead letters and %d retry hops written twice (read_committed)", o.dups, o.hopDups)
@@ -291,9 +287,9 @@ func killedProcess(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 	if !eos && o.dups == 0 {
 		t.Errorf("at least once: no duplicate after %d kills; the kills did not land between handling and commit", kills)
 	}
-	last.sigterm(t, 25*time.Second)
+	last.Sigterm(t, 25*time.Second)
 	group := "redrive." + topic
-	if p := c.LagProblem(t, group, groupTopics(topic), 3); p != "" {
+	if p := c.LagProblem(t, group, clitest.GroupTopics(topic), 3); p != "" {
 		t.Errorf("after SIGTERM the group has not committed everything: %s", p)
 	}
 }
@@ -323,11 +319,11 @@ func paced(t *testing.T, c *kafkatest.Cluster, topic string, from, to int, want 
 
 // waitAssigned waits until p's log says it was assigned partitions of
 // pipeline (not only an empty assignment); it fails t after timeout.
-func waitAssigned(t *testing.T, p *proc, pipeline string, timeout time.Duration) {
+func waitAssigned(t *testing.T, p *clitest.Proc, pipeline string, timeout time.Duration) {
 	t.Helper()
 	want := `partitions assigned" pipeline=` + pipeline + ` partitions="map[`
-	if !kafkatest.Eventually(timeout, func() bool { return strings.Contains(p.log.String(), want) }) {
-		t.Fatalf("no partition assigned within %v:\n%s", timeout, p.log.String())
+	if !kafkatest.Eventually(timeout, func() bool { return strings.Contains(p.Log.String(), want) }) {
+		t.Fatalf("no partition assigned within %v:\n%s", timeout, p.Log.String())
 	}
 }
 
@@ -338,7 +334,7 @@ func settledStatus(addr string, timeout time.Duration) (processor.PipelineStatus
 	var last processor.PipelineStatus
 	ok := kafkatest.Eventually(timeout, func() bool {
 		var st processor.Status
-		if !getJSON("http://"+addr+"/api/pipelines", &st) || len(st.Pipelines) != 1 {
+		if !clitest.GetJSON("http://"+addr+"/api/pipelines", &st) || len(st.Pipelines) != 1 {
 			return false
 		}
 		last = st.Pipelines[0]
@@ -359,7 +355,7 @@ func TestExactlyOnceMembersJoinAndLeave(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	const n = 6000 // 12 s at 500/s
 	topic := kafkatest.Topic(t, "jeos")
 	s, url := newMixSolver(t, 10*time.Millisecond)
@@ -367,24 +363,24 @@ func TestExactlyOnceMembersJoinAndLeave(t *testing.T) {
 	want := map[string]string{}
 	produced := paced(t, c, topic, 0, n, want)
 
-	addr := freeAddr(t)
-	a := startProc(t, bin, cfg, "REDRIVE_INSTANCE=a", "REDRIVE_HTTP_ADDR="+addr)
+	addr := clitest.FreeAddr(t)
+	a := clitest.StartProcess(t, bin, cfg, "REDRIVE_INSTANCE=a", "REDRIVE_HTTP_ADDR="+addr)
 	step := func(at int, what string) {
 		t.Helper()
 		if !s.waitDistinct(at, 90*time.Second) {
-			t.Fatalf("the service saw %d requests, not %d, before %s:\n%s", s.distinct(), at, what, a.log.String())
+			t.Fatalf("the service saw %d requests, not %d, before %s:\n%s", s.distinct(), at, what, a.Log.String())
 		}
 	}
 	step(n/6, "b joins")
-	b := startProc(t, bin, cfg, "REDRIVE_INSTANCE=b")
+	b := clitest.StartProcess(t, bin, cfg, "REDRIVE_INSTANCE=b")
 	waitAssigned(t, b, topic, 60*time.Second)
 	step(n/3, "b leaves with SIGTERM")
-	b.sigterm(t, 25*time.Second)
+	b.Sigterm(t, 25*time.Second)
 	step(n/2, "c joins")
-	cp := startProc(t, bin, cfg, "REDRIVE_INSTANCE=c")
+	cp := clitest.StartProcess(t, bin, cfg, "REDRIVE_INSTANCE=c")
 	waitAssigned(t, cp, topic, 60*time.Second)
 	step(2*n/3, "c is killed")
-	cp.kill(t)
+	cp.Kill(t)
 	produced()
 
 	// c's partitions go to a after the session timeout, its open
@@ -392,13 +388,13 @@ func TestExactlyOnceMembersJoinAndLeave(t *testing.T) {
 	o := readOutcome(t, c, topic, want, 120*time.Second)
 	t.Logf("%d requests: read_committed: %v", n, o)
 	if !o.exact() {
-		t.Errorf("members joining and leaving: %v\nb:\n%s\nc:\n%s\na:\n%s", o, b.log.String(), cp.log.String(), a.log.String())
+		t.Errorf("members joining and leaving: %v\nb:\n%s\nc:\n%s\na:\n%s", o, b.Log.String(), cp.Log.String(), a.Log.String())
 	}
 	if st, ok := settledStatus(addr, 30*time.Second); !ok {
 		t.Errorf("the remaining processor did not settle (stuck held, waiting or paused): %+v", st)
 	}
-	a.sigterm(t, 25*time.Second)
-	if p := c.LagProblem(t, "redrive."+topic, groupTopics(topic), 3); p != "" {
+	a.Sigterm(t, 25*time.Second)
+	if p := c.LagProblem(t, "redrive."+topic, clitest.GroupTopics(topic), 3); p != "" {
 		t.Errorf("after SIGTERM the group has not committed everything: %s", p)
 	}
 }
@@ -414,27 +410,27 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	const n = 6000
 	topic := kafkatest.Topic(t, "zeos")
 	s, url := newMixSolver(t, 10*time.Millisecond)
 	cfg := eosConfig(t, c, topic, url, true)
 	want := map[string]string{}
-	addr := freeAddr(t)
-	z := startProc(t, bin, cfg, "REDRIVE_INSTANCE=zombie")
-	b := startProc(t, bin, cfg, "REDRIVE_INSTANCE=b", "REDRIVE_HTTP_ADDR="+addr)
+	addr := clitest.FreeAddr(t)
+	z := clitest.StartProcess(t, bin, cfg, "REDRIVE_INSTANCE=zombie")
+	b := clitest.StartProcess(t, bin, cfg, "REDRIVE_INSTANCE=b", "REDRIVE_HTTP_ADDR="+addr)
 	produced := paced(t, c, topic, 0, n, want)
 	if !s.waitDistinct(n/4, 90*time.Second) {
-		t.Fatalf("the service saw %d requests, not %d:\n%s\n%s", s.distinct(), n/4, z.log.String(), b.log.String())
+		t.Fatalf("the service saw %d requests, not %d:\n%s\n%s", s.distinct(), n/4, z.Log.String(), b.Log.String())
 	}
 	waitAssigned(t, z, topic, 60*time.Second)
 	waitAssigned(t, b, topic, 60*time.Second)
-	if err := z.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := z.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stoppedAt := s.distinct()
 	time.Sleep(10 * time.Second) // session_timeout 6s, and 4s for the rebalance
-	if err := z.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := z.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("zombie stopped for 10s with %d requests seen; %d seen when it was continued", stoppedAt, s.distinct())
@@ -443,9 +439,9 @@ func TestExactlyOnceZombieIsFenced(t *testing.T) {
 	o := readOutcome(t, c, topic, want, 120*time.Second)
 	t.Logf("%d requests: read_committed: %v", n, o)
 	if !o.exact() {
-		t.Errorf("after a zombie: %v\nzombie:\n%s\nother:\n%s", o, z.log.String(), b.log.String())
+		t.Errorf("after a zombie: %v\nzombie:\n%s\nother:\n%s", o, z.Log.String(), b.Log.String())
 	}
-	zl := z.log.String()
+	zl := z.Log.String()
 	if !strings.Contains(zl, "partitions dropped") && !strings.Contains(zl, "fenced") {
 		t.Errorf("the zombie's log says nothing of losing its partitions or being fenced:\n%s", zl)
 	}

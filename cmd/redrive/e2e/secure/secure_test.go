@@ -1,4 +1,4 @@
-package main
+package secure
 
 import (
 	"bufio"
@@ -31,6 +31,7 @@ import (
 
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/retry"
@@ -54,11 +55,7 @@ type secBroker struct {
 	user, password       string
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	stopSecureBroker()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m, stopSecureBroker) }
 
 // secureBroker returns the package's secure broker, starting it on first
 // use; a machine without Java, Maven or openssl fails the test under CI.
@@ -105,7 +102,7 @@ func stopSecureBroker() {
 // kafkaScript runs scripts/kafka.sh cmd --secure on state dir and returns
 // its last line of output.
 func kafkaScript(dir, cmd string) (string, error) {
-	script, _ := filepath.Abs("../../scripts/kafka.sh")
+	script := clitest.RepoPath("scripts/kafka.sh")
 	c := exec.Command("bash", script, cmd, "--secure")
 	c.Env = append(os.Environ(), "REDRIVE_KAFKA_DIR="+dir)
 	out, err := c.Output()
@@ -193,7 +190,7 @@ func (b *secBroker) config(t *testing.T, topic, solverURL, ca, pipeline, top str
 // userConfig is config for another user.
 func (b *secBroker) userConfig(t *testing.T, user, password, topic, solverURL, ca, pipeline, top string) (string, config.Pipeline) {
 	t.Helper()
-	path := writeConfig(t, []string{b.addr}, topic, solverURL, pipeline+fmt.Sprintf(`sasl: {mechanism: SCRAM-SHA-512, user: %q, password: %q}
+	path := clitest.WriteConfig(t, []string{b.addr}, topic, solverURL, pipeline+fmt.Sprintf(`sasl: {mechanism: SCRAM-SHA-512, user: %q, password: %q}
 tls: {enabled: true, ca_file: %q}
 %s`, user, password, ca, top))
 	c, err := config.LoadEnv(path, func(string) string { return "" })
@@ -351,7 +348,7 @@ func (b *secBroker) collect(t *testing.T, tps []string, enough func(map[string][
 // committedAt is the group's committed offset on topic/part, -1 if none.
 func (b *secBroker) committedAt(t *testing.T, group, topic string, part int32) int64 {
 	t.Helper()
-	return committedOffsets(t, b.adm(t), group, topic, part+1)[part]
+	return clitest.CommittedOffsets(t, b.adm(t), group, topic, part+1)[part]
 }
 
 // TestSecureCommands: over TLS with SCRAM-SHA-512 and only the ACLs
@@ -359,11 +356,11 @@ func (b *secBroker) committedAt(t *testing.T, group, topic string, part int32) i
 // tier, the DLQ), `analyze`, `replay` and `dlq stats|export` work.
 func TestSecureCommands(t *testing.T) {
 	b := secureBroker(t)
-	bin := buildBinary(t)
-	s := &solver{calls: map[string]int{}}
+	bin := clitest.Binary(t)
+	s := &clitest.Solver{}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	anAddr := freeAddr(t)
+	anAddr := clitest.FreeAddr(t)
 	// Each command as a user of its own with only its ACLs: the sets
 	// docs/operations.md lists are enough.
 	topic := kafkatest.Topic(t, "secflow")
@@ -378,7 +375,7 @@ func TestSecureCommands(t *testing.T) {
 		b.grant(t, acls...)
 	}
 	ctx := context.Background()
-	if code, out := runOut(ctx, "topics", "ensure", "-c", cfgs["ensure"]); code != 0 {
+	if code, out := clitest.RunOut(t, ctx, "topics", "ensure", "-c", cfgs["ensure"]); code != 0 {
 		t.Fatalf("topics ensure: exit %d:\n%s", code, out)
 	}
 
@@ -398,21 +395,21 @@ func TestSecureCommands(t *testing.T) {
 	if err := b.adminClient(t).ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	proc := startProc(t, bin, cfgs["process"], "REDRIVE_HTTP_ADDR="+freeAddr(t))
+	proc := clitest.StartProcess(t, bin, cfgs["process"], "REDRIVE_HTTP_ADDR="+clitest.FreeAddr(t))
 	got := b.collect(t, []string{p.Results, p.DLQTopic(), p.TierTopics()[0]}, func(g map[string][]*kgo.Record) bool {
 		return len(g[p.Results]) >= 25 && len(g[p.DLQTopic()]) >= 5
 	}, 60*time.Second)
 	if len(got[p.Results]) != 25 || len(got[p.DLQTopic()]) != 5 || len(got[p.TierTopics()[0]]) != 5 {
 		t.Fatalf("results %d (want 25), DLQ %d (want 5), tier %d (want 5):\n%s",
-			len(got[p.Results]), len(got[p.DLQTopic()]), len(got[p.TierTopics()[0]]), proc.log.String())
+			len(got[p.Results]), len(got[p.DLQTopic()]), len(got[p.TierTopics()[0]]), proc.Log.String())
 	}
 	for _, r := range got[p.DLQTopic()] {
-		if hdr(r, retry.HeaderErrorCode) != "ERROR_WRONG_USER_KEY" {
-			t.Errorf("dead letter with code %q, want ERROR_WRONG_USER_KEY", hdr(r, retry.HeaderErrorCode))
+		if clitest.Header(r, retry.HeaderErrorCode) != "ERROR_WRONG_USER_KEY" {
+			t.Errorf("dead letter with code %q, want ERROR_WRONG_USER_KEY", clitest.Header(r, retry.HeaderErrorCode))
 		}
 	}
-	proc.sigterm(t, 30*time.Second)
-	noAuthzErrors(t, "process", proc.log.String())
+	proc.Sigterm(t, 30*time.Second)
+	noAuthzErrors(t, "process", proc.Log.String())
 	for part := range int32(3) {
 		// Everything committed: the committed offset is the end.
 		if lag := kafkaLag(t, b, p.GroupID(), p.Topic, part); lag != 0 {
@@ -421,28 +418,28 @@ func TestSecureCommands(t *testing.T) {
 	}
 
 	// analyze: ready, and counts the 5 dead letters.
-	an := startCmd(t, bin, nil, "analyze", "-c", cfgs["analyze"])
+	an := clitest.Start(t, bin, nil, "analyze", "-c", cfgs["analyze"])
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var st analyzer.StatsResponse
-		if getJSON("http://"+anAddr+"/api/stats", &st) && len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total == 5 {
+		if clitest.GetJSON("http://"+anAddr+"/api/stats", &st) && len(st.Pipelines) == 1 && st.Pipelines[0].Ready && st.Pipelines[0].Stats.Total == 5 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("analyzer not ready with 5 dead letters within 30s: %+v\n%s", st, an.log.String())
+			t.Fatalf("analyzer not ready with 5 dead letters within 30s: %+v\n%s", st, an.Log.String())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	var ready struct{ OK bool }
-	if !getJSON("http://"+anAddr+"/readyz", &ready) || !ready.OK {
-		t.Errorf("analyzer /readyz not ok:\n%s", an.log.String())
+	if !clitest.GetJSON("http://"+anAddr+"/readyz", &ready) || !ready.OK {
+		t.Errorf("analyzer /readyz not ok:\n%s", an.Log.String())
 	}
 	// The flow view reads end offsets and the processors' group: its
 	// DESCRIBE ACLs suffice.
 	deadline = time.Now().Add(30 * time.Second)
 	for {
 		var fr analyzer.FlowResponse
-		if getJSON("http://"+anAddr+"/api/pipelines", &fr) && len(fr.Pipelines) == 1 && (fr.Pipelines[0].SampledAt != "" || fr.Pipelines[0].Error != "") {
+		if clitest.GetJSON("http://"+anAddr+"/api/pipelines", &fr) && len(fr.Pipelines) == 1 && (fr.Pipelines[0].SampledAt != "" || fr.Pipelines[0].Error != "") {
 			if e := fr.Pipelines[0].Error; e != "" {
 				t.Errorf("analyzer flow view: %s", e)
 			}
@@ -453,23 +450,23 @@ func TestSecureCommands(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	an.sigterm(t, 30*time.Second)
-	noAuthzErrors(t, "analyze", an.log.String())
+	an.Sigterm(t, 30*time.Second)
+	noAuthzErrors(t, "analyze", an.Log.String())
 
 	// dlq stats and export.
-	code, out, errs := runSplit(ctx, "dlq", "stats", "-c", cfgs["dlq"], "--json")
+	code, out, errs := clitest.RunSplit(t, ctx, "dlq", "stats", "-c", cfgs["dlq"], "--json")
 	noAuthzErrors(t, "dlq stats", errs)
 	var snap dlq.StatsSnapshot
 	if err := json.Unmarshal([]byte(out), &snap); code != 0 || err != nil || snap.Total != 5 || snap.ByCode["ERROR_WRONG_USER_KEY"] != 5 {
 		t.Errorf("dlq stats: exit %d, %v, %+v:\n%s%s", code, err, snap, out, errs)
 	}
-	code, out, errs = runSplit(ctx, "dlq", "export", "-c", cfgs["dlq"])
+	code, out, errs = clitest.RunSplit(t, ctx, "dlq", "export", "-c", cfgs["dlq"])
 	if code != 0 || strings.Count(out, "\n") != 5 {
 		t.Errorf("dlq export: exit %d, %d lines, want 5:\n%s%s", code, strings.Count(out, "\n"), out, errs)
 	}
 
 	// replay: the 5 dead letters back to the main topic.
-	code, out, errs = runSplit(ctx, "replay", "-c", cfgs["replay"], "--code", "ERROR_WRONG_USER_KEY")
+	code, out, errs = clitest.RunSplit(t, ctx, "replay", "-c", cfgs["replay"], "--code", "ERROR_WRONG_USER_KEY")
 	if code != 0 {
 		t.Fatalf("replay: exit %d:\n%s%s", code, out, errs)
 	}
@@ -511,19 +508,19 @@ func kafkaLag(t *testing.T, b *secBroker, group, topic string, part int32) int64
 func exitsWithin(t *testing.T, bin string, env []string, args []string, want ...string) {
 	t.Helper()
 	start := time.Now()
-	p := startCmd(t, bin, env, args...)
+	p := clitest.Start(t, bin, env, args...)
 	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
+	go func() { done <- p.Cmd.Wait() }()
 	select {
 	case err := <-done:
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Fatalf("%v: %v after %v, want exit 1:\n%s", args, err, time.Since(start).Round(time.Millisecond), p.log.String())
+			t.Fatalf("%v: %v after %v, want exit 1:\n%s", args, err, time.Since(start).Round(time.Millisecond), p.Log.String())
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("%v: still running after 15s (want exit 1 naming the cause):\n%s", args, p.log.String())
+		t.Fatalf("%v: still running after 15s (want exit 1 naming the cause):\n%s", args, p.Log.String())
 	}
-	out := p.log.String()
+	out := p.Log.String()
 	for _, w := range want {
 		if !strings.Contains(out, w) {
 			t.Errorf("%v: output lacks %q:\n%s", args, w, out)
@@ -542,8 +539,8 @@ func lastLine(s string) string {
 // cause within 15 s, never a hang.
 func TestSecureClearErrors(t *testing.T) {
 	b := secureBroker(t)
-	bin := buildBinary(t)
-	anAddr := freeAddr(t)
+	bin := clitest.Binary(t)
+	anAddr := clitest.FreeAddr(t)
 	top := fmt.Sprintf("analyzer: {http_addr: %q}\n", anAddr)
 	topic := kafkatest.Topic(t, "secerr")
 	cfg, p := b.config(t, topic, "http://127.0.0.1:1/solve", b.ca, "", top)
@@ -551,10 +548,10 @@ func TestSecureClearErrors(t *testing.T) {
 	for _, as := range [][]acl{ensureACLs(p), processACLs(p), analyzeACLs(p)} {
 		b.grant(t, as...)
 	}
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("topics ensure: exit %d:\n%s", code, out)
 	}
-	httpEnv := "REDRIVE_HTTP_ADDR=" + freeAddr(t)
+	httpEnv := "REDRIVE_HTTP_ADDR=" + clitest.FreeAddr(t)
 	commands := [][]string{
 		{"process", "-c", cfg},
 		{"analyze", "-c", cfg},
@@ -625,17 +622,17 @@ func TestSecureClearErrors(t *testing.T) {
 		t.Run(tc.name+" removed while running", func(t *testing.T) {
 			readyURL, env := tc.readyURL, tc.env
 			if readyURL == "" {
-				httpAddr := freeAddr(t)
+				httpAddr := clitest.FreeAddr(t)
 				readyURL, env = "http://"+httpAddr+"/readyz", []string{"REDRIVE_HTTP_ADDR=" + httpAddr}
 			}
-			proc := startCmd(t, bin, env, tc.args...)
+			proc := clitest.Start(t, bin, env, tc.args...)
 			deadline := time.Now().Add(30 * time.Second)
 			for {
-				if code, _ := probe(readyURL); code == http.StatusOK {
+				if code, _ := clitest.Probe(readyURL); code == http.StatusOK {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%s not ready within 30s:\n%s", tc.args[0], proc.log.String())
+					t.Fatalf("%s not ready within 30s:\n%s", tc.args[0], proc.Log.String())
 				}
 				time.Sleep(100 * time.Millisecond)
 			}
@@ -643,17 +640,17 @@ func TestSecureClearErrors(t *testing.T) {
 			defer b.grant(t, tc.revoke)
 			start := time.Now()
 			done := make(chan error, 1)
-			go func() { done <- proc.cmd.Wait() }()
+			go func() { done <- proc.Cmd.Wait() }()
 			select {
 			case err := <-done:
 				var ee *exec.ExitError
 				if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-					t.Fatalf("%s: %v, want exit 1:\n%s", tc.args[0], err, proc.log.String())
+					t.Fatalf("%s: %v, want exit 1:\n%s", tc.args[0], err, proc.Log.String())
 				}
 			case <-time.After(30 * time.Second):
-				t.Fatalf("%s still running 30s after the ACL was removed:\n%s", tc.args[0], proc.log.String())
+				t.Fatalf("%s still running 30s after the ACL was removed:\n%s", tc.args[0], proc.Log.String())
 			}
-			out := proc.log.String()
+			out := proc.Log.String()
 			if !strings.Contains(out, tc.want) {
 				t.Errorf("output lacks %q:\n%s", tc.want, out)
 			}
@@ -698,13 +695,13 @@ func otherCA(t *testing.T) string {
 // the offsets committed.
 func TestSecureDLQWriteDenied(t *testing.T) {
 	b := secureBroker(t)
-	bin := buildBinary(t)
-	s := &solver{calls: map[string]int{}}
+	bin := clitest.Binary(t)
+	s := &clitest.Solver{}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 	cfg, p := b.config(t, kafkatest.Topic(t, "secnowrite"), srv.URL+"/solve", b.ca, "", "")
 	b.grant(t, ensureACLs(p)...)
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("topics ensure: exit %d:\n%s", code, out)
 	}
 	dlqWrite := acl{op: kadm.OpWrite, topic: p.DLQTopic()}
@@ -725,26 +722,26 @@ func TestSecureDLQWriteDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	part, first := res[0].Record.Partition, res[0].Record.Offset
-	httpAddr := freeAddr(t)
-	proc := startProc(t, bin, cfg, "REDRIVE_HTTP_ADDR="+httpAddr)
+	httpAddr := clitest.FreeAddr(t)
+	proc := clitest.StartProcess(t, bin, cfg, "REDRIVE_HTTP_ADDR="+httpAddr)
 
 	var last string
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		code, body := probe("http://" + httpAddr + "/readyz")
+		code, body := clitest.Probe("http://" + httpAddr + "/readyz")
 		last = body
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "topic "+p.DLQTopic()+": WRITE denied (TOPIC_AUTHORIZATION_FAILED)") &&
 			strings.Contains(body, "grant ACL WRITE on topic "+p.DLQTopic()+" to User:redrive") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never named the denied DLQ write; last %d %s\n%s", code, body, proc.log.String())
+			t.Fatalf("/readyz never named the denied DLQ write; last %d %s\n%s", code, body, proc.Log.String())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("/readyz while the DLQ write is denied: %s", strings.TrimSpace(last))
-	if w := "start-up check: topic " + p.DLQTopic() + ": WRITE denied (TOPIC_AUTHORIZATION_FAILED)"; !strings.Contains(proc.log.String(), w) {
-		t.Errorf("the log lacks the start-up warning %q:\n%s", w, proc.log.String())
+	if w := "start-up check: topic " + p.DLQTopic() + ": WRITE denied (TOPIC_AUTHORIZATION_FAILED)"; !strings.Contains(proc.Log.String(), w) {
+		t.Errorf("the log lacks the start-up warning %q:\n%s", w, proc.Log.String())
 	}
 	// The record after it got its result...
 	b.collect(t, []string{p.Results}, func(g map[string][]*kgo.Record) bool { return len(g[p.Results]) >= 1 }, 30*time.Second)
@@ -757,7 +754,7 @@ func TestSecureDLQWriteDenied(t *testing.T) {
 	b.grant(t, dlqWrite)
 	dead := b.collect(t, []string{p.DLQTopic()}, func(g map[string][]*kgo.Record) bool { return len(g[p.DLQTopic()]) >= 1 }, 60*time.Second)
 	if len(dead[p.DLQTopic()]) != 1 {
-		t.Fatalf("%d dead letters after WRITE was granted, want 1:\n%s", len(dead[p.DLQTopic()]), proc.log.String())
+		t.Fatalf("%d dead letters after WRITE was granted, want 1:\n%s", len(dead[p.DLQTopic()]), proc.Log.String())
 	}
 	deadline = time.Now().Add(30 * time.Second)
 	for b.committedAt(t, p.GroupID(), p.Topic, part) != first+2 {
@@ -768,7 +765,7 @@ func TestSecureDLQWriteDenied(t *testing.T) {
 	}
 	deadline = time.Now().Add(15 * time.Second)
 	for {
-		code, body := probe("http://" + httpAddr + "/readyz")
+		code, body := clitest.Probe("http://" + httpAddr + "/readyz")
 		if code == http.StatusOK {
 			break
 		}
@@ -777,5 +774,5 @@ func TestSecureDLQWriteDenied(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	proc.sigterm(t, 30*time.Second)
+	proc.Sigterm(t, 30*time.Second)
 }

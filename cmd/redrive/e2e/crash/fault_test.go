@@ -1,4 +1,4 @@
-package main
+package crash
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/retry"
 )
@@ -125,8 +126,8 @@ func (s *faultSolver) peakHung() int {
 func faultConfig(t *testing.T, brokers []string, topic, url string, timeout time.Duration, retryLine, extra string) (cfg, base string) {
 	t.Helper()
 	handler := fmt.Sprintf("    handler:\n      http: {url: %q, timeout: %s}\n", url, timeout)
-	cfg = writeConfig(t, brokers, topic, "", handler+extra)
-	addr := freeAddr(t)
+	cfg = clitest.WriteConfig(t, brokers, topic, "", handler+extra)
+	addr := clitest.FreeAddr(t)
 	b, err := os.ReadFile(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func faultConfig(t *testing.T, brokers []string, topic, url string, timeout time
 	if err := os.WriteFile(cfg, []byte(y), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure: %s", out)
 	}
 	return cfg, "http://" + addr
@@ -186,7 +187,7 @@ func arrivedAs(t *testing.T, c *kafkatest.Cluster, committed bool, topic string,
 	count := func(got kafkatest.Got) {
 		for _, tp := range []string{results, dead} {
 			for _, r := range got[tp][read[tp]:] {
-				seen[tp][hdr(r, retry.HeaderID)]++
+				seen[tp][clitest.Header(r, retry.HeaderID)]++
 			}
 			read[tp] = len(got[tp])
 		}
@@ -222,33 +223,18 @@ func arrivedAs(t *testing.T, c *kafkatest.Cluster, committed bool, topic string,
 
 // mustArrive fails t unless every request of want reached its terminal
 // topic, and none the other one.
-func mustArrive(t *testing.T, c *kafkatest.Cluster, p *proc, topic string, want map[string]string, timeout time.Duration) {
+func mustArrive(t *testing.T, c *kafkatest.Cluster, p *clitest.Proc, topic string, want map[string]string, timeout time.Duration) {
 	t.Helper()
 	mustArriveAs(t, c, false, p, topic, want, timeout)
 }
 
-func mustArriveAs(t *testing.T, c *kafkatest.Cluster, committed bool, p *proc, topic string, want map[string]string, timeout time.Duration) {
+func mustArriveAs(t *testing.T, c *kafkatest.Cluster, committed bool, p *clitest.Proc, topic string, want map[string]string, timeout time.Duration) {
 	t.Helper()
 	missing, wrong, _ := arrivedAs(t, c, committed, topic, want, timeout)
 	if len(missing) > 0 || len(wrong) > 0 {
 		t.Fatalf("%d of %d requests reached no terminal topic (lost: %.10v), %d the wrong one (%.10v):\n%s",
-			len(missing), len(want), missing, len(wrong), wrong, p.log.String())
+			len(missing), len(want), missing, len(wrong), wrong, p.Log.String())
 	}
-}
-
-// waitLog waits until the process log contains every one of parts on one
-// line and returns that line.
-func waitLog(t *testing.T, p *proc, timeout time.Duration, parts ...string) string {
-	t.Helper()
-	var found string
-	kafkatest.Eventually(timeout, func() bool {
-		found = lineWith(p.log.String(), parts...)
-		return found != ""
-	})
-	if found == "" {
-		t.Fatalf("no log line with %q within %v:\n%s", parts, timeout, p.log.String())
-	}
-	return found
 }
 
 // partitionsOf waits until the metadata shows topic with n partitions.
@@ -276,11 +262,11 @@ func TestFaultPartitionsAdded(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "grow")
 	s := newFaultSolver(t)
 	cfg, _ := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "", "    concurrency: 8\n")
-	p := startProc(t, bin, cfg)
+	p := clitest.StartProcess(t, bin, cfg)
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
 	want := map[string]string{}
 	produceRecs(t, cl, faultRequests(topic, 0, 150, 10, want))
@@ -304,12 +290,12 @@ func TestFaultPartitionsAdded(t *testing.T) {
 		r.Partition = int32(3 + i%3)
 	}
 	produceRecs(t, manual, recs)
-	line := waitLog(t, p, 60*time.Second, "partitions assigned", topic+":[", " 5]") // [3 4 5], or all six with an eager balancer
+	line := p.WaitLog(t, 60*time.Second, "partitions assigned", topic+":[", " 5]") // [3 4 5], or all six with an eager balancer
 	mustArrive(t, c, p, topic, late, 90*time.Second)
 	t.Logf("partitions 3-5 added to %s; %d records produced to them all handled %v after the addition; log: %s",
 		topic, len(late), time.Since(added).Round(100*time.Millisecond), line)
 
-	code, out := runOut(context.Background(), "topics", "check", "-c", cfg)
+	code, out := clitest.RunOut(t, context.Background(), "topics", "check", "-c", cfg)
 	if code != 1 {
 		t.Fatalf("topics check with a main topic wider than its tiers and DLQ: exit %d, want 1:\n%s", code, out)
 	}
@@ -320,37 +306,17 @@ func TestFaultPartitionsAdded(t *testing.T) {
 		}
 	}
 	t.Logf("topics check exit %d:\n%s", code, out)
-	if code, out = runOut(context.Background(), "topics", "ensure", "--grow", "-c", cfg); code != 0 || strings.Count(out, "grown from 3") != 3 {
+	if code, out = clitest.RunOut(t, context.Background(), "topics", "ensure", "--grow", "-c", cfg); code != 0 || strings.Count(out, "grown from 3") != 3 {
 		t.Fatalf("topics ensure --grow: exit %d, want 0 and three topics grown from 3:\n%s", code, out)
 	}
-	if code, out = runOut(context.Background(), "topics", "check", "-c", cfg); code != 0 {
+	if code, out = clitest.RunOut(t, context.Background(), "topics", "check", "-c", cfg); code != 0 {
 		t.Fatalf("topics check after ensure --grow: exit %d:\n%s", code, out)
 	}
 
-	p.sigterm(t, 20*time.Second)
+	p.Sigterm(t, 20*time.Second)
 	if problem := c.LagProblem(t, "redrive."+topic, []string{topic}, 6); problem != "" {
 		t.Errorf("after SIGTERM: %s", problem)
 	}
-}
-
-// committedOffsets is the group's committed offset per partition of topic
-// (-1 where none).
-func committedOffsets(t *testing.T, adm *kadm.Client, group, topic string, parts int32) map[int32]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	os, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		t.Fatalf("fetch offsets of %s: %v", group, err)
-	}
-	out := map[int32]int64{}
-	for p := range parts {
-		out[p] = -1
-		if o, ok := os.Lookup(topic, p); ok && o.Err == nil {
-			out[p] = o.At
-		}
-	}
-	return out
 }
 
 // TestFaultDLQDeleted: the DLQ is deleted while `redrive process` runs and
@@ -365,7 +331,7 @@ func TestFaultDLQDeleted(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	t.Run("at-least-once", func(t *testing.T) { dlqDeleted(t, c, bin, false) })
 	t.Run("exactly-once", func(t *testing.T) { dlqDeleted(t, c, bin, true) })
 }
@@ -384,8 +350,8 @@ func dlqDeleted(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 		failing, logged = "transaction ", "transaction aborted; handling its records again from the committed offsets"
 	}
 	cfg, base := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "", extra)
-	p := startProc(t, bin, cfg)
-	if code, body := waitProbe(base+"/readyz", 200, 30*time.Second); code != 200 {
+	p := clitest.StartProcess(t, bin, cfg)
+	if code, body := clitest.WaitProbe(base+"/readyz", 200, 30*time.Second); code != 200 {
 		t.Fatalf("/readyz after start: %d %s", code, body)
 	}
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
@@ -422,48 +388,48 @@ func dlqDeleted(t *testing.T, c *kafkatest.Cluster, bin string, eos bool) {
 		}
 	}
 
-	code, body := waitProbe(base+"/readyz", 503, 60*time.Second)
+	code, body := clitest.WaitProbe(base+"/readyz", 503, 60*time.Second)
 	if code != 503 || !strings.Contains(body, failing) || !strings.Contains(body, dlqTopic) {
 		t.Fatalf("/readyz with the DLQ deleted: %d %s, want 503 naming %s", code, body, dlqTopic)
 	}
 	notReady := time.Since(deleted)
-	line := waitLog(t, p, 30*time.Second, logged, dlqTopic)
+	line := p.WaitLog(t, 30*time.Second, logged, dlqTopic)
 	// Requests behind the first dead letter of each partition are handled
 	// meanwhile (until max_inflight records are in flight: 16 here, so
 	// fetching stops once that many wait for the DLQ).
 	if !kafkatest.Eventually(30*time.Second, func() bool { return s.distinctFrom(40) >= 16 }) {
-		t.Fatalf("with the DLQ deleted, the solver saw %d of the later requests, want at least 16:\n%s", s.distinctFrom(40), p.log.String())
+		t.Fatalf("with the DLQ deleted, the solver saw %d of the later requests, want at least 16:\n%s", s.distinctFrom(40), p.Log.String())
 	}
 	handled := s.distinctFrom(40)
 	time.Sleep(2 * time.Second) // several commit intervals
-	committed := committedOffsets(t, adm, group, topic, 3)
+	committed := clitest.CommittedOffsets(t, adm, group, topic, 3)
 	for part, first := range firstDead {
 		if committed[part] > first {
 			t.Errorf("partition %d committed at %d, past its first unwritten dead letter at offset %d", part, committed[part], first)
 		}
 	}
-	if code, _ := probe(base + "/readyz"); code != 503 {
+	if code, _ := clitest.Probe(base + "/readyz"); code != 503 {
 		t.Errorf("/readyz is %d while the DLQ is still missing, want 503", code)
 	}
 	blocked := time.Since(deleted)
 
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure to recreate %s: exit %d\n%s", dlqTopic, code, out)
 	}
 	recreated := time.Now()
-	if code, body := waitProbe(base+"/readyz", 200, 60*time.Second); code != 200 {
-		t.Fatalf("/readyz after %s was recreated: %d %s, want 200:\n%s", dlqTopic, code, body, p.log.String())
+	if code, body := clitest.WaitProbe(base+"/readyz", 200, 60*time.Second); code != 200 {
+		t.Fatalf("/readyz after %s was recreated: %d %s, want 200:\n%s", dlqTopic, code, body, p.Log.String())
 	}
 	resumed := time.Since(recreated)
 	// franz-go keeps the deleted topic's id; redrive purges it on UNKNOWN_TOPIC_ID.
-	purged := waitLog(t, p, 10*time.Second, "output topic was deleted and created again: writing to the new one", "topic="+dlqTopic)
+	purged := p.WaitLog(t, 10*time.Second, "output topic was deleted and created again: writing to the new one", "topic="+dlqTopic)
 	mustArriveAs(t, c, eos, p, topic, want, 60*time.Second)
 	t.Logf("%s deleted: /readyz 503 after %v (%q); blocked %v, %d of %d later requests handled meanwhile, commits held at %v (first dead letters at %v); "+
 		"recreated: ready again in %v, all %d requests (%d dead letters) in their terminal topic; %d failed-write log lines, e.g. %s; then %s",
 		dlqTopic, notReady.Round(100*time.Millisecond), body, blocked.Round(100*time.Millisecond), handled, len(want), committed, firstDead,
-		resumed.Round(100*time.Millisecond), len(want), countTo(want, dlqTopic), strings.Count(p.log.String(), logged), line, purged)
+		resumed.Round(100*time.Millisecond), len(want), countTo(want, dlqTopic), strings.Count(p.Log.String(), logged), line, purged)
 
-	p.sigterm(t, 20*time.Second)
+	p.Sigterm(t, 20*time.Second)
 	if problem := c.LagProblem(t, group, []string{topic}, 3); problem != "" {
 		t.Errorf("after SIGTERM: %s", problem)
 	}
@@ -482,7 +448,7 @@ func TestFaultSolverNeverAnswers(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "hung")
 	s := newFaultSolver(t)
 	s.hang(true)
@@ -490,31 +456,31 @@ func TestFaultSolverNeverAnswers(t *testing.T) {
 	cfg, base := faultConfig(t, c.Brokers, topic, s.url, time.Second,
 		"{tiers: [1s, 2s], max_attempts: 20, jitter: 0}",
 		fmt.Sprintf("    concurrency: %d\n    breaker: {consecutive: 10, open_for: 1s, max_open: 2s, probes: 2}\n", conc))
-	p := startProc(t, bin, cfg)
+	p := clitest.StartProcess(t, bin, cfg)
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
 	want := map[string]string{}
 	produceRecs(t, cl, faultRequests(topic, 0, 60, 0, want))
 
 	if !kafkatest.Eventually(30*time.Second, func() bool { return s.peakHung() >= conc }) {
-		t.Fatalf("the hung service saw at most %d calls at once, want %d (all workers stuck):\n%s", s.peakHung(), conc, p.log.String())
+		t.Fatalf("the hung service saw at most %d calls at once, want %d (all workers stuck):\n%s", s.peakHung(), conc, p.Log.String())
 	}
-	opened := waitLog(t, p, 30*time.Second, "breaker open: handler calls stopped")
+	opened := p.WaitLog(t, 30*time.Second, "breaker open: handler calls stopped")
 	// The calls that timed out went to the first tier, as timeouts.
 	tier := topic + ".retry.1s"
 	timeouts := 0
 	c.CollectUntil(t, []string{tier}, func(got kafkatest.Got) bool {
 		timeouts = 0
 		for _, r := range got[tier] {
-			if hdr(r, retry.HeaderErrorCode) == "timeout" {
+			if clitest.Header(r, retry.HeaderErrorCode) == "timeout" {
 				timeouts++
 			}
 		}
 		return timeouts >= conc
 	}, 30*time.Second, 0)
 	if timeouts < conc {
-		t.Fatalf("%d records in %s with error code timeout, want at least %d:\n%s", timeouts, tier, conc, p.log.String())
+		t.Fatalf("%d records in %s with error code timeout, want at least %d:\n%s", timeouts, tier, conc, p.Log.String())
 	}
-	if code, body := probe(base + "/healthz"); code != 200 {
+	if code, body := clitest.Probe(base + "/healthz"); code != 200 {
 		t.Errorf("/healthz while every call hangs: %d %s, want 200 (the loops still beat)", code, body)
 	}
 	time.Sleep(3 * time.Second) // a half-open probe or two times out too
@@ -523,7 +489,7 @@ func TestFaultSolverNeverAnswers(t *testing.T) {
 	missing, wrong, seen := arrived(t, c, topic, want, 90*time.Second)
 	if len(missing) > 0 || len(wrong) > 0 {
 		t.Fatalf("after the service answered again: %d of %d requests not in the results topic (%.10v), %d dead-lettered (%.10v):\n%s",
-			len(missing), len(want), missing, len(wrong), wrong, p.log.String())
+			len(missing), len(want), missing, len(wrong), wrong, p.Log.String())
 	}
 	if n := len(seen[topic+".dlq"]); n > 0 {
 		t.Errorf("%d requests dead-lettered because of the outage, want 0", n)
@@ -541,17 +507,17 @@ func TestFaultSolverNeverAnswers(t *testing.T) {
 	s.mu.Unlock()
 	produceRecs(t, cl, faultRequests(topic, 60, 60+conc, 0, more))
 	if !kafkatest.Eventually(30*time.Second, func() bool { return s.peakHung() >= conc }) {
-		t.Fatalf("the hung service saw at most %d calls at once, want %d:\n%s", s.peakHung(), conc, p.log.String())
+		t.Fatalf("the hung service saw at most %d calls at once, want %d:\n%s", s.peakHung(), conc, p.Log.String())
 	}
 	stop := time.Now()
-	p.sigterm(t, 15*time.Second)
+	p.Sigterm(t, 15*time.Second)
 	exited := time.Since(stop)
 	s.hang(false)
-	p = startProc(t, bin, cfg)
+	p = clitest.StartProcess(t, bin, cfg)
 	mustArrive(t, c, p, topic, more, 60*time.Second)
 	t.Logf("SIGTERM with %d calls hanging: exit 0 in %v; the next process brought all %d to the results topic", conc, exited.Round(100*time.Millisecond), len(more))
-	p.sigterm(t, 15*time.Second)
-	if problem := c.LagProblem(t, "redrive."+topic, groupTopics(topic)[:2], 3); problem != "" {
+	p.Sigterm(t, 15*time.Second)
+	if problem := c.LagProblem(t, "redrive."+topic, clitest.GroupTopics(topic)[:2], 3); problem != "" {
 		t.Errorf("after SIGTERM: %s", problem)
 	}
 }
@@ -565,7 +531,7 @@ func TestFaultSolverNeverAnswersNoBreaker(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "hungnb")
 	s := newFaultSolver(t)
 	s.hang(true)
@@ -575,7 +541,7 @@ func TestFaultSolverNeverAnswersNoBreaker(t *testing.T) {
 	cfg, _ := faultConfig(t, c.Brokers, topic, s.url, time.Second,
 		"{tiers: [1s], max_attempts: 2, jitter: 0}",
 		fmt.Sprintf("    concurrency: %d\n    breaker: {enabled: false}\n", conc))
-	p := startProc(t, bin, cfg)
+	p := clitest.StartProcess(t, bin, cfg)
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
 	want := map[string]string{}
 	recs := faultRequests(topic, 0, n, 0, want)
@@ -591,14 +557,14 @@ func TestFaultSolverNeverAnswersNoBreaker(t *testing.T) {
 	}
 	dead := c.Collect(t, topic+".dlq", n, 10*time.Second)
 	for _, r := range dead {
-		if hdr(r, retry.HeaderReason) != "exhausted" || hdr(r, retry.HeaderErrorCode) != "timeout" || hdr(r, retry.HeaderAttempt) != "2" {
+		if clitest.Header(r, retry.HeaderReason) != "exhausted" || clitest.Header(r, retry.HeaderErrorCode) != "timeout" || clitest.Header(r, retry.HeaderAttempt) != "2" {
 			t.Errorf("dead letter %s: reason %q, code %q, attempts %q; want exhausted, timeout, 2",
-				hdr(r, retry.HeaderID), hdr(r, retry.HeaderReason), hdr(r, retry.HeaderErrorCode), hdr(r, retry.HeaderAttempt))
+				clitest.Header(r, retry.HeaderID), clitest.Header(r, retry.HeaderReason), clitest.Header(r, retry.HeaderErrorCode), clitest.Header(r, retry.HeaderAttempt))
 		}
 	}
 	t.Logf("breaker off: %d requests, %d calls hung at once; all dead-lettered (exhausted, timeout, 2 attempts) in %v; error %q",
-		n, s.peakHung(), took.Round(100*time.Millisecond), hdr(dead[0], retry.HeaderError))
-	p.sigterm(t, 15*time.Second)
+		n, s.peakHung(), took.Round(100*time.Millisecond), clitest.Header(dead[0], retry.HeaderError))
+	p.Sigterm(t, 15*time.Second)
 	if problem := c.LagProblem(t, "redrive."+topic, []string{topic, topic + ".retry.1s"}, 3); problem != "" {
 		t.Errorf("after SIGTERM: %s", problem)
 	}
@@ -614,13 +580,13 @@ func TestFaultRecordOverMaxInflightBytes(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "big")
 	s := newFaultSolver(t)
 	const limit, bigSize = 64 << 10, 300 << 10
 	cfg, _ := faultConfig(t, c.Brokers, topic, s.url, 5*time.Second, "",
 		fmt.Sprintf("    concurrency: 4\n    max_inflight_bytes: %d\n", limit))
-	p := startProc(t, bin, cfg)
+	p := clitest.StartProcess(t, bin, cfg)
 	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond))
 	want := map[string]string{}
 	recs := faultRequests(topic, 0, 200, 10, want)
@@ -631,12 +597,12 @@ func TestFaultRecordOverMaxInflightBytes(t *testing.T) {
 	}
 	produceRecs(t, cl, recs)
 	mustArrive(t, c, p, topic, want, 60*time.Second)
-	line := waitLog(t, p, 10*time.Second, "record larger than max_inflight_bytes", fmt.Sprintf("max_inflight_bytes=%d", limit))
+	line := p.WaitLog(t, 10*time.Second, "record larger than max_inflight_bytes", fmt.Sprintf("max_inflight_bytes=%d", limit))
 	if s.count(string(big.Key)) == 0 {
 		t.Errorf("the large request %s was never handled", big.Key)
 	}
 	t.Logf("a %d-byte request among %d with max_inflight_bytes %d: all reached their terminal topic; log: %s", len(big.Value), len(recs), limit, line)
-	p.sigterm(t, 15*time.Second)
+	p.Sigterm(t, 15*time.Second)
 	if problem := c.LagProblem(t, "redrive."+topic, []string{topic}, 3); problem != "" {
 		t.Errorf("after SIGTERM: %s", problem)
 	}

@@ -1,68 +1,18 @@
-package main
+package crash
 
 import (
 	"context"
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/retry"
 )
-
-// buildBinary builds cmd/redrive once per test binary run.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "redrive")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-type proc struct {
-	cmd *exec.Cmd
-	log *syncBuf
-}
-
-// startProc starts `redrive process -c cfg`; env adds KEY=value pairs to
-// the test's environment.
-func startProc(t *testing.T, bin, cfg string, env ...string) *proc {
-	t.Helper()
-	return startCmd(t, bin, env, "process", "-c", cfg)
-}
-
-func startCmd(t *testing.T, bin string, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{log: &syncBuf{}}
-	p.cmd = exec.Command(bin, args...)
-	if len(env) > 0 {
-		p.cmd.Env = append(os.Environ(), env...)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _, _ = p.cmd.Process.Wait() })
-	return p
-}
-
-// kill sends SIGKILL and waits for the process to be gone.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = p.cmd.Wait()
-}
 
 // TestKilledProcessLosesNothing: a processor killed with SIGKILL again and
 // again during a run of thousands of requests with failures, restarted each
@@ -74,31 +24,31 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 		t.Skip("-short")
 	}
 	c := kafkatest.New(t)
-	bin := buildBinary(t)
+	bin := clitest.Binary(t)
 	topic := kafkatest.Topic(t, "crash")
-	s := &solver{calls: map[string]int{}}
+	s := &clitest.Solver{}
 	srv := httptest.NewServer(s)
 	defer srv.Close()
-	cfg := writeConfig(t, c.Brokers, topic, srv.URL+"/solve", "    concurrency: 16\n")
-	if code, out := runOut(context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
+	cfg := clitest.WriteConfig(t, c.Brokers, topic, srv.URL+"/solve", "    concurrency: 16\n")
+	if code, out := clitest.RunOut(t, context.Background(), "topics", "ensure", "-c", cfg); code != 0 {
 		t.Fatalf("ensure: %s", out)
 	}
 	const n, kills = 2000, 3
 	want := produceMix(t, c, topic, n)
-	killedAt, _ := killRuns(t, bin, cfg, n, kills, func() int { return distinct(s) })
+	killedAt, _ := killRuns(t, bin, cfg, n, kills, s.Distinct)
 	if killedAt[len(killedAt)-1] >= n {
 		t.Fatalf("all %d handled before the last kill; the test proves nothing", n)
 	}
 
-	last := startProc(t, bin, cfg)
+	last := clitest.StartProcess(t, bin, cfg)
 	missing, wrong, dups := terminal(t, c, topic, want)
 	if missing > 0 || wrong > 0 {
 		t.Fatalf("after SIGKILLs at %v handled: %d of %d requests reached no terminal topic (lost), %d reached both:\n%s",
-			killedAt, missing, n, wrong, last.log.String())
+			killedAt, missing, n, wrong, last.Log.String())
 	}
 	t.Logf("SIGKILLed at %v of %d distinct requests handled; all %d reached their terminal topic; %d duplicates (at least once)", killedAt, n, n, dups)
 
-	last.sigterm(t, 25*time.Second)
+	last.Sigterm(t, 25*time.Second)
 	for _, tp := range []string{topic, topic + ".retry.1s", topic + ".retry.2s"} {
 		if lag := c.Lag(t, "redrive."+topic, tp); lag != 0 {
 			t.Errorf("after SIGTERM the group's lag on %s is %d, want 0 (everything committed)", tp, lag)
@@ -109,20 +59,20 @@ func TestKilledProcessLosesNothing(t *testing.T) {
 // killRuns starts `redrive process -c cfg` kills times and SIGKILLs each
 // run once handled() (the distinct requests the service saw) has grown by
 // n/(kills+2); it returns handled() at each kill and each run's log.
-func killRuns(t *testing.T, bin, cfg string, n, kills int, handled func() int) (killedAt []int, logs []*syncBuf) {
+func killRuns(t *testing.T, bin, cfg string, n, kills int, handled func() int) (killedAt []int, logs []*clitest.SyncBuf) {
 	t.Helper()
 	for k := range kills {
-		p := startProc(t, bin, cfg)
-		logs = append(logs, p.log)
+		p := clitest.StartProcess(t, bin, cfg)
+		logs = append(logs, p.Log)
 		target := handled() + n/(kills+2)
 		deadline := time.Now().Add(60 * time.Second)
 		for handled() < target {
 			if time.Now().After(deadline) {
-				t.Fatalf("run %d handled %d of %d in 60s:\n%s", k+1, handled(), n, p.log.String())
+				t.Fatalf("run %d handled %d of %d in 60s:\n%s", k+1, handled(), n, p.Log.String())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		p.kill(t)
+		p.Kill(t)
 		killedAt = append(killedAt, handled())
 	}
 	return killedAt, logs
@@ -191,30 +141,6 @@ func terminal(t *testing.T, c *kafkatest.Cluster, topic string, want map[string]
 	return missing, both, dups
 }
 
-// sigterm sends SIGTERM and fails t unless the process exits 0 within d.
-func (p *proc) sigterm(t *testing.T, d time.Duration) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("SIGTERM: %v (want exit 0):\n%s", err, p.log.String())
-		}
-	case <-time.After(d):
-		t.Fatalf("no exit within %v of SIGTERM:\n%s", d, p.log.String())
-	}
-}
-
-func distinct(s *solver) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.calls)
-}
-
 // collectIDs counts records per redrive-id on topic until n distinct ids,
 // then a second more for late duplicates.
 func collectIDs(t *testing.T, c *kafkatest.Cluster, topic string, n int, timeout time.Duration) map[string]int {
@@ -223,7 +149,7 @@ func collectIDs(t *testing.T, c *kafkatest.Cluster, topic string, n int, timeout
 	seen := 0
 	count := func(got kafkatest.Got) map[string]int {
 		for _, r := range got[topic][seen:] {
-			ids[hdr(r, retry.HeaderID)]++
+			ids[clitest.Header(r, retry.HeaderID)]++
 		}
 		seen = len(got[topic])
 		return ids
