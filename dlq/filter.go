@@ -276,7 +276,7 @@ func ParseKeyFilter(s string) (string, error) {
 func ParseTime(s string, now time.Time) (time.Time, error) {
 	t := strings.TrimSpace(s)
 	if t == "" {
-		return time.Time{}, fmt.Errorf("%w: empty time: want RFC 3339 (2024-05-01T10:00:00Z) or how long ago (2h, 7d)", ErrBadFilter)
+		return time.Time{}, fmt.Errorf("%w: empty time: want %s", ErrBadFilter, timeForms)
 	}
 	if t == "now" {
 		return now, nil
@@ -287,12 +287,19 @@ func ParseTime(s string, now time.Time) (time.Time, error) {
 	if t[0] == '-' || t[0] == '+' {
 		return time.Time{}, fmt.Errorf("%w: time %q: a relative time is how long ago, without a sign (2h)", ErrBadFilter, s)
 	}
+	if _, unit := agoUnits[t]; !unit && strings.Trim(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") == "" {
+		// A word ("yesterday", "today"): no number or unit to point at.
+		return time.Time{}, fmt.Errorf("%w: time %q is not one redrive reads: want %s", ErrBadFilter, s, timeForms)
+	}
 	ago, err := parseAgo(t)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%w: time %q: %v; want RFC 3339 (2024-05-01T10:00:00Z) or how long ago (2h, 30m, 7d)", ErrBadFilter, s, err)
+		return time.Time{}, fmt.Errorf("%w: time %q: %v; want %s", ErrBadFilter, s, err, timeForms)
 	}
 	return now.Add(-ago), nil
 }
+
+// timeForms names every form ParseTime reads, for its errors.
+const timeForms = "how long ago (2h, 30m, 1d, 1d12h, 7d), a date (2024-05-01, from 00:00 UTC), RFC 3339 (2024-05-01T10:00:00Z) or now"
 
 // looksLikeDate: four digits and a dash, the start of every absolute form.
 func looksLikeDate(t string) bool {

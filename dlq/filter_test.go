@@ -195,7 +195,7 @@ func TestParseTime(t *testing.T) {
 		{"2024-05-01T10:00:00", "has no zone"},
 		{"2024-13-01", "want YYYY-MM-DD"},
 		{"2024-05-01T25:00:00Z", "want RFC 3339"},
-		{"yesterday", "how long ago (2h, 30m, 7d)"},
+		{"yesterday", `time "yesterday" is not one redrive reads: want how long ago (2h, 30m, 1d, 1d12h, 7d), a date (2024-05-01, from 00:00 UTC), RFC 3339 (2024-05-01T10:00:00Z) or now`},
 		{"99999999999999999999h", "too long ago"},
 		{"16000000w", "too long ago"},
 		{"200000d200000d", "too long ago"},
@@ -354,7 +354,7 @@ func TestParseFilter(t *testing.T) {
 		{map[string][]string{"origins": {"a b", "c d*", ""}}, []string{
 			`origins[0] | "a b": a topic name uses only letters, digits, '.', '_' and '-'`,
 			`origins[1] | "c d*": a topic prefix uses only letters, digits, '.', '_' and '-'`, "origins[2] | empty topic"}},
-		{map[string][]string{"--since": {"yesterday"}}, []string{`--since | time "yesterday": a number must come before "yesterday"; want RFC 3339 (2024-05-01T10:00:00Z) or how long ago (2h, 30m, 7d)`}},
+		{map[string][]string{"--since": {"yesterday"}}, []string{`--since | time "yesterday" is not one redrive reads: want how long ago (2h, 30m, 1d, 1d12h, 7d), a date (2024-05-01, from 00:00 UTC), RFC 3339 (2024-05-01T10:00:00Z) or now`}},
 		{map[string][]string{"since": {"1h", "2h"}}, []string{"since | given 2 times: want one value"}},
 		{map[string][]string{"since": {"1h"}, "until": {"2h"}}, []string{"until | since 2024-05-02T09:00:00Z is not before until 2024-05-02T08:00:00Z"}},
 		{map[string][]string{"key": {"base64:!!"}}, []string{`key | key "base64:!!": bad base64`}},

@@ -47,7 +47,7 @@ func (f *filterFlags) register(fl *pflag.FlagSet) {
 	fl.StringArrayVar(&f.reasons, "reason", nil, "reason: exhausted, permanent, invalid or expired (repeatable)")
 	fl.StringArrayVar(&f.classes, "class", nil, "error class: transient, not-ready, permanent, invalid or expired (repeatable)")
 	fl.StringArrayVar(&f.origins, "origin", nil, "origin topic (repeatable; a trailing * matches by prefix)")
-	fl.StringVar(&f.since, "since", "", "dead-lettered at or after: RFC 3339 (2024-05-01T10:00:00Z), a date, or how long ago (2h, 30m, 7d)")
+	fl.StringVar(&f.since, "since", "", "dead-lettered at or after: how long ago (2h, 30m, 1d, 7d), a date (2024-05-01), RFC 3339 (2024-05-01T10:00:00Z) or now")
 	fl.StringVar(&f.until, "until", "", "dead-lettered before: the same forms as --since")
 	fl.StringVar(&f.key, "key", "", "record key, exactly (base64:<data> for a binary key, as the tables show it)")
 	fl.StringArrayVar(&f.headers, "header", nil, "header name=value, exactly (repeatable; all must match; redrive-* headers too, e.g. redrive-instance=pod-1)")
