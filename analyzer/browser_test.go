@@ -855,6 +855,20 @@ const browserFillJS = `(function () {
   }, 50);
 })();`
 
+// servePageWith serves h's dashboard page with a script tag for src added
+// before </body>; its headers are h's but for those the change falsifies.
+func servePageWith(w http.ResponseWriter, r *http.Request, h http.Handler, src string) {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	for k, v := range rec.Header() {
+		if k != "Content-Length" && k != "Last-Modified" && k != "Etag" {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = io.WriteString(w, strings.Replace(rec.Body.String(), "</body>", `<script src="`+src+`"></script></body>`, 1))
+}
+
 // browserFill serves h with browserFillJS at /test-fill.js and a script
 // tag for it (with query) added to the dashboard's page: the page's own
 // policy allows it (same origin); nothing else of the page changes.
@@ -865,16 +879,7 @@ func browserFill(h http.Handler, query string) http.Handler {
 			w.Header().Set("Content-Type", "text/javascript")
 			_, _ = io.WriteString(w, browserFillJS)
 		case "/":
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, r)
-			for k, v := range rec.Header() {
-				if k != "Content-Length" && k != "Last-Modified" && k != "Etag" {
-					w.Header()[k] = v
-				}
-			}
-			w.WriteHeader(rec.Code)
-			page := strings.Replace(rec.Body.String(), "</body>", `<script src="test-fill.js?`+query+`"></script></body>`, 1)
-			_, _ = io.WriteString(w, page)
+			servePageWith(w, r, h, "test-fill.js?"+query)
 		default:
 			h.ServeHTTP(w, r)
 		}

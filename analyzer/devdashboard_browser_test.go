@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,15 +137,7 @@ func browserDevDashboard(t *testing.T, script string) (url string, stats func() 
 			w.Header().Set("Content-Type", "text/javascript")
 			_, _ = io.WriteString(w, script)
 		case "/":
-			rec := httptest.NewRecorder()
-			api.ServeHTTP(rec, r)
-			for k, v := range rec.Header() {
-				if k != "Content-Length" && k != "Last-Modified" && k != "Etag" {
-					w.Header()[k] = v
-				}
-			}
-			w.WriteHeader(rec.Code)
-			_, _ = io.WriteString(w, strings.Replace(rec.Body.String(), "</body>", `<script src="test-page.js"></script></body>`, 1))
+			servePageWith(w, r, api, "test-page.js")
 		case "/api/stats":
 			mu.Lock()
 			queries = append(queries, r.URL.RawQuery)
