@@ -107,17 +107,19 @@ func withBrokers(data []byte, csv string) []byte {
 // onlyMissingEnv: every problem is a required value left empty, which a
 // preset's variables fill at run time (SMM_API_URL unset while init runs).
 func onlyMissingEnv(err error) bool {
-	for _, e := range unjoinErrs(err) {
-		if !strings.HasSuffix(e.Error(), ": required") {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return missing(err)
+	}
+	for _, e := range j.Unwrap() {
+		if !missing(e) {
 			return false
 		}
 	}
 	return true
 }
 
-func unjoinErrs(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
+func missing(err error) bool {
+	var ce *config.Error
+	return errors.As(err, &ce) && ce.Msg == "required"
 }
