@@ -124,14 +124,33 @@ func TestDefaultsTenPercentAlwaysFail(t *testing.T) {
 // half-open probes are fresh requests, which succeed, so every one of the
 // 2,000 is handled within open_for + 30s; the 60 end in results, and no
 // retry was called before it was due.
+//
+// The 60 first calls are answered together, once all have arrived (the
+// default concurrency, 64, holds them): on a loaded machine the 60 records
+// come in several fetches, and a breaker opened by the first of them would
+// otherwise find the rest, never called, at the head of the partitions
+// when it probes (a scenario of its own: fresh probes that fail for their
+// own reasons).
 func TestDefaultsFailTwiceThenHealthy(t *testing.T) {
 	t.Parallel()
 	const bad, good = 60, 2000
 	e := pipetest.New(t, "failtwice", 4, shortTiers)
 	var calls sync.Map // id → number of calls answered
+	var firstBad sync.WaitGroup
+	firstBad.Add(bad)
+	allIn := make(chan struct{})
+	go func() { firstBad.Wait(); close(allIn) }()
 	s := newScriptedSolver(t, func(id string, _ time.Time) (int, string) {
 		v, _ := calls.LoadOrStore(id, new(atomic.Int32))
 		k := v.(*atomic.Int32).Add(1)
+		if id[:3] == "bad" && k == 1 {
+			firstBad.Done()
+			select {
+			case <-allIn:
+			case <-time.After(20 * time.Second):
+				t.Errorf("the 60 first calls did not all arrive within 20s: the default concurrency should hold them")
+			}
+		}
 		if id[:3] == "bad" && k <= 2 {
 			return http.StatusServiceUnavailable, `{"status":0,"request":"ERROR_NO_SLOT_AVAILABLE"}`
 		}
@@ -140,7 +159,7 @@ func TestDefaultsFailTwiceThenHealthy(t *testing.T) {
 	pr, _ := pipetest.RunProcessor(t, e.Config(), captchaHandler(t, s.URL, httphandler.Codes{}))
 	opened := watchBreaker(t, pr)
 	e.Produce(requests(e.P.Topic, "bad", bad)...)
-	if !kafkatest.Eventually(10*time.Second, func() bool { return opened.Load() > 0 }) {
+	if !kafkatest.Eventually(30*time.Second, func() bool { return opened.Load() > 0 }) {
 		t.Fatalf("60 fresh failures did not open the breaker: %+v", pr.Status().Pipelines[0].Line)
 	}
 	start := time.Now()
