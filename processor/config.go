@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redrive/redrive/dlq"
+	"github.com/redrive/redrive/processor/control"
 	"github.com/redrive/redrive/retry"
 	"github.com/redrive/redrive/topics"
 )
@@ -63,10 +64,22 @@ type Pipeline struct {
 	// Breaker stops handler calls while the service fails (the zero value:
 	// on, with the Default* settings; Breaker.Disabled turns it off).
 	Breaker Breaker
-	// RateLimit bounds handler calls per second in this process (a token
-	// bucket; waiting for a token is not an attempt). 0: no limit. With N
-	// processes, give each the limit divided by N.
+	// RateLimit bounds handler calls per second (a token bucket; waiting
+	// for a token is not an attempt). 0: no limit. With Scope
+	// ScopePipeline (the default) it is the whole pipeline's, shared by
+	// every process that runs it (share.go); with ScopeProcess, each
+	// process's.
 	RateLimit float64
+	// MaxCallsInFlight bounds handler calls running at once toward the
+	// service (a CAPTCHA service's "threads"): the whole pipeline's, or
+	// each process's with ScopeProcess. 0: no bound but Concurrency.
+	MaxCallsInFlight int
+	// Scope says who the line and the budgets are for: ScopePipeline (the
+	// default, "") shares the breaker, pause codes, the guard's stop and
+	// the budgets with every process running the pipeline through the
+	// control topic (Config.Control); ScopeProcess keeps them to this
+	// process. An operator's pause (`redrive pause`) reaches both.
+	Scope Scope
 	// RateBurst is how many calls may start at once above the rate
 	// (default 1: evenly spaced).
 	RateBurst int
@@ -88,6 +101,15 @@ type Pipeline struct {
 	// many outcomes are ready. Default 2000.
 	MaxBatch int
 }
+
+// Scope is who a pipeline's line and budgets are for.
+type Scope string
+
+// Scopes.
+const (
+	ScopePipeline Scope = "pipeline"
+	ScopeProcess  Scope = "process"
+)
 
 // Delivery is a pipeline's delivery guarantee for its outcome records.
 type Delivery string
@@ -274,6 +296,26 @@ type Config struct {
 	Ready func(name string, err error)
 	// Beat is called on every turn of each poll loop (liveness). Optional.
 	Beat func(name string)
+	// Control is the control topic the processes of a pipeline share
+	// (control.go).
+	Control Control
+}
+
+// Control configures the control topic (package control): every process
+// reads it from its start and follows it, and publishes its status and
+// its line's stops there.
+type Control struct {
+	// Topic is the control topic (default control.DefaultTopic,
+	// "redrive.control"): compacted, one partition, created by `redrive
+	// topics ensure`.
+	Topic string
+	// StatusInterval is how often each process publishes a status record
+	// per pipeline (default control.DefaultStatusInterval, 5s).
+	StatusInterval time.Duration
+	// Disabled: no control topic. Every pipeline runs as ScopeProcess and
+	// `redrive pause` does not reach it (tests of one process, embedders
+	// with no such topic).
+	Disabled bool
 }
 
 // ErrConfig is wrapped by the error New returns for a bad configuration.
@@ -385,6 +427,9 @@ func (p Pipeline) WithDefaults() Pipeline {
 	}
 	if p.RateBurst == 0 {
 		p.RateBurst = DefaultRateBurst
+	}
+	if p.Scope == "" {
+		p.Scope = ScopePipeline
 	}
 	p.Breaker = p.Breaker.WithDefaults()
 	p.Guard = p.Guard.WithDefaults()
@@ -548,6 +593,12 @@ func (p Pipeline) validateRate() fieldErrs {
 	if p.RateLimit < 0 || math.IsNaN(p.RateLimit) || math.IsInf(p.RateLimit, 0) {
 		errs.add("RateLimit", "%v: must be 0 (no limit) or more", p.RateLimit)
 	}
+	if p.MaxCallsInFlight < 0 {
+		errs.add("MaxCallsInFlight", "%d: must be 0 (no bound) or more", p.MaxCallsInFlight)
+	}
+	if p.Scope != ScopePipeline && p.Scope != ScopeProcess {
+		errs.add("Scope", "%q: must be pipeline or process", p.Scope)
+	}
 	if p.RateBurst < 1 {
 		errs.add("RateBurst", "%d: must be at least 1", p.RateBurst)
 	}
@@ -696,6 +747,12 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Control.Topic == "" {
+		c.Control.Topic = control.DefaultTopic
+	}
+	if c.Control.StatusInterval == 0 {
+		c.Control.StatusInterval = control.DefaultStatusInterval
+	}
 	c.Pipelines = slices.Clone(c.Pipelines)
 	for i := range c.Pipelines {
 		c.Pipelines[i] = c.Pipelines[i].WithDefaults()
@@ -724,6 +781,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.Pipelines) == 0 {
 		errs.add("Pipelines", "at least one pipeline is required")
+	}
+	if c.Control.StatusInterval < 0 {
+		errs.add("Control.StatusInterval", "%s: must be more than 0", c.Control.StatusInterval)
 	}
 	names := map[string]int{}
 	consumed := map[string]int{} // main and tier topics → the index of the pipeline that consumes them

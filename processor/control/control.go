@@ -1,0 +1,277 @@
+// Package control is the control topic: what several processes running
+// one pipeline tell each other, and what an operator tells all of them.
+//
+// The topic is compacted (one partition, so that every reader sees every
+// record in one order); a record's key says what it is about, and the
+// latest record of a key is its state:
+//
+//	pause/<pipeline>               an operator's pause or resume (durable)
+//	breaker/<pipeline>             the shared circuit breaker: open until, half-open (one prober), closed
+//	pausecode/<pipeline>           a pause code's stop (ERROR_ZERO_BALANCE): until when
+//	guard/<pipeline>               the guard's stop and its end
+//	status/<pipeline>/<instance>   a replica's status, every few seconds; a tombstone when it leaves
+//
+// Values are JSON objects with a version ("v"); a record whose key and
+// value disagree, of a newer version, or not JSON, is refused by Decode
+// with an error saying why, and readers skip it.
+package control
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// DefaultTopic is the control topic of the processors of a cluster.
+const DefaultTopic = "redrive.control"
+
+// DefaultStatusInterval is how often a replica publishes its status.
+const DefaultStatusInterval = 5 * time.Second
+
+// MaxValueBytes bounds a control record's value: Decode refuses larger
+// ones (every record redrive writes is far smaller).
+const MaxValueBytes = 64 << 10
+
+// version is the value format Encode writes and the newest Decode reads.
+const version = 1
+
+// Kind is what a control record is about; the first part of its key.
+type Kind string
+
+const (
+	KindPause     Kind = "pause"     // an operator's pause or resume
+	KindBreaker   Kind = "breaker"   // the pipeline's shared breaker
+	KindPauseCode Kind = "pausecode" // a pause code's stop
+	KindGuard     Kind = "guard"     // the guard's stop
+	KindStatus    Kind = "status"    // one replica's status
+)
+
+var kinds = []Kind{KindPause, KindBreaker, KindPauseCode, KindGuard, KindStatus}
+
+// Line states of breaker, pausecode and guard records.
+const (
+	StateOpen     = "open"      // breaker: no call until Until
+	StateHalfOpen = "half-open" // breaker: the writer probes; the others wait
+	StateClosed   = "closed"    // breaker: calls resume
+	StateOn       = "on"        // pausecode, guard: stopped until Until (guard: zero Until, until resumed)
+	StateOff      = "off"       // pausecode, guard: over
+)
+
+// Record is one control record, decoded.
+type Record struct {
+	Kind     Kind
+	Pipeline string
+	// Instance is the replica a status record is of, and the writer of
+	// any other.
+	Instance string
+	// At is when it was written (the writer's clock).
+	At time.Time
+	// Tombstone: a status record without value, written by a replica that
+	// left cleanly.
+	Tombstone bool
+
+	Pause  *Pause  // KindPause
+	Line   *Line   // KindBreaker, KindPauseCode, KindGuard
+	Status *Status // KindStatus
+}
+
+// Pause is an operator's pause (Paused) or resume. A resume also clears
+// every other stop of the pipeline's line: the operator says the cause is
+// fixed.
+type Pause struct {
+	Paused bool   `json:"paused"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Line is a stop of the line one replica saw and shares.
+type Line struct {
+	State string `json:"state"`
+	// Until: open (breaker) or on (pause code, guard with auto-resume)
+	// until then; a half-open breaker's writer probes until then at most.
+	Until time.Time `json:"until,omitzero"`
+	Why   string    `json:"why,omitempty"`
+	Code  string    `json:"code,omitempty"` // pausecode: the code
+}
+
+// Status is what a replica publishes of one pipeline.
+type Status struct {
+	// Line is running, probing or stopped; Why the reasons.
+	Line    string `json:"line"`
+	Why     string `json:"why,omitempty"`
+	Breaker string `json:"breaker"`
+	// Scope is pipeline (the line and the budgets are shared) or process.
+	Scope string `json:"scope"`
+	// Partitions owned of TotalPartitions (the main topic and the tiers);
+	// Share is this replica's part of the pipeline's budgets.
+	Partitions      int     `json:"partitions"`
+	MainPartitions  int     `json:"main_partitions"`
+	TotalPartitions int     `json:"total_partitions"`
+	Share           float64 `json:"share"`
+	// RateLimit and MaxCallsInFlight: this replica's share (0: none set).
+	RateLimit        float64 `json:"rate_limit,omitempty"`
+	MaxCallsInFlight int     `json:"max_calls_in_flight,omitempty"`
+	// Inflight: records polled and not finished; CallsInFlight: handler
+	// calls running now; CallsPerSecond over the last interval.
+	Inflight       int64   `json:"inflight"`
+	CallsInFlight  int     `json:"calls_in_flight"`
+	CallsPerSecond float64 `json:"calls_per_second"`
+	// Control is what is wrong with the control topic as this replica
+	// sees it ("" when nothing).
+	Control string `json:"control,omitempty"`
+	// Every is how often it publishes: a status older than three of them
+	// is stale.
+	Every string `json:"every"`
+}
+
+// wire is a value as written.
+type wire struct {
+	V        int       `json:"v"`
+	Kind     Kind      `json:"kind"`
+	Pipeline string    `json:"pipeline"`
+	Instance string    `json:"instance"`
+	At       time.Time `json:"at"`
+	Pause    *Pause    `json:"pause,omitempty"`
+	Line     *Line     `json:"line,omitempty"`
+	Status   *Status   `json:"status,omitempty"`
+}
+
+// Key is the record key of kind for pipeline (instance: a status's
+// replica; ignored for the other kinds).
+func Key(kind Kind, pipeline, instance string) string {
+	if kind == KindStatus {
+		return string(kind) + "/" + pipeline + "/" + instance
+	}
+	return string(kind) + "/" + pipeline
+}
+
+// Key is r's record key.
+func (r Record) Key() string { return Key(r.Kind, r.Pipeline, r.Instance) }
+
+// Encode is r's record key and value (nil value: a tombstone).
+func (r Record) Encode() (key, value []byte, err error) {
+	if err := checkNames(r.Kind, r.Pipeline, r.Instance); err != nil {
+		return nil, nil, err
+	}
+	key = []byte(r.Key())
+	if r.Tombstone {
+		return key, nil, nil
+	}
+	value, err = json.Marshal(wire{V: version, Kind: r.Kind, Pipeline: r.Pipeline, Instance: r.Instance,
+		At: r.At.UTC(), Pause: r.Pause, Line: r.Line, Status: r.Status})
+	return key, value, err
+}
+
+// ErrMalformed is wrapped by every error of Decode.
+var ErrMalformed = errors.New("malformed control record")
+
+func malformed(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, a...))
+}
+
+// Decode reads a control record. A nil value is a tombstone, taken only
+// for a status key. The value's kind, pipeline and instance must be the
+// key's, and its body the kind's.
+func Decode(key, value []byte) (Record, error) {
+	kind, pipeline, instance, err := parseKey(string(key))
+	if err != nil {
+		return Record{}, err
+	}
+	r := Record{Kind: kind, Pipeline: pipeline, Instance: instance}
+	if value == nil {
+		if kind != KindStatus {
+			return Record{}, malformed("key %q: only a status record may be a tombstone", key)
+		}
+		r.Tombstone = true
+		return r, nil
+	}
+	if len(value) > MaxValueBytes {
+		return Record{}, malformed("key %q: value of %d bytes, more than %d", key, len(value), MaxValueBytes)
+	}
+	var w wire
+	if err := json.Unmarshal(value, &w); err != nil {
+		return Record{}, malformed("key %q: value is not a control record: %v", key, err)
+	}
+	switch {
+	case w.V < 1:
+		return Record{}, malformed("key %q: no version", key)
+	case w.V > version:
+		return Record{}, malformed("key %q: version %d, newer than this redrive's %d", key, w.V, version)
+	case w.Kind != kind || w.Pipeline != pipeline:
+		return Record{}, malformed("key %q: value is about %s/%s", key, w.Kind, w.Pipeline)
+	case kind == KindStatus && w.Instance != instance:
+		return Record{}, malformed("key %q: value is of instance %q", key, w.Instance)
+	case w.At.IsZero():
+		return Record{}, malformed("key %q: no time", key)
+	}
+	r.Instance, r.At = w.Instance, w.At
+	switch kind {
+	case KindPause:
+		r.Pause = w.Pause
+	case KindStatus:
+		r.Status = w.Status
+	default:
+		r.Line = w.Line
+	}
+	if r.Pause == nil && r.Line == nil && r.Status == nil {
+		return Record{}, malformed("key %q: no %s body", key, kind)
+	}
+	if r.Line != nil {
+		if err := checkLine(kind, r.Line); err != nil {
+			return Record{}, malformed("key %q: %v", key, err)
+		}
+	}
+	return r, nil
+}
+
+func checkLine(kind Kind, l *Line) error {
+	ok := map[Kind][]string{
+		KindBreaker:   {StateOpen, StateHalfOpen, StateClosed},
+		KindPauseCode: {StateOn, StateOff},
+		KindGuard:     {StateOn, StateOff},
+	}[kind]
+	for _, s := range ok {
+		if l.State == s {
+			return nil
+		}
+	}
+	return fmt.Errorf("state %q, want one of %s", l.State, strings.Join(ok, ", "))
+}
+
+func parseKey(key string) (kind Kind, pipeline, instance string, err error) {
+	k, rest, ok := strings.Cut(key, "/")
+	kind = Kind(k)
+	known := false
+	for _, c := range kinds {
+		known = known || c == kind
+	}
+	if !ok || !known {
+		return "", "", "", malformed("key %q: want <kind>/<pipeline>, kind one of pause, breaker, pausecode, guard, status", key)
+	}
+	pipeline = rest
+	if kind == KindStatus {
+		i := strings.LastIndexByte(rest, '/')
+		if i < 0 {
+			return "", "", "", malformed("key %q: want status/<pipeline>/<instance>", key)
+		}
+		pipeline, instance = rest[:i], rest[i+1:]
+	}
+	if err := checkNames(kind, pipeline, instance); err != nil {
+		return "", "", "", malformed("key %q: %v", key, err)
+	}
+	return kind, pipeline, instance, nil
+}
+
+// checkNames refuses a pipeline or instance name a key cannot carry.
+func checkNames(kind Kind, pipeline, instance string) error {
+	if pipeline == "" || len(pipeline) > 249 {
+		return fmt.Errorf("pipeline name %q: want 1 to 249 characters", pipeline)
+	}
+	if kind == KindStatus {
+		if instance == "" || len(instance) > 255 || strings.ContainsRune(instance, '/') {
+			return fmt.Errorf("instance %q: want 1 to 255 characters, no /", instance)
+		}
+	}
+	return nil
+}

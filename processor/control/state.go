@@ -1,0 +1,81 @@
+package control
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// State is the control topic read so far: the latest record of every key.
+type State struct {
+	latest map[string]Record
+}
+
+// NewState is an empty State.
+func NewState() *State { return &State{latest: map[string]Record{}} }
+
+// Apply takes r as its key's latest; a tombstone removes a replica.
+func (s *State) Apply(r Record) {
+	if r.Tombstone {
+		delete(s.latest, r.Key())
+		return
+	}
+	s.latest[r.Key()] = r
+}
+
+// Get is the latest record of kind for pipeline (not a status's).
+func (s *State) Get(kind Kind, pipeline string) (Record, bool) {
+	r, ok := s.latest[Key(kind, pipeline, "")]
+	return r, ok
+}
+
+// Paused is the operator's pause of pipeline in force, if any.
+func (s *State) Paused(pipeline string) (Record, bool) {
+	r, ok := s.Get(KindPause, pipeline)
+	return r, ok && r.Pause != nil && r.Pause.Paused
+}
+
+// Replica is one replica's latest status of a pipeline.
+type Replica struct {
+	Pipeline string    `json:"pipeline"`
+	Instance string    `json:"instance"`
+	Seen     time.Time `json:"last_seen"`
+	// Stale: not heard of for three of its status intervals (killed, or
+	// cut off from the control topic).
+	Stale bool `json:"stale"`
+	Status
+}
+
+// Replicas are the replicas known at now, by pipeline, then instance.
+func (s *State) Replicas(now time.Time) []Replica {
+	var out []Replica
+	for _, r := range s.latest {
+		if r.Kind != KindStatus || r.Status == nil {
+			continue
+		}
+		every, err := time.ParseDuration(r.Status.Every)
+		if err != nil || every <= 0 {
+			every = DefaultStatusInterval
+		}
+		out = append(out, Replica{Pipeline: r.Pipeline, Instance: r.Instance, Seen: r.At,
+			Stale: now.Sub(r.At) > 3*every, Status: *r.Status})
+	}
+	slices.SortFunc(out, func(a, b Replica) int {
+		return cmp.Or(cmp.Compare(a.Pipeline, b.Pipeline), cmp.Compare(a.Instance, b.Instance))
+	})
+	return out
+}
+
+// Pipelines are the pipelines the topic names, sorted.
+func (s *State) Pipelines() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range s.latest {
+		if !seen[r.Pipeline] {
+			seen[r.Pipeline] = true
+			out = append(out, r.Pipeline)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
