@@ -77,7 +77,7 @@ type Pipeline struct {
 	// Scope says who the line and the budgets are for: ScopePipeline (the
 	// default, "") shares the breaker, pause codes, the guard's stop and
 	// the budgets with every process running the pipeline through the
-	// control topic (Config.Control); ScopeProcess keeps them to this
+	// control topic (Config.Control, controlplane.go); ScopeProcess keeps them to this
 	// process. An operator's pause (`redrive pause`) reaches both.
 	Scope Scope
 	// RateBurst is how many calls may start at once above the rate
@@ -296,8 +296,12 @@ type Config struct {
 	Ready func(name string, err error)
 	// Beat is called on every turn of each poll loop (liveness). Optional.
 	Beat func(name string)
+	// Degraded is told, per part, what works in a degraded way without
+	// making the process unready ("" when nothing): the control topic
+	// unreachable or denied. Optional.
+	Degraded func(name, detail string)
 	// Control is the control topic the processes of a pipeline share
-	// (control.go).
+	// (controlplane.go).
 	Control Control
 }
 

@@ -75,11 +75,13 @@ type line struct {
 	// notClosed is set while the breaker is open or half-open: the run
 	// queue then hands out fresh work first, so that probes are fresh.
 	notClosed atomic.Bool
+	// started counts handler calls let through (the status's calls/s).
+	started atomic.Int64
 	// counted: redrive_breaker_calls_total, by verdict.
 	counted [len(verdicts)]prometheus.Counter
 	// Set once by newLine: read without l.mu.
 	failover failover
-	rate     rateLimit
+	rate     *rateLimit
 
 	mu        sync.Mutex
 	manual    manualPause
@@ -90,6 +92,14 @@ type line struct {
 	// history, and callers whose record failed before, waiting in enter:
 	// a half-open probe slot goes to the first kind first.
 	freshWaiting, failedWaiting int
+
+	// calls is the bound on handler calls in flight (MaxCallsInFlight,
+	// this process's share of it): cap 0 is none.
+	calls struct{ cap, n int }
+	// shared: the line's stops are the pipeline's, told to and by the
+	// other processes through the control topic (line_shared.go); nil
+	// with scope process.
+	shared *sharedLine
 
 	stopped     bool          // shutdown: waiters leave, run ends
 	changed     chan struct{} // closed and replaced on every change
@@ -197,6 +207,7 @@ const (
 // ticket is a call the line let through; leave reports its outcome.
 type ticket struct {
 	br     *breaker // the breaker that let it through; nil without one
+	slot   bool     // it holds a place in calls (MaxCallsInFlight)
 	gen    uint64   // its generation then
 	probe  bool     // a half-open probe
 	waited bool     // the record waited for the line or a token
@@ -235,6 +246,11 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 			l.mu.Unlock()
 			return t, enterForward
 		}
+		if len(reasons) == 0 && l.calls.cap > 0 && l.calls.n >= l.calls.cap {
+			// As many calls run as the service may see: wait for one to
+			// end (leave and abandon kick).
+			reasons, wake = []string{"calls"}, time.Time{}
+		}
 		if len(reasons) == 0 {
 			// Not stopped: a half-open breaker still hands out its probe
 			// slots one by one.
@@ -244,10 +260,12 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 				return t, enterYield
 			}
 			if allow {
-				t = ticket{br: l.br, probe: probe, waited: t.waited, start: now}
+				t = ticket{br: l.br, probe: probe, waited: t.waited, start: now, slot: true}
 				if l.br != nil {
 					t.gen = l.br.gen
 				}
+				l.calls.n++
+				l.started.Add(1)
 				l.mu.Unlock()
 				// Stage 5, outside l.mu: the token.
 				waited, ok := l.rate.wait(ctx, ch)
@@ -279,15 +297,26 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 // abandon gives a ticket back uncounted (the call was abandoned): a probe
 // slot is free again.
 func (t ticket) abandon(l *line) {
-	if !t.probe {
+	if !t.probe && !t.slot {
 		return
 	}
 	l.mu.Lock()
-	if t.br == l.br {
+	l.releaseSlotLocked(t)
+	if t.probe && t.br == l.br {
 		t.br.release(t.gen)
 		l.kickLocked()
 	}
 	l.mu.Unlock()
+}
+
+// releaseSlotLocked gives back t's place among the calls in flight.
+func (l *line) releaseSlotLocked(t ticket) {
+	if t.slot {
+		l.calls.n--
+		if l.calls.cap > 0 {
+			l.kickLocked()
+		}
+	}
 }
 
 // leave hands the outcome of a call the line let through to every stage
@@ -300,6 +329,7 @@ func (t ticket) abandon(l *line) {
 func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hold bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.releaseSlotLocked(t)
 	l.pauseLocked(out, now)
 	l.countBreakerLocked(t, out, prevCode, now)
 	l.countGuardLocked(out, now)
@@ -331,9 +361,12 @@ func (l *line) heard(out Outcome, prevCode string, now time.Time) (hold bool) {
 // resume clears every stop at once: manual, the guard, a pause code's
 // pause, and the breaker.
 func (l *line) resume(detail string) {
-	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.resumeLocked(time.Now(), detail)
+}
+
+func (l *line) resumeLocked(now time.Time, detail string) {
 	l.manual.clear()
 	l.guard.clear()
 	l.pauseCode.clear()

@@ -43,10 +43,13 @@ import (
 // by the retries). Outcomes of calls started in an earlier state or round
 // are ignored: each starts a new generation.
 type breaker struct {
-	cfg   Breaker
-	state breakerState
-	since time.Time
-	gen   uint64 // bumped at every transition
+	cfg Breaker
+	// consecutive and minCalls are cfg's, scaled to this process's share
+	// of a pipeline run by several (scale).
+	consecutive, minCalls int
+	state                 breakerState
+	since                 time.Time
+	gen                   uint64 // bumped at every transition
 	// Closed: counted calls and failures in the rolling window, and
 	// counted failures in a row (of calls started after lastOK).
 	calls ratioWindow
@@ -120,8 +123,39 @@ type transition struct {
 }
 
 func newBreaker(cfg Breaker, now time.Time) *breaker {
-	return &breaker{cfg: cfg, since: now, openFor: cfg.OpenFor,
+	return &breaker{cfg: cfg, since: now, openFor: cfg.OpenFor, consecutive: cfg.Consecutive, minCalls: cfg.MinCalls,
 		calls: newRatioWindow(cfg.Window), skipped: newRatioWindow(cfg.Window)}
+}
+
+// scale sets the thresholds of counted calls to share of the pipeline's:
+// the processes of a pipeline see share of its calls each, and the first
+// to open stops them all, so the pipeline opens after about Consecutive
+// failed calls, as one process would. Never below 3 failures in a row or
+// 10 calls (nor above the configured ones): a few requests failing for
+// their own reasons must not open it.
+func (b *breaker) scale(share float64) {
+	b.consecutive = min(b.cfg.Consecutive, max(3, int(math.Ceil(float64(b.cfg.Consecutive)*share))))
+	b.minCalls = min(b.cfg.MinCalls, max(10, int(math.Ceil(float64(b.cfg.MinCalls)*share))))
+}
+
+// follow opens the breaker until until because another process's breaker
+// is open (or probing): no call starts here, and this one does not probe
+// unless until passes without word. It returns the transition, nil when
+// it was open already (only until moved).
+func (b *breaker) follow(until time.Time, why string, now time.Time) *transition {
+	if b.state == breakerOpen && !until.After(b.openUntil) {
+		return nil
+	}
+	var tr *transition
+	if b.state != breakerOpen {
+		tr = &transition{from: b.state, to: breakerOpen}
+		b.since = now
+		b.gen++
+		b.granted, b.ok, b.failed, b.second = 0, 0, 0, false
+		b.learned, b.probeCodes = nil, nil
+	}
+	b.state, b.openUntil, b.openFor, b.why = breakerOpen, until, until.Sub(now), why
+	return tr
 }
 
 // judge says how an outcome of a call counts. prevCode is the code
@@ -253,9 +287,9 @@ func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now
 		}
 		c := b.cfg
 		switch {
-		case b.run >= c.Consecutive:
+		case b.run >= b.consecutive:
 			b.why = fmt.Sprintf("%d counted failures in a row", b.run)
-		case calls >= c.MinCalls && float64(failed) >= c.FailureRatio*float64(calls):
+		case calls >= b.minCalls && float64(failed) >= c.FailureRatio*float64(calls):
 			b.why = fmt.Sprintf("%d of %d counted calls failed in %s", failed, calls, c.Window)
 		default:
 			return nil
@@ -397,6 +431,7 @@ func (l *line) onBreakerLocked(tr *transition) {
 	l.notClosed.Store(tr.to != breakerClosed)
 	l.m.breakerState.WithLabelValues(l.name).Set(float64(tr.to))
 	l.m.breakerTrans.WithLabelValues(l.name, tr.to.String()).Inc()
+	l.publishBreakerLocked(tr, time.Now())
 	l.kickLocked()
 }
 
@@ -407,8 +442,10 @@ func (l *line) resetBreakerLocked(now time.Time) {
 	if l.br == nil {
 		return
 	}
-	wasOpen := l.br.state != breakerClosed
+	old := l.br
+	wasOpen := old.state != breakerClosed
 	l.br = newBreaker(l.cfg.Breaker, now)
+	l.br.consecutive, l.br.minCalls = old.consecutive, old.minCalls
 	if wasOpen {
 		l.onBreakerLocked(&transition{from: breakerOpen, to: breakerClosed})
 	}

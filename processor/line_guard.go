@@ -3,6 +3,8 @@ package processor
 import (
 	"fmt"
 	"time"
+
+	"github.com/redrive/redrive/processor/control"
 )
 
 // guard stops the line when permanent failures reach PermanentRatio of
@@ -83,11 +85,16 @@ func (l *line) countGuardLocked(out Outcome, now time.Time) {
 	if !l.guard.count(out, now) {
 		return
 	}
-	how := "POST /api/pipelines/" + l.name + "/resume"
+	how := "`redrive resume " + l.name + "` or POST /api/pipelines/" + l.name + "/resume"
 	if a := l.guard.cfg.AutoResumeAfter; a > 0 {
 		how += fmt.Sprintf(" (or automatically after %s)", a)
 	}
 	l.log.Error("guard: line stopped; fix the cause (API key, account), then resume: "+how, "why", l.guard.detail)
+	var until time.Time
+	if a := l.guard.cfg.AutoResumeAfter; a > 0 {
+		until = now.Add(a)
+	}
+	l.publishLocked(control.KindGuard, control.Line{State: control.StateOn, Until: until, Why: l.guard.detail}, now)
 	l.kickLocked()
 }
 

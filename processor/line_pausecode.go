@@ -1,6 +1,10 @@
 package processor
 
-import "time"
+import (
+	"time"
+
+	"github.com/redrive/redrive/processor/control"
+)
 
 // pauseCode is the stop a handler's pause code (Outcome Paused: the
 // account has no money, a quota is used up) puts on the line: no call
@@ -49,5 +53,6 @@ func (l *line) pauseLocked(out Outcome, now time.Time) {
 	}
 	l.log.Warn("pause code: handler calls stopped, the record is retried after the pause without spending an attempt",
 		"code", out.Code, "for", until.Sub(now), "until", until.Format(time.RFC3339Nano))
+	l.publishLocked(control.KindPauseCode, control.Line{State: control.StateOn, Until: until, Code: out.Code}, now)
 	l.kickLocked()
 }

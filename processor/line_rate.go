@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,25 +10,36 @@ import (
 )
 
 // rateLimit is the line's last stage: a call the other stages let through
-// waits for a token, RateLimit a second in bursts of RateBurst. The
-// limiter has a lock of its own, so that a wait for a token never holds
-// line.mu.
+// waits for a token, RateLimit a second in bursts of RateBurst (this
+// process's share of them, set). The limiter has a lock of its own, so
+// that a wait for a token never holds line.mu.
 type rateLimit struct {
-	lim    *rate.Limiter      // nil: no rate limit
-	waited prometheus.Counter // redrive_rate_limited_seconds_total
+	// lim is replaced, not changed, when the share changes: waiters give
+	// their reservations back to the old one in any order, which would
+	// leave a changed limiter in debt.
+	lim    atomic.Pointer[rate.Limiter] // nil: no rate limit
+	waited prometheus.Counter           // redrive_rate_limited_seconds_total
 }
 
-func newRateLimit(perSecond float64, burst int, waited prometheus.Counter) rateLimit {
-	r := rateLimit{waited: waited}
+func newRateLimit(perSecond float64, burst int, waited prometheus.Counter) *rateLimit {
+	r := &rateLimit{waited: waited}
 	if perSecond > 0 {
-		r.lim = rate.NewLimiter(rate.Limit(perSecond), max(1, burst))
+		r.lim.Store(rate.NewLimiter(rate.Limit(perSecond), max(1, burst)))
 	}
 	return r
 }
 
+// set replaces the limiter (a limit set) with one of perSecond in bursts
+// of burst.
+func (r *rateLimit) set(perSecond float64, burst int) {
+	if r.lim.Load() != nil {
+		r.lim.Store(rate.NewLimiter(rate.Limit(perSecond), max(1, burst)))
+	}
+}
+
 // reserve takes a token at now and says how long its call waits for it.
-func (r rateLimit) reserve(now time.Time) (*rate.Reservation, time.Duration) {
-	res := r.lim.ReserveN(now, 1)
+func (r *rateLimit) reserve(now time.Time) (*rate.Reservation, time.Duration) {
+	res := r.lim.Load().ReserveN(now, 1)
 	return res, res.DelayFrom(now)
 }
 
@@ -35,8 +47,8 @@ func (r rateLimit) reserve(now time.Time) (*rate.Reservation, time.Duration) {
 // changed) or ctx ended the wait: the token is given back, and the caller
 // looks at the line again, so that a token is never waited for through a
 // stop that came meanwhile.
-func (r rateLimit) wait(ctx context.Context, ch <-chan struct{}) (waited, ok bool) {
-	if r.lim == nil {
+func (r *rateLimit) wait(ctx context.Context, ch <-chan struct{}) (waited, ok bool) {
+	if r.lim.Load() == nil {
 		return false, true
 	}
 	start := time.Now()

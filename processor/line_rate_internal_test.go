@@ -49,7 +49,7 @@ func TestRateLimitReserve(t *testing.T) {
 func TestRateLimitOffByDefault(t *testing.T) {
 	cfg := Pipeline{Name: "solve"}.WithDefaults()
 	r := newRateLimit(cfg.RateLimit, cfg.RateBurst, nil)
-	if r.lim != nil {
+	if r.lim.Load() != nil {
 		t.Fatalf("a rate limit of %v by default", cfg.RateLimit)
 	}
 	for range 1000 {

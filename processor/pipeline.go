@@ -182,7 +182,11 @@ type pipeline struct {
 	brokerMax int32
 	recreated recreatedTopics // output topics deleted and recreated (recreated.go)
 
-	joined      atomic.Bool
+	joined atomic.Bool
+	// partCounts and shareNow: the pipeline's partitions and this
+	// process's share of its budgets (share.go).
+	partCounts  atomic.Pointer[partTotals]
+	shareNow    atomic.Pointer[shareState]
 	writeFails  atomic.Int64 // outcome writes failing right now
 	lastWriteMu sync.Mutex
 	lastWrite   error
@@ -325,6 +329,10 @@ func (p *pipeline) run(ctx context.Context) error {
 	ctx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
 	p.probe(ctx)
+	if p.cfg.Scope != ScopeProcess {
+		p.learnTotals(ctx)
+		p.reshare() // nothing owned yet: no call until the assignment
+	}
 	p.ready()
 	var loops sync.WaitGroup
 	for _, loop := range p.loops() {

@@ -16,7 +16,8 @@ import (
 type Processor struct {
 	cfg       Config
 	pipelines []*pipeline
-	hist      histWindows // for Status
+	hist      histWindows   // for Status
+	ctl       *controlPlane // nil: Control.Disabled
 }
 
 // New builds a processor. h handles the records of every pipeline that has
@@ -24,6 +25,11 @@ type Processor struct {
 func New(cfg Config, h Handler) (*Processor, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
+	}
+	if cfg.Control.Disabled {
+		for i := range cfg.Pipelines {
+			cfg.Pipelines[i].Scope = ScopeProcess
+		}
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -49,12 +55,21 @@ func New(cfg Config, h Handler) (*Processor, error) {
 		}
 		pr.pipelines = append(pr.pipelines, pl)
 	}
+	if !cfg.Control.Disabled {
+		if pr.ctl, err = newControlPlane(&pr.cfg, pr.pipelines); err != nil {
+			pr.close()
+			return nil, err
+		}
+	}
 	return pr, nil
 }
 
 func (pr *Processor) close() {
 	for _, p := range pr.pipelines {
 		p.cl.Close()
+	}
+	if pr.ctl != nil {
+		pr.ctl.cl.Close()
 	}
 }
 
@@ -67,6 +82,16 @@ func (pr *Processor) Run(ctx context.Context) error {
 	// restarted, rather than running on with a pipeline missing.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if pr.ctl != nil {
+		// The control topic is read before any call: a pipeline paused
+		// stays paused when its processes restart. It is followed until
+		// the pipelines have stopped, then this process says it left.
+		cctx, ccancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { pr.ctl.run(cctx); close(done) }()
+		defer func() { ccancel(); <-done; pr.ctl.leave() }()
+		pr.ctl.awaitCaughtUp(ctx)
+	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(pr.pipelines))
 	for i, p := range pr.pipelines {

@@ -21,6 +21,10 @@ func (p *pipeline) onAssigned(_ context.Context, cl *kgo.Client, assigned map[st
 		}
 	}
 	p.mu.Unlock()
+	if p.cfg.Scope != ScopeProcess && p.totalsStale(assigned) {
+		p.learnTotals(context.Background())
+	}
+	p.reshare()
 	// Pauses survive a revoke and a later re-assign: start clean.
 	cl.ResumeFetchPartitions(assigned)
 	p.joined.Store(true)
@@ -46,11 +50,17 @@ func (p *pipeline) onLost(ctx context.Context, cl *kgo.Client, lost map[string][
 // committed first, by the committer) or lost.
 func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]int32, commit bool) {
 	states, closing := p.markLeaving(tps)
+	// The share shrinks before the partitions go to another process.
+	p.reshare()
 	p.line.kick() // records of these partitions waiting for the line leave
 	if len(states) == 0 {
 		return
 	}
 	committed := p.commits.dropped(ctx, states, commit, closing)
+	if commit {
+		// Calls over the smaller bound end before the revoke does.
+		p.line.awaitCalls(revokeWait)
+	}
 	cl.ResumeFetchPartitions(tps)
 	p.log.Info("partitions dropped", "partitions", tps, "committed", committed)
 }

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/redrive/redrive/internal/bearer"
+	"github.com/redrive/redrive/processor/control"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -218,7 +219,17 @@ func (pr *Processor) Pause(name, detail string) error {
 		return err
 	}
 	p.line.pauseByHand(detail)
+	pr.publishPause(name, true, detail)
 	return nil
+}
+
+// publishPause tells every process of the pipeline an operator's pause or
+// resume, through the control topic.
+func (pr *Processor) publishPause(name string, paused bool, detail string) {
+	if pr.ctl != nil {
+		pr.ctl.publish(control.Record{Kind: control.KindPause, Pipeline: name, Instance: pr.ctl.writer,
+			At: time.Now(), Pause: &control.Pause{Paused: paused, Reason: detail}})
+	}
 }
 
 // Resume clears every stop of the named pipeline in this process: a
@@ -230,6 +241,7 @@ func (pr *Processor) Resume(name, detail string) error {
 		return err
 	}
 	p.line.resume(detail)
+	pr.publishPause(name, false, detail)
 	return nil
 }
 

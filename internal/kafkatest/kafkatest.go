@@ -14,6 +14,7 @@ package kafkatest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -25,7 +26,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/processor/control"
 )
 
 // Cluster is the broker a test runs against.
@@ -92,14 +96,14 @@ func New(t testing.TB) *Cluster {
 	case KindReal:
 		brokers := strings.Split(os.Getenv("REDRIVE_TEST_BROKERS"), ",")
 		t.Logf("kafkatest: real broker at %s (%s)", strings.Join(brokers, ","), version(brokers))
-		return &Cluster{Brokers: brokers, Kind: KindReal}
+		return withControl(t, &Cluster{Brokers: brokers, Kind: KindReal})
 	case KindContainer:
 		brokers, err := container()
 		if err != nil {
 			t.Fatalf("kafkatest: testcontainers: %v", err)
 		}
 		t.Logf("kafkatest: testcontainers broker at %s (%s)", strings.Join(brokers, ","), version(brokers))
-		return &Cluster{Brokers: brokers, Kind: KindContainer}
+		return withControl(t, &Cluster{Brokers: brokers, Kind: KindContainer})
 	}
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(500*time.Millisecond))
 	if err != nil {
@@ -107,7 +111,32 @@ func New(t testing.TB) *Cluster {
 	}
 	t.Cleanup(kc.Close)
 	t.Logf("kafkatest: embedded kfake broker at %v (not Apache Kafka: set REDRIVE_TEST_BROKERS or run make test for the real one)", kc.ListenAddrs())
-	return &Cluster{Brokers: kc.ListenAddrs(), Kind: KindKfake}
+	return withControl(t, &Cluster{Brokers: kc.ListenAddrs(), Kind: KindKfake})
+}
+
+var controlMade sync.Map // brokers → true
+
+// withControl creates the control topic processors read (as `redrive
+// topics ensure` does for users), once per broker: every test's processor
+// runs at the defaults, the control topic included.
+func withControl(t testing.TB, c *Cluster) *Cluster {
+	t.Helper()
+	key := strings.Join(c.Brokers, ",")
+	if _, ok := controlMade.Load(key); ok {
+		return c
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	adm := c.Admin(t)
+	resp, err := adm.CreateTopics(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, control.DefaultTopic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		t.Fatalf("kafkatest: create the control topic: %v", err)
+	}
+	controlMade.Store(key, true)
+	return c
 }
 
 var (

@@ -42,7 +42,8 @@ type Server struct {
 	now    func() time.Time
 	readyG *prometheus.GaugeVec
 	mu     sync.Mutex
-	checks map[string]error // nil: ready
+	checks map[string]error  // nil: ready
+	notes  map[string]string // degraded but ready: said in /readyz
 	beats  map[string]time.Time
 }
 
@@ -56,6 +57,7 @@ func New() *Server {
 		Mux:      http.NewServeMux(),
 		now:      time.Now,
 		checks:   map[string]error{},
+		notes:    map[string]string{},
 		beats:    map[string]time.Time{},
 	}
 	s.readyG = prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -78,6 +80,19 @@ func (s *Server) Ready(name string, err error) {
 		v = 1
 	}
 	s.readyG.WithLabelValues(name).Set(v)
+}
+
+// Degraded says in /readyz that name works in a degraded way (detail),
+// without making the process unready ("" clears it): the part is not on
+// the path of a record, and restarting the pod would not fix it.
+func (s *Server) Degraded(name, detail string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if detail == "" {
+		delete(s.notes, name)
+		return
+	}
+	s.notes[name] = detail
 }
 
 // Beat records that loop name made progress now.
@@ -148,6 +163,9 @@ func (s *Server) readiness() (map[string]string, error) {
 		} else {
 			out[name] = "ok"
 		}
+	}
+	for name, detail := range s.notes {
+		out[name] = "degraded (still ready): " + detail
 	}
 	sortErrs(errs)
 	return out, errors.Join(errs...)

@@ -1,0 +1,132 @@
+package processor
+
+import (
+	"context"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// A pipeline's budgets (RateLimit, MaxCallsInFlight) are the whole
+// pipeline's when its scope is pipeline: each process takes a share, from
+// what the consumer group's assignment says and nothing else.
+//
+// The share follows where the calls come from: mainWeight of it by the
+// main topic's partitions a process owns (new requests, most of the
+// calls), the rest by all the pipeline's partitions it owns (so that a
+// process the balancer gave only retry tiers still calls its due
+// retries). Both parts add up to the whole over the processes, because a
+// partition has one owner at a time: a revoke lowers the old owner's
+// share (and waits, with the revoke, for its calls over the new bound)
+// before the partition is assigned again. While a rebalance is in
+// progress, the partitions in flight between owners count for no one:
+// the pipeline runs below its budget, never above it. A process killed
+// holding partitions keeps its share until the group's session timeout
+// gives them to the others.
+const mainWeight = 0.9
+
+// partTotals are the partitions of the main topic and of all the
+// pipeline's topics (main and tiers), as the topics' metadata says.
+type partTotals struct{ main, all int }
+
+// shareOf is the share of a process owning main of the main topic's
+// partitions and all of all of them.
+func shareOf(main, all int, t partTotals) float64 {
+	if t.main <= 0 || t.all <= 0 {
+		return 0
+	}
+	if t.all == t.main {
+		return float64(main) / float64(t.main)
+	}
+	return mainWeight*float64(main)/float64(t.main) + (1-mainWeight)*float64(all)/float64(t.all)
+}
+
+// owned counts the partitions this process owns and is not giving up.
+func (p *pipeline) owned() (main, all int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ps := range p.parts {
+		if ps.revoking || ps.gone {
+			continue
+		}
+		all++
+		if ps.tier < 0 {
+			main++
+		}
+	}
+	return main, all
+}
+
+// reshare sets the line's share of the budgets from the partitions owned
+// now (scope pipeline; with scope process the line keeps all of them).
+func (p *pipeline) reshare() {
+	if p.cfg.Scope == ScopeProcess {
+		return
+	}
+	main, all := p.owned()
+	t := p.totals()
+	s := shareOf(main, all, t)
+	p.shareNow.Store(&shareState{share: s, main: main, all: all, totals: t})
+	p.line.setShare(s)
+}
+
+// shareState is the last share and what it came from (the status).
+type shareState struct {
+	share     float64
+	main, all int
+	totals    partTotals
+}
+
+// totals are the partition counts learned from metadata; until they are
+// known, at least what the assignment shows.
+func (p *pipeline) totals() partTotals {
+	if t := p.partCounts.Load(); t != nil {
+		return *t
+	}
+	return partTotals{}
+}
+
+// learnTotals reads the partition counts of the pipeline's topics. It is
+// called at start and again when an assignment names a partition past
+// them (partitions were added).
+func (p *pipeline) learnTotals(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	names := append([]string{p.cfg.Topic}, p.tiers...)
+	details, err := kadm.NewClient(p.cl).ListTopics(ctx, names...)
+	if err != nil {
+		p.log.Warn("could not learn the pipeline's partition counts: its budgets are not shared until it can", "err", err)
+		return
+	}
+	var t partTotals
+	for _, n := range names {
+		d, ok := details[n]
+		if !ok || d.Err != nil {
+			continue
+		}
+		t.all += len(d.Partitions)
+		if n == p.cfg.Topic {
+			t.main = len(d.Partitions)
+		}
+	}
+	p.partCounts.Store(&t)
+}
+
+// totalsStale reports an assigned partition past the counts learned.
+func (p *pipeline) totalsStale(assigned map[string][]int32) bool {
+	t := p.totals()
+	if t.main == 0 {
+		return true
+	}
+	for topic, parts := range assigned {
+		if topic != p.cfg.Topic {
+			continue
+		}
+		for _, part := range parts {
+			if int(part) >= t.main {
+				return true
+			}
+		}
+	}
+	return false
+}
