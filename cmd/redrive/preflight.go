@@ -36,9 +36,14 @@ func preflight(ctx context.Context, c *config.Config, need kafkaconn.Need) error
 }
 
 // processNeeds is what `redrive process` uses: each pipeline's group, its
-// main topic, tiers and callbacks topic to read, its outputs to write.
+// main topic, tiers and callbacks topic to read, its outputs to write, and
+// the control topic to read and write.
 func processNeeds(c *config.Config) kafkaconn.Need {
 	var n kafkaconn.Need
+	if spec, ok := c.ControlSpec(); ok {
+		n.Read = append(n.Read, spec.Name)
+		n.Write = append(n.Write, spec.Name)
+	}
 	for _, p := range c.Pipelines {
 		n.Groups = append(n.Groups, p.GroupID())
 		n.Read = append(n.Read, p.Topic)
