@@ -40,10 +40,6 @@ func preflight(ctx context.Context, c *config.Config, need kafkaconn.Need) error
 // the control topic to read and write.
 func processNeeds(c *config.Config) kafkaconn.Need {
 	var n kafkaconn.Need
-	if spec, ok := c.ControlSpec(); ok {
-		n.Read = append(n.Read, spec.Name)
-		n.Write = append(n.Write, spec.Name)
-	}
 	for _, p := range c.Pipelines {
 		n.Groups = append(n.Groups, p.GroupID())
 		n.Read = append(n.Read, p.Topic)
@@ -59,6 +55,11 @@ func processNeeds(c *config.Config) kafkaconn.Need {
 		if f := p.Breaker.FailoverTo; f != "" && (p.Breaker.Enabled == nil || *p.Breaker.Enabled) {
 			n.Write = append(n.Write, f)
 		}
+	}
+	// Last: a refusal names the pipeline's own topics first.
+	if spec, ok := c.ControlSpec(); ok {
+		n.Read = append(n.Read, spec.Name)
+		n.Write = append(n.Write, spec.Name)
 	}
 	return n
 }
