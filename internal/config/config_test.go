@@ -1238,6 +1238,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(pipe("breaker: {enabled: false, failover_to: other}", "rate_limit: ${N}/m", "rate_limit_burst: ${N}", "guard: {window: ${D}, auto_resume_after: ${D}}",
 		"handler: {codes: {pause: {X: ${D}}}}") + "processor: {token: '${X}'}\n")
 	f.Add(pipe("breaker: {open_for: ${D}, failure_ratio: 0.1, failover_to: b, failover_retries: true}", "rate_limit: 0.001", "guard: {enabled: false}"))
+	f.Add(pipe("scope: process", "max_calls_in_flight: ${N}") + "control: {topic: ops.control, status_interval: ${D}}\n")
+	f.Add(pipe("scope: pipeline") + "control: {enabled: false, topic: solve.requests}\n")
 	f.Add(analyzerDoc("rules:",
 		"  - {name: a, pipeline: solve, action: republish, to: failover, after: 10m, max_redrives: ${N}, match: {codes: 'X, http_5*', reasons: [exhausted], classes: [transient], origins: ['solve.*'], headers: {k: v}}}",
 		"  - {action: drop, match: {codes: [ERROR_WRONG_USER_KEY]}}",
