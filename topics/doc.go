@@ -6,7 +6,8 @@
 // [FormerTierNames] for tiers named before that), a dead-letter
 // topic (`<topic>.dlq` unless configured) and, optionally, a results topic
 // and a callbacks topic (`<topic>.callbacks` unless configured) for its
-// callback intake.
+// callback intake. Beside them, one control topic serves every pipeline
+// of a cluster ([ForControl]).
 // [ForPipeline] turns a [PipelineSpec] into [Spec]s; [Ensure]
 // creates the missing ones and then checks everything; [Check] only looks.
 // Both return a [Report] that says, per topic, what the broker has and, for
@@ -30,6 +31,9 @@
 //     every job id for ever) or keeps records for less than the callback
 //     wait and its margin (a processor starting up would miss callbacks
 //     and poll instead).
+//   - A control topic ([ForControl]) that deletes, or does not compact:
+//     its records are the pipelines' state, and retention would end an
+//     operator's pause by itself.
 //
 // This package creates topics and reads them; it must never delete a topic
 // or alter an existing one — no config changed, not even on a topic it

@@ -116,7 +116,8 @@ func Ensure(ctx context.Context, adm *kadm.Client, specs []Spec) (Report, error)
 //     infinite, is fine);
 //   - a DLQ keeps records at least as long as its configured retention.ms;
 //   - a callbacks topic has cleanup.policy=delete, without compact, and
-//     keeps records at least Spec.MinRetention.
+//     keeps records at least Spec.MinRetention;
+//   - the control topic has cleanup.policy=compact, without delete.
 //
 // Each problem names the topic and the command that fixes it. The error is
 // non-nil if a request failed or a problem exists (errors.Is(err,
@@ -353,6 +354,9 @@ func judge(s Spec, o *observed, mainParts map[string]int32, bootstrap string) []
 	if !o.exists {
 		return []string{fmt.Sprintf("%s does not exist; fix: redrive topics ensure, or %s", s.Name, createCommand(s, mainParts, bootstrap))}
 	}
+	if s.Role == RoleControl {
+		return judgeControl(s, o, bootstrap)
+	}
 	if s.Role != RoleRetry && s.Role != RoleDLQ && s.Role != RoleCallbacks {
 		return nil
 	}
@@ -407,6 +411,37 @@ func judge(s Spec, o *observed, mainParts map[string]int32, bootstrap string) []
 			s.Name, formatMs(o.retentionMs), o.retentionMs, formatMs(specRetention(s)), alterConfig(bootstrap, s.Name, ConfigRetentionMs, strconv.FormatInt(wantRetention, 10))))
 	}
 	return ps
+}
+
+// judgeControl lists what is wrong with the control topic: anything but
+// compact alone. Its partitions are not judged: records of one key
+// always go to one partition, so a wider topic still keeps each key's
+// latest.
+func judgeControl(s Spec, o *observed, bootstrap string) []string {
+	switch {
+	case !o.cleanupKnown:
+		return []string{fmt.Sprintf("%s: the broker did not report cleanup.policy, so it cannot be verified; fix: check it with kafka-configs.sh --bootstrap-server %s --describe --entity-type topics --entity-name %s",
+			s.Name, bootstrap, s.Name)}
+	case !compactOnly(o.cleanup):
+		return []string{fmt.Sprintf("%s has cleanup.policy=%s; the control topic must be compacted and never delete (the latest record of each key is a pipeline's state: a pause deleted by retention would end by itself, and processes starting up would not see it); fix: %s",
+			s.Name, o.cleanup, alterConfig(bootstrap, s.Name, ConfigCleanupPolicy, "compact"))}
+	}
+	return nil
+}
+
+// compactOnly reports whether a cleanup.policy value compacts and never
+// deletes.
+func compactOnly(policy string) bool {
+	var compact bool
+	for p := range strings.SplitSeq(policy, ",") {
+		switch strings.TrimSpace(p) {
+		case "compact":
+			compact = true
+		case "delete":
+			return false
+		}
+	}
+	return compact
 }
 
 // deleteOnly reports whether a cleanup.policy value deletes old records and

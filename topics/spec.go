@@ -21,6 +21,9 @@ const (
 	// RoleCallbacks is where the callback intake writes the service's
 	// callbacks (processor/intake), read by every processor.
 	RoleCallbacks Role = "callbacks"
+	// RoleControl is the control topic (processor/control) the processes
+	// of every pipeline share: one per cluster, no pipeline's own.
+	RoleControl Role = "control"
 )
 
 // Defaults applied by ForPipeline where a PipelineSpec leaves a value zero;
@@ -130,7 +133,37 @@ type PipelineSpec struct {
 const (
 	ConfigCleanupPolicy = "cleanup.policy"
 	ConfigRetentionMs   = "retention.ms"
+	ConfigSegmentMs     = "segment.ms"
 )
+
+// ControlSegment is the segment.ms the control topic is created with.
+// Compaction never touches the segment being written, and with the
+// broker's default of 7 days every status record of a week (one per
+// replica and pipeline every few seconds) would stay for every process
+// to read at start.
+const ControlSegment = time.Hour
+
+// ForControl is the control topic: one partition, so that every reader
+// sees its records in one order; cleanup.policy=compact and nothing else,
+// so that the latest record of each key (a pause, a pipeline's line, a
+// replica's status) stays for as long as the topic does, and a pause
+// never ends because retention deleted it; segment.ms ControlSegment.
+// Replication 0 or less gets DefaultReplication.
+func ForControl(name string, replication int16) Spec {
+	if replication <= 0 {
+		replication = DefaultReplication
+	}
+	return Spec{
+		Name:        name,
+		Role:        RoleControl,
+		Partitions:  1,
+		Replication: replication,
+		Configs: map[string]string{
+			ConfigCleanupPolicy: "compact",
+			ConfigSegmentMs:     strconv.FormatInt(ControlSegment.Milliseconds(), 10),
+		},
+	}
+}
 
 // MinTierRetention is the shortest retention a tier topic is created with;
 // see TierRetention.

@@ -701,3 +701,48 @@ func TestEnsureBoundsTiers(t *testing.T) {
 		t.Fatalf("%d tiers: %v", retry.MaxTiers, err)
 	}
 }
+
+// The control topic is created compacted, with one partition, and checked
+// to stay compacted: a topic that deletes would end a pause by itself.
+func TestControlTopic(t *testing.T) {
+	c := kafkatest.New(t)
+	adm := c.Admin(t)
+	spec := topics.ForControl(kafkatest.Topic(t, "control"), 0)
+	if spec.Role != topics.RoleControl || spec.Partitions != 1 || spec.Replication != topics.DefaultReplication {
+		t.Fatalf("ForControl = %+v", spec)
+	}
+
+	rep, err := topics.Check(ctxFor(t), adm, []topics.Spec{spec})
+	if s := state(t, rep, spec.Name); !errors.Is(err, topics.ErrProblems) || s.Exists || len(s.Problems) != 1 ||
+		!strings.Contains(s.Problems[0], "fix: redrive topics ensure") || !strings.Contains(s.Problems[0], "--partitions 1 --replication-factor 1 --config cleanup.policy=compact --config segment.ms=3600000") {
+		t.Fatalf("Check before it exists: %v %+v", err, s)
+	}
+	rep, err = topics.Ensure(ctxFor(t), adm, []topics.Spec{spec})
+	if err != nil || !rep.OK() {
+		t.Fatalf("Ensure: %v\n%s", err, table(rep))
+	}
+	if s := state(t, rep, spec.Name); !s.Created || s.Partitions != 1 || s.CleanupPolicy != "compact" {
+		t.Errorf("created %+v, want one compacted partition", s)
+	}
+	if v := topicConfig(t, adm, spec.Name, "segment.ms"); v.MaybeValue() != ms(topics.ControlSegment) {
+		t.Errorf("segment.ms = %q, want %s", v.MaybeValue(), ms(topics.ControlSegment))
+	}
+	if rep, err := topics.Check(ctxFor(t), adm, []topics.Spec{spec}); err != nil || !rep.OK() {
+		t.Errorf("Check after Ensure: %v\n%s", err, table(rep))
+	}
+
+	for _, policy := range []string{"delete", "compact,delete"} {
+		other := topics.ForControl(kafkatest.Topic(t, "control"), 1)
+		c.CreateTopic(t, other.Name, 1, map[string]*string{"cleanup.policy": kadm.StringPtr(policy)})
+		rep, err := topics.Ensure(ctxFor(t), adm, []topics.Spec{other})
+		s := state(t, rep, other.Name)
+		wantFix := "--entity-name " + other.Name + " --add-config cleanup.policy=compact"
+		if !errors.Is(err, topics.ErrProblems) || len(s.Problems) != 1 || !strings.Contains(s.Problems[0], "cleanup.policy="+policy+";") ||
+			!strings.Contains(s.Problems[0], wantFix) {
+			t.Errorf("a control topic with cleanup.policy=%s: %v, problems %q; want one with %q", policy, err, s.Problems, wantFix)
+		}
+		if v := topicConfig(t, adm, other.Name, "cleanup.policy"); v.MaybeValue() != policy {
+			t.Errorf("Ensure changed cleanup.policy %s to %q", policy, v.MaybeValue())
+		}
+	}
+}

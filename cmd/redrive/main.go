@@ -1,5 +1,6 @@
 // Command redrive runs tiered-retry Kafka pipelines: `redrive process`,
-// `redrive callbacks`, `redrive dev`, `redrive topics ensure|check`, `redrive produce` and more.
+// `redrive callbacks`, `redrive dev`, `redrive topics ensure|check`, `redrive produce`,
+// `redrive pause|resume|status` and more.
 // This package only parses flags, loads config and wires packages together.
 package main
 
@@ -110,6 +111,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(newReplayCmd(g))
 	root.AddCommand(newDLQCmd(g))
 	root.AddCommand(newTailCmd(g))
+	root.AddCommand(newPauseCmd(g), newResumeCmd(g), newStatusCmd(g))
 	return root
 }
 

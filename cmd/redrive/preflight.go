@@ -36,7 +36,8 @@ func preflight(ctx context.Context, c *config.Config, need kafkaconn.Need) error
 }
 
 // processNeeds is what `redrive process` uses: each pipeline's group, its
-// main topic, tiers and callbacks topic to read, its outputs to write.
+// main topic, tiers and callbacks topic to read, its outputs to write, and
+// the control topic to read and write.
 func processNeeds(c *config.Config) kafkaconn.Need {
 	var n kafkaconn.Need
 	for _, p := range c.Pipelines {
@@ -54,6 +55,11 @@ func processNeeds(c *config.Config) kafkaconn.Need {
 		if f := p.Breaker.FailoverTo; f != "" && (p.Breaker.Enabled == nil || *p.Breaker.Enabled) {
 			n.Write = append(n.Write, f)
 		}
+	}
+	// Last: a refusal names the pipeline's own topics first.
+	if spec, ok := c.ControlSpec(); ok {
+		n.Read = append(n.Read, spec.Name)
+		n.Write = append(n.Write, spec.Name)
 	}
 	return n
 }

@@ -100,6 +100,7 @@ func processorConfig(c *config.Config, handlers map[string]processor.Handler, o 
 		Logger:         slog.Default(),
 		Ready:          o.Ready,
 		Beat:           o.Beat,
+		Control:        c.ProcessorControl(),
 	}
 	for _, p := range c.Pipelines {
 		h := handlers[p.Name]

@@ -18,7 +18,7 @@ import (
 func newTopicsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "topics",
-		Short: "create (ensure) or verify (check) every topic of the config's pipelines",
+		Short: "create (ensure) or verify (check) every topic of the config's pipelines, and the control topic",
 	}
 	var timeout time.Duration
 	var grow bool
@@ -101,6 +101,18 @@ func topicsGrowRun(ctx context.Context, c *config.Config, ensure, grow bool) (to
 		all.Topics = append(all.Topics, rep.Topics...)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pipeline %s: %w", p.Name, err))
+		}
+	}
+	if spec, ok := c.ControlSpec(); ok {
+		var rep topics.Report
+		if ensure {
+			rep, err = topics.Ensure(ctx, adm, []topics.Spec{spec})
+		} else {
+			rep, err = topics.Check(ctx, adm, []topics.Spec{spec})
+		}
+		all.Topics = append(all.Topics, rep.Topics...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("control topic: %w", err))
 		}
 	}
 	return all, errors.Join(errs...)

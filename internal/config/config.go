@@ -22,7 +22,8 @@
 // durations a zero also means the default, except where zero means
 // something: retry.jitter (0: no jitter), ttl (0: no expiry), an
 // analyzer alert's threshold (0: any dead letter), rate_limit (0: no
-// limit) and guard.auto_resume_after (0: only an operator resumes).
+// limit), max_calls_in_flight (0: no bound) and guard.auto_resume_after
+// (0: only an operator resumes).
 //
 // A pipeline without handler.http is valid: a Go program that embeds the
 // processor supplies its own handler for it.
@@ -63,6 +64,10 @@ type Config struct {
 	// Processor is the settings of `redrive process` that are not a
 	// pipeline's.
 	Processor Processor `yaml:"processor"`
+	// Control is the control topic every process running a pipeline
+	// reads and writes (processor.Control), and `redrive pause`, `resume`
+	// and `status` use.
+	Control Control `yaml:"control"`
 
 	// src remembers where values came from (file lines, environment
 	// variables) so that Validate can point at them. Nil for a Config built
@@ -108,13 +113,21 @@ type Pipeline struct {
 	Ordering         string `yaml:"ordering"` // "" (none) or "key"
 	// Breaker is the pipeline's circuit breaker (processor.Breaker).
 	Breaker Breaker `yaml:"breaker"`
-	// RateLimit bounds handler calls per second in this process
-	// (processor.Pipeline.RateLimit); 0: no limit. The file may say
-	// "50/s", "3000/m", "100000/h" or a number of calls per second
-	// (processor.ParseRate).
+	// RateLimit bounds handler calls per second
+	// (processor.Pipeline.RateLimit): the whole pipeline's, shared by the
+	// processes running it, unless Scope is "process"; 0: no limit. The
+	// file may say "50/s", "3000/m", "100000/h" or a number of calls per
+	// second (processor.ParseRate).
 	RateLimit float64 `yaml:"rate_limit" config:"rate"`
 	// RateLimitBurst is processor.Pipeline.RateBurst (default 1).
 	RateLimitBurst int `yaml:"rate_limit_burst"`
+	// MaxCallsInFlight bounds handler calls running at once
+	// (processor.Pipeline.MaxCallsInFlight), shared like RateLimit; 0
+	// (default): no bound but concurrency.
+	MaxCallsInFlight int `yaml:"max_calls_in_flight"`
+	// Scope is processor.Pipeline.Scope: "pipeline" (default; the line and
+	// the budgets are shared through the control topic) or "process".
+	Scope string `yaml:"scope"`
 	// Guard stops the pipeline when nearly every call fails permanently
 	// (processor.Guard).
 	Guard   Guard   `yaml:"guard"`
@@ -174,6 +187,24 @@ type Processor struct {
 	// are off.
 	Token string `yaml:"token"`
 }
+
+// Control is processor.Control in the file.
+type Control struct {
+	// Enabled: nil (absent) or true is on; false runs without a control
+	// topic (processor.Control.Disabled): every pipeline as scope
+	// "process", out of reach of `redrive pause`. SetDefaults sets a nil
+	// one to true.
+	Enabled *bool `yaml:"enabled"`
+	// Topic is the control topic (default control.DefaultTopic,
+	// "redrive.control"), created by `redrive topics ensure`.
+	Topic string `yaml:"topic"`
+	// StatusInterval is how often each process publishes its status per
+	// pipeline (default control.DefaultStatusInterval, 5s).
+	StatusInterval Duration `yaml:"status_interval"`
+}
+
+// On reports whether the control topic is used: enabled is absent or true.
+func (c Control) On() bool { return c.Enabled == nil || *c.Enabled }
 
 // Retry is the tier schedule.
 type Retry struct {

@@ -151,6 +151,7 @@ func TestParseDesignExample(t *testing.T) {
 			MaxInflightBytes: 64 << 20,
 			Breaker:          defaultBreaker(),
 			RateLimitBurst:   1,
+			Scope:            "pipeline",
 			Guard:            defaultGuard(),
 			Handler: Handler{
 				HTTP: &HTTPHandler{
@@ -172,6 +173,7 @@ func TestParseDesignExample(t *testing.T) {
 		SessionTimeout: dur("45s"),
 		ShutdownGrace:  dur("30s"),
 		CommitInterval: dur("500ms"),
+		Control:        defaultControl(),
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%s\nwant\n%s", dump(c), dump(want))
@@ -209,6 +211,12 @@ func defaultBreaker() Breaker {
 	return Breaker{Enabled: &on, FailureRatio: 0.5, MinCalls: 100, Consecutive: 20, Window: dur("30s"), OpenFor: dur("30s"), MaxOpen: dur("5m"), Probes: 5}
 }
 
+// defaultControl is what SetDefaults makes of an absent control section.
+func defaultControl() Control {
+	on := true
+	return Control{Enabled: &on, Topic: "redrive.control", StatusInterval: dur("5s")}
+}
+
 func defaultGuard() Guard {
 	on := true
 	return Guard{Enabled: &on, PermanentRatio: 0.9, MinCalls: 50, Window: dur("1m")}
@@ -232,12 +240,14 @@ func TestDefaults(t *testing.T) {
 			MaxInflightBytes: 64 << 20,
 			Breaker:          defaultBreaker(),
 			RateLimitBurst:   1,
+			Scope:            "pipeline",
 			Guard:            defaultGuard(),
 		}},
 		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091"},
 		SessionTimeout: dur("45s"),
 		ShutdownGrace:  dur("30s"),
 		CommitInterval: dur("500ms"),
+		Control:        defaultControl(),
 	}
 	if !same(c, want) {
 		t.Errorf("got\n%s\nwant\n%s", dump(c), dump(want))
@@ -718,7 +728,7 @@ func TestUnknownKeys(t *testing.T) {
 		doc  string
 		want string
 	}{
-		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, callback_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace, commit_interval, processor)"},
+		{"top", pipe() + "brokerz: [x]\n", "line 4: brokerz: unknown key (known: brokers, http_addr, callback_addr, client_id, instance, sasl, tls, pipelines, analyzer, session_timeout, shutdown_grace, commit_interval, processor, control)"},
 		{"pipeline", pipe("topik: x"), "line 4: pipelines[0].topik: unknown key (known: name, topic, results,"},
 		{"second pipeline", pipe() + "  - topic: b\n    nam: x\n", "line 5: pipelines[1].nam: unknown key"},
 		{"retry", "brokers: [h:1]\npipelines:\n  - topic: t\n    retry:\n      tiers: [5s]\n      max_attempts: 4\n      jitter: 0\n\n\n\n\n      tierz: [1s]\n", "line 12: pipelines[0].retry.tierz: unknown key (known: tiers, max_attempts, jitter, max_due)"},
@@ -1228,6 +1238,8 @@ func FuzzParse(f *testing.F) {
 	f.Add(pipe("breaker: {enabled: false, failover_to: other}", "rate_limit: ${N}/m", "rate_limit_burst: ${N}", "guard: {window: ${D}, auto_resume_after: ${D}}",
 		"handler: {codes: {pause: {X: ${D}}}}") + "processor: {token: '${X}'}\n")
 	f.Add(pipe("breaker: {open_for: ${D}, failure_ratio: 0.1, failover_to: b, failover_retries: true}", "rate_limit: 0.001", "guard: {enabled: false}"))
+	f.Add(pipe("scope: process", "max_calls_in_flight: ${N}") + "control: {topic: ops.control, status_interval: ${D}}\n")
+	f.Add(pipe("scope: pipeline") + "control: {enabled: false, topic: solve.requests}\n")
 	f.Add(analyzerDoc("rules:",
 		"  - {name: a, pipeline: solve, action: republish, to: failover, after: 10m, max_redrives: ${N}, match: {codes: 'X, http_5*', reasons: [exhausted], classes: [transient], origins: ['solve.*'], headers: {k: v}}}",
 		"  - {action: drop, match: {codes: [ERROR_WRONG_USER_KEY]}}",

@@ -33,7 +33,7 @@ func DefaultTiers() []Tier { return tiersOf(retry.DefaultTiers()) }
 // retry.tiers become DefaultTiers; a zero jitter becomes 0.1 unless
 // JitterSet, which it then sets), what processor.Pipeline.WithDefaults
 // fills (dlq.topic "<topic>.dlq", not_ready_deadline, concurrency,
-// max_inflight, max_inflight_bytes, rate_limit_burst, and the settings of
+// max_inflight, max_inflight_bytes, rate_limit_burst, scope, and the settings of
 // an enabled breaker and guard, whose absent enabled becomes true) and
 // handler.http's timeout and max_body_bytes, and its poll's method (GET,
 // upper-cased), first_after and every (httphandler.Options.WithDefaults),
@@ -41,7 +41,9 @@ func DefaultTiers() []Tier { return tiersOf(retry.DefaultTiers()) }
 // DefaultCallbackAddr when a pipeline has one). An empty pipeline name becomes its
 // topic; an unnamed analyzer rule or alert is named "rule-<n>" or
 // "alert-<n>" (n counting from 1), a republish rule's zero max_redrives
-// becomes 3 and an alert's zero repeat 1h. It also upper-cases
+// becomes 3 and an alert's zero repeat 1h. The control section gets
+// control.Default* (topic, status_interval) and an absent enabled becomes
+// true. It also upper-cases
 // sasl.mechanism. It is idempotent, and Parse calls it.
 func (c *Config) SetDefaults() {
 	if c.HTTPAddr == "" {
@@ -65,6 +67,7 @@ func (c *Config) SetDefaults() {
 	if c.SASL != nil {
 		c.SASL.Mechanism = strings.ToUpper(strings.TrimSpace(c.SASL.Mechanism))
 	}
+	c.Control.setDefaults()
 	for i := range c.Pipelines {
 		c.Pipelines[i].setDefaults()
 	}
@@ -109,6 +112,7 @@ func (p *Pipeline) setDefaults() {
 	p.MaxInflight = pp.MaxInflight
 	p.MaxInflightBytes = pp.MaxInflightBytes
 	p.RateLimitBurst = pp.RateBurst
+	p.Scope = string(pp.Scope)
 	p.Breaker.setDefaults(pp.Breaker)
 	p.Guard.setDefaults(pp.Guard)
 	if h := p.Handler.HTTP; h != nil {

@@ -99,6 +99,8 @@ func (p Pipeline) processorPipeline() processor.Pipeline {
 		Breaker:          p.Breaker.processorBreaker(),
 		RateLimit:        p.RateLimit,
 		RateBurst:        p.RateLimitBurst,
+		MaxCallsInFlight: p.MaxCallsInFlight,
+		Scope:            processor.Scope(p.Scope),
 		Guard:            p.Guard.processorGuard(),
 		Callbacks:        p.processorCallbacks(),
 		Delivery:         processor.Delivery(p.Delivery),

@@ -52,6 +52,7 @@ func (c *Config) validate() []error {
 		}
 	}
 	v.processor(c)
+	v.control(c)
 	for i := range c.Pipelines {
 		v.pipeline(i, &c.Pipelines[i])
 	}
@@ -130,6 +131,7 @@ func (v *validator) processor(c *Config) {
 		SessionTimeout: c.SessionTimeout.D(),
 		ShutdownGrace:  c.ShutdownGrace.D(),
 		CommitInterval: c.CommitInterval.D(),
+		Control:        c.ProcessorControl(),
 	}
 	for _, p := range c.Pipelines {
 		pc.Pipelines = append(pc.Pipelines, p.processorPipeline().WithDefaults())
@@ -276,8 +278,12 @@ var processorKeys = map[string]string{
 	"MaxInflightBytes": "max_inflight_bytes",
 	"RateLimit":        "rate_limit",
 	"RateBurst":        "rate_limit_burst",
+	"MaxCallsInFlight": "max_calls_in_flight",
+	"Scope":            "scope",
 	"Delivery":         "delivery",
 	"MaxBatch":         "max_batch",
+
+	"Control.StatusInterval": "control.status_interval",
 
 	"Breaker.FailureRatio":    "breaker.failure_ratio",
 	"Breaker.MinCalls":        "breaker.min_calls",

@@ -34,6 +34,7 @@ import (
 	"github.com/redrive/redrive/internal/clitest"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/processor/control"
 	"github.com/redrive/redrive/retry"
 	"github.com/redrive/redrive/topics"
 )
@@ -291,7 +292,8 @@ func (b *secBroker) acls(t *testing.T, create bool, acls []acl) {
 // The ACLs each command needs (docs/operations.md lists the same).
 
 func processACLs(p config.Pipeline) []acl {
-	as := []acl{{op: kadm.OpRead, topic: p.Topic}, {op: kadm.OpRead, group: p.GroupID()}, {op: kadm.OpWrite, topic: p.DLQTopic()}}
+	as := []acl{{op: kadm.OpRead, topic: p.Topic}, {op: kadm.OpRead, group: p.GroupID()}, {op: kadm.OpWrite, topic: p.DLQTopic()},
+		{op: kadm.OpRead, topic: control.DefaultTopic}, {op: kadm.OpWrite, topic: control.DefaultTopic}}
 	if p.Results != "" {
 		as = append(as, acl{op: kadm.OpWrite, topic: p.Results})
 	}
@@ -315,11 +317,16 @@ func analyzeACLs(p config.Pipeline) []acl {
 
 func ensureACLs(p config.Pipeline) []acl {
 	var as []acl
-	for _, s := range topics.ForPipeline(p.TopicSpec()) {
+	for _, s := range append(topics.ForPipeline(p.TopicSpec()), topics.ForControl(control.DefaultTopic, 1)) {
 		as = append(as, acl{op: kadm.OpCreate, topic: s.Name}, acl{op: kadm.OpDescribeConfigs, topic: s.Name}, acl{op: kadm.OpDescribe, topic: s.Name})
 	}
 	return as
 }
+
+// pauseACLs are what `redrive pause` and `redrive resume` need; statusACLs
+// what `redrive status` needs.
+func pauseACLs() []acl  { return []acl{{op: kadm.OpWrite, topic: control.DefaultTopic}} }
+func statusACLs() []acl { return []acl{{op: kadm.OpRead, topic: control.DefaultTopic}} }
 
 func replayACLs(p config.Pipeline) []acl {
 	return []acl{{op: kadm.OpRead, topic: p.DLQTopic()}, {op: kadm.OpWrite, topic: p.Topic}}
@@ -353,7 +360,8 @@ func (b *secBroker) committedAt(t *testing.T, group, topic string, part int32) i
 
 // TestSecureCommands: over TLS with SCRAM-SHA-512 and only the ACLs
 // docs/operations.md lists, `topics ensure`, `process` (results, a retry
-// tier, the DLQ), `analyze`, `replay` and `dlq stats|export` work.
+// tier, the DLQ), `analyze`, `replay`, `dlq stats|export`, `pause`,
+// `resume` and `status` work.
 func TestSecureCommands(t *testing.T) {
 	b := secureBroker(t)
 	bin := clitest.Binary(t)
@@ -366,7 +374,8 @@ func TestSecureCommands(t *testing.T) {
 	topic := kafkatest.Topic(t, "secflow")
 	_, p := b.config(t, topic, srv.URL+"/solve", b.ca, "", "")
 	cfgs := map[string]string{}
-	for cmd, acls := range map[string][]acl{"ensure": ensureACLs(p), "process": processACLs(p), "analyze": analyzeACLs(p), "replay": replayACLs(p), "dlq": dlqACLs(p)} {
+	for cmd, acls := range map[string][]acl{"ensure": ensureACLs(p), "process": processACLs(p), "analyze": analyzeACLs(p), "replay": replayACLs(p), "dlq": dlqACLs(p),
+		"pause": pauseACLs(), "status": statusACLs()} {
 		user := "secflow-" + cmd
 		cfgs[cmd], _ = b.userConfig(t, user, b.newUser(t, user), topic, srv.URL+"/solve", b.ca, "", fmt.Sprintf("analyzer: {http_addr: %q}\n", anAddr))
 		for i := range acls {
@@ -473,6 +482,36 @@ func TestSecureCommands(t *testing.T) {
 	main := b.collect(t, []string{p.Topic}, func(g map[string][]*kgo.Record) bool { return len(g[p.Topic]) >= 35 }, 30*time.Second)
 	if n := len(main[p.Topic]); n != 35 {
 		t.Errorf("main topic has %d records after replay, want 30 + 5 republished", n)
+	}
+
+	// pause and resume write the control topic; status reads it.
+	paused := func() bool {
+		t.Helper()
+		code, out, errs := clitest.RunSplit(t, ctx, "status", "-c", cfgs["status"], "--json")
+		noAuthzErrors(t, "status", errs)
+		var st struct {
+			Pipelines []struct {
+				Paused *struct{ Reason string } `json:"paused"`
+			} `json:"pipelines"`
+		}
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Pipelines) != 1 {
+			t.Fatalf("status: exit %d, %v:\n%s%s", code, err, out, errs)
+		}
+		return st.Pipelines[0].Paused != nil && st.Pipelines[0].Paused.Reason == "secure"
+	}
+	for _, tc := range []struct {
+		verb string
+		args []string
+		want bool
+	}{{"pause", []string{"--reason", "secure"}, true}, {"resume", nil, false}} {
+		code, out, errs := clitest.RunSplit(t, ctx, append([]string{tc.verb, "-c", cfgs["pause"], p.Name}, tc.args...)...)
+		noAuthzErrors(t, tc.verb, errs)
+		if code != 0 {
+			t.Fatalf("%s: exit %d:\n%s%s", tc.verb, code, out, errs)
+		}
+		if got := paused(); got != tc.want {
+			t.Errorf("after %s: paused %v, want %v", tc.verb, got, tc.want)
+		}
 	}
 }
 
