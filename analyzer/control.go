@@ -319,7 +319,7 @@ func (c *controlView) waitRead(ctx context.Context, ends map[int32]int64) bool {
 func (c *controlView) response(names []string, now time.Time) ControlResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	resp := ControlResponse{Now: now.UTC().Format(time.RFC3339), Topic: c.topic, Ready: c.ready,
+	resp := ControlResponse{Now: now.UTC().Format(time.RFC3339Nano), Topic: c.topic, Ready: c.ready,
 		Control: c.problem(), Skipped: c.skipped, Pipelines: []ControlPipeline{}}
 	replicas := c.state.Replicas(now)
 	for _, name := range names {
