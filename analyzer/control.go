@@ -50,6 +50,10 @@ const skippedLogs = 10 // a minute
 // MaxPauseReason bounds the reason of a pause or resume, in bytes.
 const MaxPauseReason = 1024
 
+// maxPauseBody bounds the body of a pause or resume: room for a reason of
+// MaxPauseReason bytes written as JSON escapes.
+const maxPauseBody = 8 << 10
+
 // ControlResponse is GET /api/control.
 type ControlResponse struct {
 	Now   string `json:"now"`
@@ -390,7 +394,7 @@ func (a *Analyzer) serveSetPause(paused bool) http.HandlerFunc {
 			httpError(w, http.StatusNotFound, fmt.Sprintf("pipeline %q is not configured", name))
 			return
 		}
-		req, err := decodePauseRequest(http.MaxBytesReader(w, r.Body, 2*MaxPauseReason+1024))
+		req, err := decodePauseRequest(http.MaxBytesReader(w, r.Body, maxPauseBody))
 		if err != nil {
 			httpError(w, http.StatusBadRequest, err.Error())
 			return
