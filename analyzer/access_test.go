@@ -63,6 +63,7 @@ func TestAccessTokensGuardEveryRead(t *testing.T) {
 		"/api/deadletters", "/api/deadletters?limit=5&code=http_422",
 		fmt.Sprintf("/api/deadletters/%d/%d?pipeline=%s", d.Partition, d.Offset, e.main),
 		"/api/pipelines",
+		"/api/control",
 		"/api/deadletters?limit=x", // a bad request is refused for its token first
 	}
 	for _, route := range routes {

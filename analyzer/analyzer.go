@@ -17,6 +17,7 @@ import (
 	"github.com/redrive/redrive/dlq"
 	"github.com/redrive/redrive/dlq/dlqread"
 	"github.com/redrive/redrive/internal/topicread"
+	"github.com/redrive/redrive/processor/control"
 	"github.com/redrive/redrive/topics"
 )
 
@@ -106,6 +107,12 @@ type Options struct {
 	// every call for d (0 ends an outage): POST /api/dev/outage calls it,
 	// and the dashboard shows a button for it. Nil: that endpoint is a 404.
 	DemoOutage func(ctx context.Context, d time.Duration) error
+	// ControlTopic is the control topic the pipelines' processors share
+	// (package control; default control.DefaultTopic, "redrive.control"):
+	// the analyzer follows it to show every replica (GET /api/control) and
+	// writes an operator's pause and resume to it. One it cannot read is
+	// reported there and in the log; the analyzer runs on without it.
+	ControlTopic string
 }
 
 // Analyzer runs the readers, workers and alerts of every pipeline.
@@ -119,6 +126,7 @@ type Analyzer struct {
 	admin *kgo.Client
 	procs processorPoll // Options.Processors' last answers
 	busy  chan struct{} // one per expensive request being answered (limit.go)
+	ctl   *controlView  // the control topic read so far (control.go)
 }
 
 // pipe is one pipeline's state.
@@ -173,6 +181,9 @@ func New(o Options) (*Analyzer, error) {
 	if o.Instance == "" {
 		o.Instance, _ = os.Hostname()
 	}
+	if o.ControlTopic == "" {
+		o.ControlTopic = control.DefaultTopic
+	}
 	if o.SessionTimeout < 0 {
 		return nil, fmt.Errorf("analyzer: session timeout %v: must not be negative", o.SessionTimeout)
 	}
@@ -180,7 +191,8 @@ func New(o Options) (*Analyzer, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Analyzer{o: o, m: m, log: o.Logger.With("component", "analyzer"), busy: make(chan struct{}, o.MaxRequests)}
+	a := &Analyzer{o: o, m: m, log: o.Logger.With("component", "analyzer"), busy: make(chan struct{}, o.MaxRequests),
+		ctl: newControlView(o.ControlTopic)}
 	for _, p := range o.Pipelines {
 		if p.Name == "" || p.DLQ == "" {
 			return nil, fmt.Errorf("analyzer: pipeline %q needs a name and a DLQ", p.Name)
@@ -218,7 +230,8 @@ func (a *Analyzer) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); stopOn(&errs[2*i], a.readStats(ctx, p)) }()
 		go func() { defer wg.Done(); stopOn(&errs[2*i+1], a.work(ctx, p)) }()
 	}
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); a.followControl(ctx) }() // control.go; never stops Run
 	go func() { defer wg.Done(); a.flowLoop(ctx) }()
 	go func() { defer wg.Done(); a.depthLoop(ctx) }()
 	go func() { defer wg.Done(); a.alertLoop(ctx) }()
@@ -231,7 +244,7 @@ func (a *Analyzer) Run(ctx context.Context) error {
 func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 	name := "analyzer " + p.cfg.Name + " statistics"
 	a.ready(name, errors.New("rebuilding statistics from "+p.cfg.DLQ))
-	f, err := topicread.Open(ctx, p.cfg.DLQ, a.o.ClientOpts, a.dlqStart(p.cfg.DLQ),
+	f, err := topicread.Open(ctx, p.cfg.DLQ, a.o.ClientOpts, a.fromEarliest(p.cfg.DLQ),
 		topicread.RetryList(2*time.Second, func(err error) {
 			a.log.Error("cannot read the DLQ's end offsets; retrying", "dlq", p.cfg.DLQ, "err", err)
 			a.ready(name, fmt.Errorf("reading %s: %w", p.cfg.DLQ, err))
@@ -278,9 +291,10 @@ func (a *Analyzer) readStats(ctx context.Context, p *pipe) error {
 	return nil
 }
 
-// dlqStart lists where the statistics reader starts: every partition of
-// topic from its earliest retained offset, caught up at its end offset.
-func (a *Analyzer) dlqStart(topic string) topicread.Lister {
+// fromEarliest lists where the statistics and control readers start:
+// every partition of topic from its earliest retained offset, caught up
+// at its end offset.
+func (a *Analyzer) fromEarliest(topic string) topicread.Lister {
 	return func(ctx context.Context) (topicread.Start, error) {
 		bounds, err := a.dlqBounds(ctx, topic)
 		if err != nil {

@@ -122,10 +122,11 @@ const maxReplaySample = 100
 
 // Access is who may call the API (analyzer.token, analyzer.read_token).
 // With neither set, the API is open to whoever reaches it (`redrive
-// analyze` then listens only on loopback unless told otherwise) and
-// POST /api/replay is off.
+// analyze` then listens only on loopback unless told otherwise) and the
+// writes (replay, pause, resume) are off.
 type Access struct {
-	// Token allows every call: the reads and POST /api/replay.
+	// Token allows every call: the reads, POST /api/replay and the
+	// pause and resume of POST /api/control/{pipeline}/pause|resume.
 	Token string
 	// ReadToken allows the reads only (GET /api/*: the dashboard's data).
 	ReadToken string
@@ -150,8 +151,9 @@ func (a *Analyzer) Handler(token string) http.Handler {
 
 // HandlerAccess serves the JSON API and the dashboard. With a token set
 // (ac), every /api/ call needs "Authorization: Bearer <token>" with
-// ac.Token or ac.ReadToken, else 401; POST /api/replay needs ac.Token
-// (403 without one configured, or with the read-only token).
+// ac.Token or ac.ReadToken, else 401; POST /api/replay and POST
+// /api/control/{pipeline}/pause|resume need ac.Token (403 without one
+// configured, or with the read-only token).
 // Options.OpenReads lets the reads through without one. POST
 // /api/dev/outage, only under `redrive dev`, keeps its own rule
 // (devoutage.go): the dashboard's same-origin request or ac.Token. The
@@ -175,29 +177,37 @@ func (a *Analyzer) HandlerAccess(ac Access) http.Handler {
 	mux.HandleFunc("GET /api/stats", read(a.serveStats))
 	mux.HandleFunc("GET /api/deadletters", read(a.serveDeadLetters))
 	mux.HandleFunc("GET /api/deadletters/{partition}/{offset}", read(a.serveDeadLetter))
-	mux.HandleFunc("GET /api/pipelines", read(a.serveFlow)) // flow.go
+	mux.HandleFunc("GET /api/pipelines", read(a.serveFlow))  // flow.go
+	mux.HandleFunc("GET /api/control", read(a.serveControl)) // control.go
 	// Only under `redrive dev` (loopback): its own rule, the dashboard's
 	// same-origin request or the full token; it shows no data.
 	mux.HandleFunc("POST /api/dev/outage", a.serveDevOutage(ac.Token)) // devoutage.go
-	mux.HandleFunc("POST /api/replay", func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case ac.Token == "":
-			if ac.ReadToken != "" && !ac.reads(r) {
+	// write guards a route that writes to Kafka: only ac.Token reaches
+	// it, and none does when it is not set.
+	write := func(h http.HandlerFunc) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			switch {
+			case ac.Token == "":
+				if ac.ReadToken != "" && !ac.reads(r) {
+					unauthorized(w, "missing or wrong bearer token")
+					return
+				}
+				httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
+				return
+			case bearer.Valid(r.Header.Get("Authorization"), ac.Token):
+			case bearer.Valid(r.Header.Get("Authorization"), ac.ReadToken):
+				httpError(w, http.StatusForbidden, "the read-only token (analyzer.read_token) cannot replay, pause or resume: use analyzer.token")
+				return
+			default:
 				unauthorized(w, "missing or wrong bearer token")
 				return
 			}
-			httpError(w, http.StatusForbidden, "mutating endpoints are off: set analyzer.token (REDRIVE_ANALYZER_TOKEN) to turn them on")
-			return
-		case bearer.Valid(r.Header.Get("Authorization"), ac.Token):
-		case bearer.Valid(r.Header.Get("Authorization"), ac.ReadToken):
-			httpError(w, http.StatusForbidden, "the read-only token (analyzer.read_token) cannot replay: use analyzer.token")
-			return
-		default:
-			unauthorized(w, "missing or wrong bearer token")
-			return
+			h(w, r)
 		}
-		a.serveReplay(w, r)
-	})
+	}
+	mux.HandleFunc("POST /api/replay", write(a.serveReplay))
+	mux.HandleFunc("POST /api/control/{pipeline}/pause", write(a.serveSetPause(true)))   // control.go
+	mux.HandleFunc("POST /api/control/{pipeline}/resume", write(a.serveSetPause(false))) // control.go
 	// Every other path is a file of the dashboard (no data) or a 404.
 	mux.Handle("GET /", webHandler())
 	return a.guard(mux) // httpsafe.go

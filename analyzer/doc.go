@@ -14,7 +14,13 @@
 //     pipeline (Pipeline.ExactlyOnce) the republishes and the offset commit
 //     are one Kafka transaction (txn.go).
 //
+// It also follows the processors' control topic (control.go: every
+// replica's status, the operator's pause, the line's stops), which it needs
+// for nothing else: a control topic it cannot read is reported, never a
+// reason to stop.
+//
 // It serves the JSON API, the dashboard and the alerts on top. It must never
-// delete or rewrite a dead letter, and never commit past one it has not
-// finished.
+// delete or rewrite a dead letter, never commit past one it has not
+// finished, and never write to the control topic but an operator's pause
+// or resume asked for with analyzer.token.
 package analyzer

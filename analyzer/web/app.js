@@ -1,7 +1,8 @@
 // The redrive analyzer dashboard: plain JavaScript, no build step. It reads
-// GET api/stats, GET api/pipelines (the flow, the processors' lines and callbacks)
-// and GET api/deadletters every 5 seconds and posts api/replay (and, under
-// redrive dev, api/dev/outage). Everything from the API is put into the page as text
+// GET api/stats, GET api/pipelines (the flow, the processors' lines and callbacks),
+// GET api/control (every replica, the operator's pause) and GET api/deadletters
+// every 5 seconds and posts api/replay, api/control/{pipeline}/pause|resume (and,
+// under redrive dev, api/dev/outage). Everything from the API is put into the page as text
 // (textContent, never innerHTML): dead letters carry whatever producers
 // wrote. When the analyzer has a token (analyzer.token or
 // analyzer.read_token), the API answers 401: the page asks for the token
@@ -20,6 +21,7 @@
   const state = {
     stats: null, // the last GET api/stats
     flows: null, // the last GET api/pipelines
+    control: null, // the last GET api/control
     selected: "", // the pipeline shown in detail
     filters: {}, // the dead-letter filters last submitted
     open: new Set(), // expanded dead letters, by topic/partition/offset
@@ -515,6 +517,182 @@
         );
       })
     );
+  }
+
+  // ---- replicas: the control topic (GET api/control) ----
+
+  // ctlPanels are the Replicas panels by pipeline, made once: a refresh
+  // updates them and leaves the reason typed and the last result alone.
+  const ctlPanels = new Map();
+
+  // fmtWhen shows an RFC 3339 time against the analyzer's clock: "12:04:05
+  // UTC (3m 2s ago)".
+  function fmtWhen(iso) {
+    if (!iso) return "";
+    const now = state.control ? Date.parse(state.control.now) : Date.now();
+    const s = (Date.parse(iso) - now) / 1000;
+    if (isNaN(s)) return iso;
+    // Within a second is now: the writers' clocks are not the analyzer's.
+    return `${fmtTime(iso).slice(11)} UTC (${s >= 1 ? "in " + fmtAge(s) : fmtAge(Math.max(0, -s)) + " ago"})`;
+  }
+
+  // STOPS are the line's shared stops: [key in the API's line, name shown].
+  const STOPS = [
+    ["breaker", "breaker"],
+    ["pause_code", "pause code"],
+    ["guard", "guard"],
+  ];
+
+  function controlPanel(name) {
+    let c = ctlPanels.get(name);
+    if (c) return c;
+    const badge = el("span", { class: "badge line", id: "paused-" + name });
+    const reason = el("input", { id: "pause-reason-" + name, placeholder: "reason (optional)", maxlength: "1024", autocomplete: "off", "aria-label": "reason" });
+    const pause = el("button", { type: "button", class: "danger", id: "pause-" + name, text: "Pause", title: "stop every replica of this pipeline from starting handler calls, until resumed" });
+    const resume = el("button", { type: "button", class: "secondary", id: "resume-" + name, text: "Resume", title: "let every replica start handler calls again; also clears the breaker, pause code and guard stops" });
+    const result = el("span", { class: "rresult", id: "control-result-" + name, role: "status" });
+    const facts = el("ul", { class: "rfacts", id: "control-facts-" + name });
+    const tbody = el("tbody");
+    const table = el(
+      "table",
+      { class: "small", id: "replicas-" + name },
+      el("thead", {}, el("tr", {}, ...["instance", "line", "partitions", "share", "calls/s", "in flight", "last seen"].map((h, i) => el("th", { class: i >= 2 && i <= 5 ? "num" : null, text: h })))),
+      tbody
+    );
+    const panel = el(
+      "div",
+      { class: "panel wide replicas", id: "control-" + name, "data-pipeline": name },
+      el("div", { class: "panel-head" }, el("h2", {}, name + " ", el("small", { text: "replicas" }), " ", badge)),
+      facts,
+      el("div", { class: "form-row" }, reason, pause, resume, result),
+      el("div", { class: "table-wrap short" }, table)
+    );
+    c = { panel, badge, reason, pause, resume, result, facts, tbody, table };
+    pause.addEventListener("click", () => setPause(name, true, c));
+    resume.addEventListener("click", () => setPause(name, false, c));
+    ctlPanels.set(name, c);
+    return c;
+  }
+
+  function renderControl() {
+    const box = $("replicas");
+    const ctl = state.control;
+    if (!ctl) {
+      box.hidden = true;
+      return;
+    }
+    box.hidden = false;
+    box.dataset.topic = ctl.topic;
+    box.dataset.ready = ctl.ready ? "1" : "0";
+    const err = $("control-error");
+    err.hidden = !ctl.control;
+    err.textContent = ctl.control ? `control topic ${ctl.topic}: ${ctl.control}. The replicas cannot be shown, and a pause may not reach them.` : "";
+    const panels = (ctl.pipelines || []).map((p) => {
+      const c = controlPanel(p.name);
+      updateControl(c, p, ctl);
+      return c.panel;
+    });
+    const now = Array.from(box.children).filter((e) => e !== err);
+    if (now.length !== panels.length || now.some((e, i) => e !== panels[i])) box.replaceChildren(err, ...panels);
+  }
+
+  function updateControl(c, p, ctl) {
+    c.panel.dataset.paused = p.paused ? "1" : "0";
+    c.badge.className = "badge line " + (p.paused ? "bad" : "ok");
+    c.badge.dataset.paused = p.paused ? "1" : "0";
+    c.badge.textContent = p.paused ? "paused" : "not paused";
+    const facts = [];
+    if (p.by) {
+      facts.push(
+        el(
+          "li",
+          { "data-fact": "pause" },
+          `${p.paused ? "Paused" : "Resumed"} by `,
+          el("span", { class: "mono", text: p.by }),
+          ` at ${fmtWhen(p.since)}`,
+          p.reason ? `: ${p.reason}` : ""
+        )
+      );
+    } else facts.push(el("li", { class: "muted", "data-fact": "pause", text: "never paused by an operator" }));
+    for (const [key, label] of STOPS) {
+      const s = p.line && p.line[key];
+      if (!s) continue;
+      const until = s.until ? `until ${fmtWhen(s.until)}` : key === "breaker" ? "" : "until resumed";
+      facts.push(
+        el(
+          "li",
+          { "data-stop": key, "data-state": s.state },
+          el("span", { class: "stop", text: `${label} ${s.state}` }),
+          s.code ? ` ${s.code}` : "",
+          until ? ` ${until}` : "",
+          s.why ? ` · ${s.why}` : "",
+          ` · by ${s.by}`
+        )
+      );
+    }
+    c.facts.replaceChildren(...facts);
+    const rs = p.replicas || [];
+    c.table.dataset.count = String(rs.length);
+    c.table.dataset.stale = String(rs.filter((r) => r.stale).length);
+    if (!rs.length) {
+      const why = ctl.control ? "the control topic cannot be read" : ctl.ready ? `no processor has published its status to ${ctl.topic}` : `reading ${ctl.topic}…`;
+      c.tbody.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: 7, text: why })));
+      return;
+    }
+    c.tbody.replaceChildren(
+      ...rs.map((r) =>
+        el(
+          "tr",
+          { class: r.stale ? "stale" : null, "data-instance": r.instance, "data-stale": r.stale ? "1" : "0", "data-line": r.line },
+          el("td", { class: "mono", text: r.instance }),
+          el("td", {}, lineBadge(r.line, { title: r.why || null }), r.breaker ? el("span", { class: "hint", text: ` breaker ${r.breaker}` }) : null),
+          el("td", { class: "num", title: `${r.main_partitions} of the main topic; ${r.scope} scope`, text: `${r.partitions} of ${r.total_partitions}` }),
+          el("td", { class: "num", title: r.rate_limit ? `rate limit ${r.rate_limit}/s` : null, text: (100 * (r.share || 0)).toFixed(0) + "%" }),
+          el("td", { class: "num", text: fmtRate(r.calls_per_second) }),
+          el("td", { class: "num", title: `${r.inflight} records polled and not finished, ${r.calls_in_flight} handler calls running`, text: `${fmtInt(r.inflight)} · ${fmtInt(r.calls_in_flight)} calls` }),
+          el("td", { class: "when", title: r.last_seen }, fmtWhen(r.last_seen), r.stale ? " " : null, r.stale ? el("span", { class: "badge warn", title: "no status for three of its intervals: killed, or cut off from the control topic", text: "stale" }) : null)
+        )
+      )
+    );
+  }
+
+  // setPause writes the operator's pause (paused) or resume of a pipeline,
+  // with the replay form's token when given (the page's may be the
+  // read-only one), else the page's.
+  async function setPause(name, paused, c) {
+    const what = paused ? "pause" : "resume";
+    const ok = window.confirm(
+      paused
+        ? `Pause pipeline ${name} on every replica? None starts a handler call until it is resumed.`
+        : `Resume pipeline ${name} on every replica? This also clears its breaker, pause code and guard stops.`
+    );
+    if (!ok) return;
+    const token = $("replay-token").value;
+    const headers = { "Content-Type": "application/json" };
+    if (token) headers.Authorization = "Bearer " + token;
+    const reason = c.reason.value.trim();
+    c.pause.disabled = c.resume.disabled = true;
+    c.result.className = "rresult";
+    delete c.result.dataset.done;
+    delete c.result.dataset.error;
+    c.result.textContent = `writing the ${what} to the control topic…`;
+    try {
+      const r = await api(`api/control/${encodeURIComponent(name)}/${what}`, { method: "POST", headers, body: JSON.stringify(reason ? { reason } : {}) });
+      c.result.className = "rresult done";
+      c.result.dataset.done = what;
+      c.result.textContent =
+        `${paused ? "Paused" : "Resumed"} by ${r.by}: every replica ${paused ? "stops starting calls" : "starts calls again"} as it reads it.` +
+        (r.seen ? "" : " (not read back yet: the view may lag)");
+      c.reason.value = "";
+      refresh();
+    } catch (e) {
+      c.result.className = "rresult error";
+      c.result.dataset.error = e.message;
+      const hint = e.status === 401 || e.status === 403 ? " (put analyzer.token in the Replay form's token field)" : "";
+      c.result.textContent = `${what}: ${e.message}${hint}`;
+    } finally {
+      c.pause.disabled = c.resume.disabled = false;
+    }
   }
 
   // ---- the per-minute chart ----
@@ -1112,8 +1290,13 @@
     clearTimeout(state.timer);
     try {
       const flows = api("api/pipelines");
-      state.stats = await api("api/stats?minutes=" + chartMinutes());
-      state.flows = await flows;
+      const control = api("api/control");
+      // Every answer is awaited: one refused is not left unhandled.
+      const [stats, f, c] = await Promise.allSettled([api("api/stats?minutes=" + chartMinutes()), flows, control]);
+      for (const r of [stats, f, c]) if (r.status === "rejected") throw r.reason;
+      state.stats = stats.value;
+      state.flows = f.value;
+      state.control = c.value;
       if (!pipelines().length) throw new Error("the analyzer has no pipelines");
       choosePipeline();
       render();
@@ -1140,6 +1323,7 @@
     renderCards();
     renderDev();
     renderFlows();
+    renderControl();
     const p = current();
     if (p) renderPipeline(p);
   }
