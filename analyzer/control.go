@@ -130,13 +130,8 @@ type PauseResponse struct {
 type controlView struct {
 	topic string
 
-	mu    sync.Mutex
-	state *control.State
-	// offsets are each key's latest record's offset, resumed each
-	// pipeline's latest resume's: a stop written before a resume was
-	// cleared by it.
-	offsets map[string]int64
-	resumed map[string]int64
+	mu      sync.Mutex
+	state   *control.State
 	readTo  map[int32]int64 // per partition, the offset after the last record read
 	moved   chan struct{}   // closed, and replaced, whenever readTo moves
 	ready   bool
@@ -152,8 +147,7 @@ type controlView struct {
 }
 
 func newControlView(topic string) *controlView {
-	return &controlView{topic: topic, state: control.NewState(), offsets: map[string]int64{},
-		resumed: map[string]int64{}, readTo: map[int32]int64{}, moved: make(chan struct{})}
+	return &controlView{topic: topic, state: control.NewState(), readTo: map[int32]int64{}, moved: make(chan struct{})}
 }
 
 // followControl follows the control topic from its start until ctx ends.
@@ -216,15 +210,6 @@ func (c *controlView) apply(rec *kgo.Record) error {
 	defer c.mu.Unlock()
 	if err == nil {
 		c.state.Apply(r)
-		key := r.Key()
-		if r.Tombstone {
-			delete(c.offsets, key)
-		} else {
-			c.offsets[key] = rec.Offset
-		}
-		if r.Kind == control.KindPause && r.Pause != nil && !r.Pause.Paused {
-			c.resumed[r.Pipeline] = rec.Offset
-		}
 	} else {
 		c.skipped++
 	}
@@ -346,22 +331,12 @@ func (c *controlView) response(names []string, now time.Time) ControlResponse {
 	return resp
 }
 
-// stop is pipeline's stop of kind in force at now, or nil. c.mu is held.
+// stop is pipeline's stop of kind in force at now (control.State.InForce),
+// or nil. c.mu is held.
 func (c *controlView) stop(kind control.Kind, pipeline string, now time.Time) *LineStop {
-	r, ok := c.state.Get(kind, pipeline)
-	if !ok || r.Line == nil {
+	r, ok := c.state.InForce(kind, pipeline, now)
+	if !ok {
 		return nil
-	}
-	switch r.Line.State {
-	case control.StateOpen, control.StateHalfOpen, control.StateOn:
-	default:
-		return nil // closed, off
-	}
-	if !r.Line.Until.IsZero() && !now.Before(r.Line.Until) {
-		return nil
-	}
-	if resumed, ok := c.resumed[pipeline]; ok && resumed > c.offsets[r.Key()] {
-		return nil // an operator's resume clears every stop written before it
 	}
 	return &LineStop{Line: *r.Line, By: r.Instance, At: r.At}
 }

@@ -247,26 +247,19 @@ func (c *controlPlane) apply(r control.Record, now time.Time) {
 	p.line.applyControl(r, r.Instance == c.writer, now)
 }
 
-// applyState applies what the topic held at start: the pauses in force
-// and the stops not over; the rest is history, ignored.
+// applyState applies what the topic held at start: the pause and the
+// stops in force (control.State.InForce); the rest is history, ignored.
 func (c *controlPlane) applyState(st *control.State, now time.Time) {
 	for name, p := range c.pipes {
-		for _, k := range []control.Kind{control.KindPause, control.KindBreaker, control.KindPauseCode, control.KindGuard} {
-			r, ok := st.Get(k, name)
-			if !ok {
-				continue
-			}
-			if k == control.KindPause && (r.Pause == nil || !r.Pause.Paused) {
-				continue
-			}
-			if r.Line != nil && r.Line.State != control.StateOn && r.Line.State != control.StateOpen && r.Line.State != control.StateHalfOpen {
-				continue
-			}
-			if r.Line != nil && !r.Line.Until.IsZero() && !r.Line.Until.After(now) {
-				c.log.Debug("control topic: stale stop ignored", "key", r.Key(), "until", r.Line.Until)
-				continue
-			}
+		if r, ok := st.Paused(name); ok {
 			p.line.applyControl(r, false, now)
+		}
+		for _, k := range []control.Kind{control.KindBreaker, control.KindPauseCode, control.KindGuard} {
+			if r, ok := st.InForce(k, name, now); ok {
+				p.line.applyControl(r, false, now)
+			} else if r, ok := st.Get(k, name); ok {
+				c.log.Debug("control topic: a stop no longer in force ignored", "key", r.Key(), "at", r.At)
+			}
 		}
 	}
 }

@@ -67,6 +67,7 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 		ao.AllowedHosts = append(ao.AllowedHosts, host)
 	}
 	ao.AllowedHosts = append(ao.AllowedHosts, c.Analyzer.AllowedHosts...)
+	ao.ControlTopic = c.Control.Topic
 	for _, p := range c.Pipelines {
 		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results,
 			ExactlyOnce: processor.Delivery(p.Delivery) == processor.ExactlyOnce}

@@ -313,30 +313,13 @@ func statusOfControl(c *config.Config, s *control.State, topic string, names []s
 	return v
 }
 
-// stopsInForce are pipeline's shared stops that hold at now: a breaker
-// open or half-open, a pause code's stop or the guard's stop, until their
-// Until (the guard's without one: until resumed), and written after the
-// latest resume, which clears them all.
+// stopsInForce are pipeline's shared stops that hold at now
+// (control.State.InForce).
 func stopsInForce(s *control.State, pipeline string, now time.Time) []stopInForce {
 	out := []stopInForce{}
-	resume, resumed := s.Get(control.KindPause, pipeline)
-	resumed = resumed && resume.Pause != nil && !resume.Pause.Paused
 	for _, kind := range []control.Kind{control.KindBreaker, control.KindPauseCode, control.KindGuard} {
-		r, ok := s.Get(kind, pipeline)
-		if !ok || r.Line == nil || (resumed && !r.At.After(resume.At)) {
-			continue
-		}
-		l := r.Line
-		var on bool
-		switch {
-		case kind == control.KindBreaker:
-			on = (l.State == control.StateOpen || l.State == control.StateHalfOpen) && l.Until.After(now)
-		case kind == control.KindGuard && l.Until.IsZero():
-			on = l.State == control.StateOn
-		default:
-			on = l.State == control.StateOn && l.Until.After(now)
-		}
-		if on {
+		if r, ok := s.InForce(kind, pipeline, now); ok {
+			l := r.Line
 			out = append(out, stopInForce{Kind: kind, State: l.State, Until: l.Until, Why: l.Why, Code: l.Code, By: r.Instance, Since: r.At})
 		}
 	}

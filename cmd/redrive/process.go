@@ -101,6 +101,7 @@ func processorConfig(c *config.Config, handlers map[string]processor.Handler, o 
 		Ready:          o.Ready,
 		Beat:           o.Beat,
 		Control:        c.ProcessorControl(),
+		Degraded:       o.Degraded,
 	}
 	for _, p := range c.Pipelines {
 		h := handlers[p.Name]

@@ -204,6 +204,8 @@ func Decode(key, value []byte) (Record, error) {
 		return Record{}, malformed("key %q: value is of instance %q", key, w.Instance)
 	case w.At.IsZero():
 		return Record{}, malformed("key %q: no time", key)
+	case !writable(w.At) || (w.Line != nil && !w.Line.Until.IsZero() && !writable(w.Line.Until)):
+		return Record{}, malformed("key %q: a time outside the years 1 to 9999", key)
 	}
 	r.Instance, r.At = w.Instance, w.At
 	switch kind {
@@ -274,4 +276,11 @@ func checkNames(kind Kind, pipeline, instance string) error {
 		}
 	}
 	return nil
+}
+
+// writable reports a time JSON can carry back: a year from 1 to 9999 in
+// UTC (Encode writes UTC).
+func writable(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 1 && y <= 9999
 }

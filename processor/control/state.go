@@ -9,18 +9,56 @@ import (
 // State is the control topic read so far: the latest record of every key.
 type State struct {
 	latest map[string]Record
+	// seq is the order records were applied in (the topic's order), and
+	// resumed each pipeline's latest resume's place in it: a stop written
+	// before a resume was cleared by it.
+	seq     map[string]int64
+	resumed map[string]int64
+	n       int64
 }
 
 // NewState is an empty State.
-func NewState() *State { return &State{latest: map[string]Record{}} }
+func NewState() *State {
+	return &State{latest: map[string]Record{}, seq: map[string]int64{}, resumed: map[string]int64{}}
+}
 
-// Apply takes r as its key's latest; a tombstone removes a replica.
+// Apply takes r as its key's latest (records are applied in the topic's
+// order); a tombstone removes a replica.
 func (s *State) Apply(r Record) {
+	s.n++
 	if r.Tombstone {
 		delete(s.latest, r.Key())
+		delete(s.seq, r.Key())
 		return
 	}
-	s.latest[r.Key()] = r
+	s.latest[r.Key()], s.seq[r.Key()] = r, s.n
+	if r.Kind == KindPause && r.Pause != nil && !r.Pause.Paused {
+		s.resumed[r.Pipeline] = s.n
+	}
+}
+
+// InForce is pipeline's stop of kind (KindBreaker, KindPauseCode,
+// KindGuard) that holds at now, if any: a breaker open or half-open, a
+// pause code's or the guard's stop on, until its Until (the guard's
+// without one: until resumed), and not written before the pipeline's
+// latest resume, which clears every stop. This is the one rule the
+// processes, `redrive status` and the analyzer go by.
+func (s *State) InForce(kind Kind, pipeline string, now time.Time) (Record, bool) {
+	r, ok := s.Get(kind, pipeline)
+	if !ok || r.Line == nil || s.seq[r.Key()] < s.resumed[pipeline] {
+		return Record{}, false
+	}
+	l := r.Line
+	switch {
+	case kind == KindBreaker && (l.State == StateOpen || l.State == StateHalfOpen):
+	case (kind == KindPauseCode || kind == KindGuard) && l.State == StateOn:
+	default:
+		return Record{}, false
+	}
+	if l.Until.IsZero() {
+		return r, kind == KindGuard
+	}
+	return r, now.Before(l.Until)
 }
 
 // Get is the latest record of kind for pipeline (not a status's).
