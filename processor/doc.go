@@ -27,6 +27,9 @@
 //	how the breaker decides                          line_breaker.go
 //	the rate limit, pause codes, guard, manual pause line_rate.go, line_pausecode.go, line_guard.go, line_manual.go
 //	what is forwarded to failover_to                 line_failover.go
+//	the line shared with the pipeline's other processes line_shared.go
+//	each process's share of the budgets              share.go
+//	the control topic: read, followed, written       controlplane.go, control/
 //	how an outcome record is built and sized         deadletter.go
 //	how an outcome is written and retried            write.go
 //	how offsets are committed (at-least-once)        commit.go, offsets.go
