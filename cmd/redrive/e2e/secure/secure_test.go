@@ -305,7 +305,9 @@ func processACLs(p config.Pipeline) []acl {
 
 func analyzeACLs(p config.Pipeline) []acl {
 	as := []acl{{op: kadm.OpRead, topic: p.DLQTopic()}, {op: kadm.OpRead, group: p.AnalyzerGroupID()},
-		{op: kadm.OpWrite, topic: p.Topic}, {op: kadm.OpDescribe, group: p.GroupID()}}
+		{op: kadm.OpWrite, topic: p.Topic}, {op: kadm.OpDescribe, group: p.GroupID()},
+		// the replicas view reads the control topic; its pause buttons write it
+		{op: kadm.OpRead, topic: control.DefaultTopic}, {op: kadm.OpWrite, topic: control.DefaultTopic}}
 	if p.Results != "" {
 		as = append(as, acl{op: kadm.OpDescribe, topic: p.Results})
 	}
