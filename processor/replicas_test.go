@@ -3,8 +3,11 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -520,5 +523,85 @@ func TestReplicasInStatus(t *testing.T) {
 		return true
 	}) {
 		t.Error("replica c left cleanly and is still listed")
+	}
+}
+
+// TestControlTopicMissing: a control topic that does not exist (or is
+// denied) stops nothing: the pipeline handles its records, says so once
+// in the log and in /readyz's detail (Config.Degraded), not unready.
+func TestControlTopicMissing(t *testing.T) {
+	t.Parallel()
+	e := pipetest.New(t, "nocontrol", 2, retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2})
+	var mu sync.Mutex
+	var detail string
+	var logged strings.Builder
+	svc := newService()
+	cfg := e.Config()
+	cfg.Control.Topic = e.P.Topic + ".no-such-control"
+	cfg.Degraded = func(name, d string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if name == "control topic" {
+			detail = d
+		}
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logged, mu: &mu}, nil))
+	start := time.Now()
+	pipetest.Run(t, cfg, svc.handler("solo"))
+	e.Produce(backlog(e.P.Topic, 20)...)
+	got := e.CollectN(e.P.Results, 20, 30*time.Second, 0)
+	t.Logf("%d results %v after start", len(got), time.Since(start).Round(time.Millisecond))
+	if len(got) < 20 {
+		t.Fatalf("%d of 20 results with the control topic missing", len(got))
+	}
+	if time.Since(start) > 9*time.Second {
+		t.Errorf("the results took %v: a missing control topic must not hold the start for its 10s wait", time.Since(start))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(detail, "read") {
+		t.Errorf("readyz detail %q, want what is wrong reading the control topic", detail)
+	}
+	if n := strings.Count(logged.String(), "control topic: cannot read it"); n != 1 {
+		t.Errorf("the missing control topic was logged %d times, want once:\n%s", n, logged.String())
+	}
+}
+
+type syncWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// TestScopeProcessKeepsItsOwnBudget: with scope process each replica has
+// the whole rate_limit (the way to run replicas that each hold an account
+// of their own).
+func TestScopeProcessKeepsItsOwnBudget(t *testing.T) {
+	t.Parallel()
+	e := pipetest.New(t, "scopeproc", 4, retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2})
+	e.P.RateLimit = 40
+	e.P.Scope = processor.ScopeProcess
+	svc := newService()
+	rs := newReplicas(t, e, svc, nil)
+	e.Produce(backlog(e.P.Topic, 4000)...)
+	rs.start("a")
+	rs.start("b")
+	if !kafkatest.Eventually(30*time.Second, func() bool {
+		return svc.between(time.Now().Add(-time.Second), time.Now(), "a") > 0 && svc.between(time.Now().Add(-time.Second), time.Now(), "b") > 0
+	}) {
+		t.Fatal("both replicas did not call")
+	}
+	time.Sleep(2 * time.Second)
+	from := time.Now()
+	time.Sleep(6 * time.Second)
+	avg := float64(svc.between(from, time.Now(), "")) / time.Since(from).Seconds()
+	t.Logf("two replicas with scope process, rate_limit 40/s: %.1f calls/s", avg)
+	if avg < 72 || avg > 88 {
+		t.Errorf("%.1f calls/s, want about 80: each process its own 40/s", avg)
 	}
 }
