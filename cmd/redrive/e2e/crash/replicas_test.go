@@ -2,11 +2,13 @@ package crash
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,6 +130,34 @@ func TestReplicasRateAfterAKill(t *testing.T) {
 		t.Fatal("a fourth replica did not settle")
 	}
 	measure("a fourth joined", 8*time.Second)
+	// `redrive status` lists every replica with its share; the killed one
+	// as stale, the others' shares making the whole.
+	code, out := clitest.RunOut(t, ctx, "status", "-c", cfg, "--json")
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, out)
+	}
+	var st struct {
+		Pipelines []struct {
+			Name     string            `json:"name"`
+			Replicas []control.Replica `json:"replicas"`
+		} `json:"pipelines"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &st); err != nil || len(st.Pipelines) != 1 {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	live, stale, sum := 0, map[string]bool{}, 0.0
+	for _, r := range st.Pipelines[0].Replicas {
+		if r.Stale {
+			stale[r.Instance] = true
+			continue
+		}
+		live++
+		sum += r.Share
+	}
+	t.Logf("redrive status: %d live replicas, shares adding up to %.3f, stale %v", live, sum, stale)
+	if live != 4 || math.Abs(sum-1) > 0.01 || !stale["c"] {
+		t.Errorf("redrive status: %d live replicas with shares adding up to %.3f, stale %v; want 4, 1, and c stale:\n%s", live, sum, stale, out)
+	}
 	// Any 5s since the start: never over 105/s, the kill and joins included.
 	mu.Lock()
 	all := slices.Clone(calls)
