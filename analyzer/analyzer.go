@@ -300,11 +300,7 @@ func (a *Analyzer) fromEarliest(topic string) topicread.Lister {
 		if err != nil {
 			return topicread.Start{}, err
 		}
-		s := topicread.Start{From: make(map[int32]int64, len(bounds)), Ends: make(map[int32]int64, len(bounds))}
-		for part, b := range bounds {
-			s.From[part], s.Ends[part] = b.Start, b.End
-		}
-		return s, nil
+		return dlqread.StartOf(bounds), nil
 	}
 }
 

@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redrive/redrive/dlq/dlqread"
 	"github.com/redrive/redrive/internal/topicread"
 	"github.com/redrive/redrive/processor/control"
 )
@@ -164,25 +164,8 @@ func (c *controlPlane) trouble() string {
 // read follows the topic from its start, applying every record.
 func (c *controlPlane) read(ctx context.Context) {
 	list := func(ctx context.Context) (topicread.Start, error) {
-		adm := kadm.NewClient(c.cl)
-		starts, err := adm.ListStartOffsets(ctx, c.cfg.Topic)
-		if err == nil {
-			err = starts.Error()
-		}
-		if err != nil {
-			return topicread.Start{}, err
-		}
-		ends, err := adm.ListEndOffsets(ctx, c.cfg.Topic)
-		if err == nil {
-			err = ends.Error()
-		}
-		if err != nil {
-			return topicread.Start{}, err
-		}
-		s := topicread.Start{From: map[int32]int64{}, Ends: map[int32]int64{}}
-		starts.Each(func(o kadm.ListedOffset) { s.From[o.Partition] = o.Offset })
-		ends.Each(func(o kadm.ListedOffset) { s.Ends[o.Partition] = o.Offset })
-		return s, nil
+		bounds, err := dlqread.Offsets(ctx, c.cl, c.cfg.Topic)
+		return dlqread.StartOf(bounds), err
 	}
 	f, err := topicread.Open(ctx, c.cfg.Topic, c.conn, list,
 		topicread.RetryList(time.Second, func(err error) {

@@ -201,6 +201,36 @@ func (r *replicas) settled(timeout time.Duration) bool {
 	})
 }
 
+// startThree writes a backlog of n records, runs replicas a, b and c of
+// e's pipeline calling svc, and waits until the group has settled.
+func startThree(t *testing.T, e *pipetest.Env, svc *service, n int) (*replicas, []string) {
+	t.Helper()
+	rs := newReplicas(t, e, svc, nil)
+	if n > 0 {
+		e.Produce(backlog(e.P.Topic, n)...)
+	}
+	names := []string{"a", "b", "c"}
+	for _, name := range names {
+		rs.start(name)
+	}
+	if !rs.settled(30 * time.Second) {
+		t.Fatal("the replicas' shares did not settle")
+	}
+	return rs, names
+}
+
+// allCalling fails t unless every one of names calls the service in the
+// next 2s (before what: what the test does then).
+func allCalling(t *testing.T, svc *service, names []string, what string) {
+	t.Helper()
+	time.Sleep(2 * time.Second)
+	for _, n := range names {
+		if svc.between(time.Now().Add(-2*time.Second), time.Now(), n) == 0 {
+			t.Fatalf("replica %s made no call in the 2s before %s", n, what)
+		}
+	}
+}
+
 func backlog(topic string, n int) []*kgo.Record {
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
@@ -307,21 +337,8 @@ func TestReplicasObeyPause(t *testing.T) {
 	e := pipetest.New(t, "pauseall", 6, retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2})
 	e.P.RateLimit = 60 // a steady stream of calls for 60s of backlog
 	svc := newService()
-	rs := newReplicas(t, e, svc, nil)
-	e.Produce(backlog(e.P.Topic, 3600)...)
-	names := []string{"a", "b", "c"}
-	for _, n := range names {
-		rs.start(n)
-	}
-	if !rs.settled(30 * time.Second) {
-		t.Fatal("the replicas' shares did not settle")
-	}
-	time.Sleep(2 * time.Second)
-	for _, n := range names {
-		if svc.between(time.Now().Add(-2*time.Second), time.Now(), n) == 0 {
-			t.Fatalf("replica %s made no call in the 2s before the pause", n)
-		}
-	}
+	rs, names := startThree(t, e, svc, 3600)
+	allCalling(t, svc, names, "the pause")
 	ctx := context.Background()
 	if err := control.SetPause(ctx, e.Client, control.DefaultTopic, e.P.Name, "test", true, "provider maintenance"); err != nil {
 		t.Fatal(err)
@@ -377,21 +394,8 @@ func TestReplicasStopOnOnePauseCode(t *testing.T) {
 	e := pipetest.New(t, "zerobal", 6, retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2})
 	e.P.RateLimit = 90
 	svc := newService()
-	rs := newReplicas(t, e, svc, nil)
-	e.Produce(backlog(e.P.Topic, 5000)...)
-	names := []string{"a", "b", "c"}
-	for _, n := range names {
-		rs.start(n)
-	}
-	if !rs.settled(30 * time.Second) {
-		t.Fatal("the replicas' shares did not settle")
-	}
-	time.Sleep(2 * time.Second)
-	for _, n := range names {
-		if svc.between(time.Now().Add(-2*time.Second), time.Now(), n) == 0 {
-			t.Fatalf("replica %s made no call in the 2s before the pause code", n)
-		}
-	}
+	_, names := startThree(t, e, svc, 5000)
+	allCalling(t, svc, names, "the pause code")
 	var told atomic.Int64 // when a was told, unix ns
 	svc.setAnswer(func(replica string) processor.Outcome {
 		if replica == "a" && told.CompareAndSwap(0, time.Now().UnixNano()) {

@@ -136,11 +136,7 @@ func Scan(ctx context.Context, cl *kgo.Client, topic string, fn func(*kgo.Record
 // the records from Start up to End, End excluded. A partition whose Start
 // is no longer retained is read from its earliest retained offset.
 func ScanBounds(ctx context.Context, cl *kgo.Client, topic string, bounds map[int32]Bounds, fn func(*kgo.Record) error) error {
-	start := topicread.Start{From: make(map[int32]int64, len(bounds)), Ends: make(map[int32]int64, len(bounds))}
-	for p, b := range bounds {
-		start.From[p], start.Ends[p] = b.Start, b.End
-	}
-	f, err := topicread.Open(ctx, topic, baseOpts(cl), topicread.Fixed(start), topicread.UpToEnds(), topicread.MaxRecords(0))
+	f, err := topicread.Open(ctx, topic, baseOpts(cl), topicread.Fixed(StartOf(bounds)), topicread.UpToEnds(), topicread.MaxRecords(0))
 	if err != nil {
 		return err
 	}
@@ -255,4 +251,14 @@ func baseOpts(cl *kgo.Client) []kgo.Opt {
 		out = append(out, o)
 	}
 	return out
+}
+
+// StartOf is where a reader of bounds starts and what it catches up to:
+// every partition from its earliest retained offset to its end.
+func StartOf(bounds map[int32]Bounds) topicread.Start {
+	s := topicread.Start{From: make(map[int32]int64, len(bounds)), Ends: make(map[int32]int64, len(bounds))}
+	for part, b := range bounds {
+		s.From[part], s.Ends[part] = b.Start, b.End
+	}
+	return s
 }
