@@ -506,7 +506,7 @@ func browserHead(s string) string {
 func TestBrowserFlow(t *testing.T) {
 	chrome := browserChromium(t)
 	c := kafkatest.New(t)
-	p := processor.Pipeline{Name: "flowui", Topic: kafkatest.Topic(t, "flowui"),
+	p := processor.Pipeline{Name: kafkatest.Topic(t, "flowui"),
 		Schedule: retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2}}
 	p.Results, p.DLQ = p.Topic+".results", p.Topic+".dlq"
 	for _, n := range append([]string{p.Topic, p.Results, p.DLQ}, p.TierTopics()...) {
