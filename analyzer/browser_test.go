@@ -506,7 +506,10 @@ func browserHead(s string) string {
 func TestBrowserFlow(t *testing.T) {
 	chrome := browserChromium(t)
 	c := kafkatest.New(t)
-	p := processor.Pipeline{Name: kafkatest.Topic(t, "flowui"),
+	// A name of its own: the test pauses its line, and a pause is durable
+	// in the control topic.
+	topic := kafkatest.Topic(t, "flowui")
+	p := processor.Pipeline{Name: topic, Topic: topic,
 		Schedule: retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2}}
 	p.Results, p.DLQ = p.Topic+".results", p.Topic+".dlq"
 	for _, n := range append([]string{p.Topic, p.Results, p.DLQ}, p.TierTopics()...) {
