@@ -44,9 +44,9 @@ import (
 // are ignored: each starts a new generation.
 type breaker struct {
 	cfg Breaker
-	// consecutive and minCalls are cfg's, scaled to this process's share
-	// of a pipeline run by several (scale).
-	consecutive, minCalls int
+	// others: the counted failures in a row of the pipeline's other
+	// processes, as they report them (scope pipeline).
+	others int
 	state                 breakerState
 	since                 time.Time
 	gen                   uint64 // bumped at every transition
@@ -123,20 +123,15 @@ type transition struct {
 }
 
 func newBreaker(cfg Breaker, now time.Time) *breaker {
-	return &breaker{cfg: cfg, since: now, openFor: cfg.OpenFor, consecutive: cfg.Consecutive, minCalls: cfg.MinCalls,
+	return &breaker{cfg: cfg, since: now, openFor: cfg.OpenFor,
 		calls: newRatioWindow(cfg.Window), skipped: newRatioWindow(cfg.Window)}
 }
 
-// scale sets the thresholds of counted calls to share of the pipeline's:
-// the processes of a pipeline see share of its calls each, and the first
-// to open stops them all, so the pipeline opens after about Consecutive
-// failed calls, as one process would. Never below 3 failures in a row or
-// 10 calls (nor above the configured ones): a few requests failing for
-// their own reasons must not open it.
-func (b *breaker) scale(share float64) {
-	b.consecutive = min(b.cfg.Consecutive, max(3, int(math.Ceil(float64(b.cfg.Consecutive)*share))))
-	b.minCalls = min(b.cfg.MinCalls, max(10, int(math.Ceil(float64(b.cfg.MinCalls)*share))))
-}
+// setOthers sets the counted failures in a row the pipeline's other
+// processes report (line_shared.go): the pipeline opens on Consecutive
+// failures in a row counted over all its processes, about as many calls
+// as one process alone would make.
+func (b *breaker) setOthers(n int) { b.others = n }
 
 // follow opens the breaker until until because another process's breaker
 // is open (or probing): no call starts here, and this one does not probe
@@ -287,9 +282,12 @@ func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now
 		}
 		c := b.cfg
 		switch {
-		case b.run >= b.consecutive:
+		case b.run+b.others >= c.Consecutive:
 			b.why = fmt.Sprintf("%d counted failures in a row", b.run)
-		case calls >= b.minCalls && float64(failed) >= c.FailureRatio*float64(calls):
+			if b.others > 0 {
+				b.why = fmt.Sprintf("%d counted failures in a row (%d here, %d in the pipeline's other processes)", b.run+b.others, b.run, b.others)
+			}
+		case calls >= c.MinCalls && float64(failed) >= c.FailureRatio*float64(calls):
 			b.why = fmt.Sprintf("%d of %d counted calls failed in %s", failed, calls, c.Window)
 		default:
 			return nil
@@ -402,7 +400,9 @@ func (l *line) countBreakerLocked(t ticket, out Outcome, prevCode string, now ti
 	if c := l.counted[v]; c != nil && t.gen == b.gen {
 		c.Inc()
 	}
+	l.othersLocked(now)
 	l.onBreakerLocked(b.record(t.gen, t.probe, t.start, v, now, l.failedWaiting > 0))
+	l.tellRunLocked(now)
 	if t.probe && v != countSuccess {
 		l.kickLocked() // a slot is free again, or the verdict changed
 	}
@@ -442,10 +442,8 @@ func (l *line) resetBreakerLocked(now time.Time) {
 	if l.br == nil {
 		return
 	}
-	old := l.br
-	wasOpen := old.state != breakerClosed
+	wasOpen := l.br.state != breakerClosed
 	l.br = newBreaker(l.cfg.Breaker, now)
-	l.br.consecutive, l.br.minCalls = old.consecutive, old.minCalls
 	if wasOpen {
 		l.onBreakerLocked(&transition{from: breakerOpen, to: breakerClosed})
 	}

@@ -26,10 +26,11 @@ import (
 //     /api/pipelines/{name}/pause): published, and obeyed by every process
 //     of the pipeline whatever its scope.
 //
-// Budgets (RateLimit, MaxCallsInFlight) are split by share (share.go),
-// and so are the breaker's thresholds of calls (Consecutive, MinCalls):
-// the whole pipeline opens after about as many failed calls as one
-// process alone would make.
+// Budgets (RateLimit, MaxCallsInFlight) are split by share (share.go).
+// The breaker's failures in a row are counted over all the processes:
+// each reports its own while it has two or more, and the pipeline opens
+// after about as many failed calls as one process alone would make,
+// while a few bad requests spread over the processes stay a few.
 
 // followGrace is how much longer a process waits for the prober's
 // verdict than the prober's own open time: the prober's half-open record
@@ -49,6 +50,62 @@ type sharedLine struct {
 	// applying is set while a record of another process is applied: the
 	// transitions it makes are not published again.
 	applying bool
+	// others are the other processes' counted failures in a row, as they
+	// reported them (by writer), each holding until its until; told is
+	// the run this process last reported.
+	others map[string]failingRun
+	told   int
+}
+
+type failingRun struct {
+	run   int
+	until time.Time
+}
+
+// runHolds is how long a process's reported failures in a row count
+// without word from it: it reports every change while it has two or more.
+const runHolds = 2 * time.Second
+
+// othersLocked gives the breaker the other processes' failures in a row
+// that still hold at now.
+func (l *line) othersLocked(now time.Time) {
+	sh := l.shared
+	if sh == nil || l.br == nil {
+		return
+	}
+	n := 0
+	for w, f := range sh.others {
+		if !now.Before(f.until) {
+			delete(sh.others, w)
+			continue
+		}
+		n += f.run
+	}
+	l.br.setOthers(n)
+}
+
+// tellRunLocked reports this process's counted failures in a row to the
+// others when it is two or more, or back to none: the pipeline's breaker
+// opens on the failures in a row of all its processes together, not N
+// times as many.
+func (l *line) tellRunLocked(now time.Time) {
+	sh := l.shared
+	if sh == nil || l.br == nil {
+		return
+	}
+	run := l.br.run
+	if l.br.state != breakerClosed {
+		run = 0
+	}
+	if run == sh.told || (run < 2 && sh.told == 0) {
+		return
+	}
+	sh.told = run
+	ln := control.Line{State: control.StateOn, Run: run, Until: now.Add(runHolds)}
+	if run < 2 {
+		ln = control.Line{State: control.StateOff}
+	}
+	sh.publish(control.Record{Kind: control.KindFailing, Pipeline: l.name, Instance: sh.writer, At: now, Line: &ln})
 }
 
 // setShare sets the line's part of the pipeline's budgets: share of
@@ -68,9 +125,6 @@ func (l *line) setShare(share float64) {
 			n = -1 // owns nothing: no call (a cap of 0 would be none)
 		}
 		l.calls.cap = n
-	}
-	if l.br != nil {
-		l.br.scale(share)
 	}
 	l.kickLocked()
 }
@@ -163,6 +217,20 @@ func (l *line) applyControl(r control.Record, self bool, now time.Time) {
 		if until, ext := l.pauseCode.extend(Outcome{Kind: Paused, Code: ln.Code, MinDelay: ln.Until.Sub(now)}, now); ext {
 			l.log.Warn("pause code of another process: handler calls stopped", "code", ln.Code, "by", r.Instance, "until", until.Format(time.RFC3339Nano))
 		}
+	case control.KindFailing:
+		if self {
+			return
+		}
+		if sh.others == nil {
+			sh.others = map[string]failingRun{}
+		}
+		if ln.State == control.StateOn && ln.Until.After(now) {
+			sh.others[r.Instance] = failingRun{run: ln.Run, until: ln.Until}
+		} else {
+			delete(sh.others, r.Instance)
+		}
+		l.othersLocked(now)
+		return
 	case control.KindGuard:
 		if self || ln.State != control.StateOn || l.guard.on || (!ln.Until.IsZero() && !ln.Until.After(now)) {
 			return

@@ -35,7 +35,7 @@ type service struct {
 	calls   []svcCall
 	running atomic.Int64
 	peak    atomic.Int64
-	answer  atomic.Pointer[func(replica string) processor.Outcome]
+	answer  atomic.Pointer[func(replica string, req *processor.Request) processor.Outcome]
 	delay   atomic.Int64 // ns each call takes
 }
 
@@ -46,15 +46,17 @@ type svcCall struct {
 
 func newService() *service {
 	s := &service{}
-	s.setAnswer(func(string) processor.Outcome { return processor.Succeed(nil) })
+	s.setAnswer(func(string, *processor.Request) processor.Outcome { return processor.Succeed(nil) })
 	return s
 }
 
-func (s *service) setAnswer(f func(replica string) processor.Outcome) { s.answer.Store(&f) }
+func (s *service) setAnswer(f func(replica string, req *processor.Request) processor.Outcome) {
+	s.answer.Store(&f)
+}
 
 // handler is replica's handler.
 func (s *service) handler(replica string) processor.Handler {
-	return processor.HandlerFunc(func(ctx context.Context, _ *processor.Request) processor.Outcome {
+	return processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
 		n := s.running.Add(1)
 		defer s.running.Add(-1)
 		for p := s.peak.Load(); n > p && !s.peak.CompareAndSwap(p, n); p = s.peak.Load() {
@@ -68,7 +70,7 @@ func (s *service) handler(replica string) processor.Handler {
 			case <-ctx.Done():
 			}
 		}
-		return (*s.answer.Load())(replica)
+		return (*s.answer.Load())(replica, req)
 	})
 }
 
@@ -397,7 +399,7 @@ func TestReplicasStopOnOnePauseCode(t *testing.T) {
 	_, names := startThree(t, e, svc, 5000)
 	allCalling(t, svc, names, "the pause code")
 	var told atomic.Int64 // when a was told, unix ns
-	svc.setAnswer(func(replica string) processor.Outcome {
+	svc.setAnswer(func(replica string, _ *processor.Request) processor.Outcome {
 		if replica == "a" && told.CompareAndSwap(0, time.Now().UnixNano()) {
 			return processor.Pause("ERROR_ZERO_BALANCE", nil, 30*time.Second)
 		}
@@ -451,11 +453,11 @@ func TestReplicasOutageProbedOnce(t *testing.T) {
 			}
 		}()
 		time.Sleep(3 * time.Second)
-		down := func(string) processor.Outcome { return processor.Retry("ERROR_NO_SLOT_AVAILABLE", nil) }
+		down := func(string, *processor.Request) processor.Outcome { return processor.Retry("ERROR_NO_SLOT_AVAILABLE", nil) }
 		svc.setAnswer(down)
 		from := time.Now()
 		time.Sleep(20 * time.Second)
-		svc.setAnswer(func(string) processor.Outcome { return processor.Succeed(nil) })
+		svc.setAnswer(func(string, *processor.Request) processor.Outcome { return processor.Succeed(nil) })
 		to := time.Now()
 		time.Sleep(15 * time.Second) // the breaker's probes find the service back
 		close(stop)
@@ -607,5 +609,62 @@ func TestScopeProcessKeepsItsOwnBudget(t *testing.T) {
 	t.Logf("two replicas with scope process, rate_limit 40/s: %.1f calls/s", avg)
 	if avg < 72 || avg > 88 {
 		t.Errorf("%.1f calls/s, want about 80: each process its own 40/s", avg)
+	}
+}
+
+// TestReplicasTenPercentFailing: three replicas at the defaults, a tenth
+// of the requests failing for their own reasons every time: the shared
+// breaker never opens (the failures in a row it counts over the replicas
+// stay a few), every other request ends in results, and the failing ones
+// in the DLQ after their attempts.
+func TestReplicasTenPercentFailing(t *testing.T) {
+	t.Parallel()
+	e := pipetest.New(t, "tenpctrep", 6, retry.Schedule{Tiers: []time.Duration{time.Second}, MaxAttempts: 2})
+	svc := newService()
+	bad := func(key []byte) bool { return key[len(key)-1] == '7' } // k7, k17, ...: a tenth
+	svc.setAnswer(func(_ string, req *processor.Request) processor.Outcome {
+		if bad(req.Record.Key) {
+			return processor.Retry("ERROR_BAD_PARAMETERS", nil)
+		}
+		return processor.Succeed(nil)
+	})
+	rs, names := startThree(t, e, svc, 0)
+	var opened atomic.Int64
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			rs.mu.Lock()
+			for _, pr := range rs.pr {
+				if pr.Status().Pipelines[0].Line.Breaker != "closed" {
+					opened.Add(1)
+				}
+			}
+			rs.mu.Unlock()
+		}
+	}()
+	const n = 3000
+	recs := backlog(e.P.Topic, n)
+	for i := 0; i < n; i += 100 { // 1,000 requests a second
+		e.Produce(recs[i : i+100]...)
+		time.Sleep(100 * time.Millisecond)
+	}
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool {
+		return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n
+	}, 60*time.Second, time.Second)
+	close(stop)
+	<-watched
+	t.Logf("%d results, %d dead letters; the breaker seen not closed %d times across %v", len(got[e.P.Results]), len(got[e.P.DLQ]), opened.Load(), names)
+	if o := opened.Load(); o > 0 {
+		t.Errorf("a replica's breaker was seen not closed %d times: a tenth of requests failing for their own reasons opened the pipeline", o)
+	}
+	if len(got[e.P.Results]) != n-n/10 || len(got[e.P.DLQ]) != n/10 {
+		t.Errorf("%d results and %d dead letters, want %d and %d", len(got[e.P.Results]), len(got[e.P.DLQ]), n-n/10, n/10)
 	}
 }

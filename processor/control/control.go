@@ -9,6 +9,7 @@
 //	breaker/<pipeline>             the shared circuit breaker: open until, half-open (one prober), closed
 //	pausecode/<pipeline>           a pause code's stop (ERROR_ZERO_BALANCE): until when
 //	guard/<pipeline>               the guard's stop and its end
+//	failing/<pipeline>/<instance>  a replica's counted failures in a row, while it has some
 //	status/<pipeline>/<instance>   a replica's status, every few seconds; a tombstone when it leaves
 //
 // Values are JSON objects with a version ("v"); a record whose key and
@@ -46,9 +47,13 @@ const (
 	KindPauseCode Kind = "pausecode" // a pause code's stop
 	KindGuard     Kind = "guard"     // the guard's stop
 	KindStatus    Kind = "status"    // one replica's status
+	KindFailing   Kind = "failing"   // one replica's counted failures in a row
 )
 
-var kinds = []Kind{KindPause, KindBreaker, KindPauseCode, KindGuard, KindStatus}
+var kinds = []Kind{KindPause, KindBreaker, KindPauseCode, KindGuard, KindStatus, KindFailing}
+
+// perInstance reports a kind whose key names the replica.
+func perInstance(k Kind) bool { return k == KindStatus || k == KindFailing }
 
 // Line states of breaker, pausecode and guard records.
 const (
@@ -73,7 +78,7 @@ type Record struct {
 	Tombstone bool
 
 	Pause  *Pause  // KindPause
-	Line   *Line   // KindBreaker, KindPauseCode, KindGuard
+	Line   *Line   // KindBreaker, KindPauseCode, KindGuard, KindFailing
 	Status *Status // KindStatus
 }
 
@@ -93,6 +98,9 @@ type Line struct {
 	Until time.Time `json:"until,omitzero"`
 	Why   string    `json:"why,omitempty"`
 	Code  string    `json:"code,omitempty"` // pausecode: the code
+	// Run (failing): the writer's counted failures in a row now; its
+	// Until says how long the count holds without word.
+	Run int `json:"run,omitempty"`
 }
 
 // Status is what a replica publishes of one pipeline.
@@ -140,7 +148,7 @@ type wire struct {
 // Key is the record key of kind for pipeline (instance: a status's
 // replica; ignored for the other kinds).
 func Key(kind Kind, pipeline, instance string) string {
-	if kind == KindStatus {
+	if perInstance(kind) {
 		return string(kind) + "/" + pipeline + "/" + instance
 	}
 	return string(kind) + "/" + pipeline
@@ -171,7 +179,7 @@ func malformed(format string, a ...any) error {
 }
 
 // Decode reads a control record. A nil value is a tombstone, taken only
-// for a status key. The value's kind, pipeline and instance must be the
+// for a replica's key (status, failing). The value's kind, pipeline and instance must be the
 // key's, and its body the kind's.
 func Decode(key, value []byte) (Record, error) {
 	kind, pipeline, instance, err := parseKey(string(key))
@@ -180,8 +188,8 @@ func Decode(key, value []byte) (Record, error) {
 	}
 	r := Record{Kind: kind, Pipeline: pipeline, Instance: instance}
 	if value == nil {
-		if kind != KindStatus {
-			return Record{}, malformed("key %q: only a status record may be a tombstone", key)
+		if !perInstance(kind) {
+			return Record{}, malformed("key %q: only a status or failing record may be a tombstone", key)
 		}
 		r.Tombstone = true
 		return r, nil
@@ -200,7 +208,7 @@ func Decode(key, value []byte) (Record, error) {
 		return Record{}, malformed("key %q: version %d, newer than this redrive's %d", key, w.V, version)
 	case w.Kind != kind || w.Pipeline != pipeline:
 		return Record{}, malformed("key %q: value is about %s/%s", key, w.Kind, w.Pipeline)
-	case kind == KindStatus && w.Instance != instance:
+	case perInstance(kind) && w.Instance != instance:
 		return Record{}, malformed("key %q: value is of instance %q", key, w.Instance)
 	case w.At.IsZero():
 		return Record{}, malformed("key %q: no time", key)
@@ -232,6 +240,7 @@ func checkLine(kind Kind, l *Line) error {
 		KindBreaker:   {StateOpen, StateHalfOpen, StateClosed},
 		KindPauseCode: {StateOn, StateOff},
 		KindGuard:     {StateOn, StateOff},
+		KindFailing:   {StateOn, StateOff},
 	}[kind]
 	for _, s := range ok {
 		if l.State == s {
@@ -249,13 +258,13 @@ func parseKey(key string) (kind Kind, pipeline, instance string, err error) {
 		known = known || c == kind
 	}
 	if !ok || !known {
-		return "", "", "", malformed("key %q: want <kind>/<pipeline>, kind one of pause, breaker, pausecode, guard, status", key)
+		return "", "", "", malformed("key %q: want <kind>/<pipeline>, kind one of pause, breaker, pausecode, guard, status, failing", key)
 	}
 	pipeline = rest
-	if kind == KindStatus {
+	if perInstance(kind) {
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 {
-			return "", "", "", malformed("key %q: want status/<pipeline>/<instance>", key)
+			return "", "", "", malformed("key %q: want %s/<pipeline>/<instance>", key, kind)
 		}
 		pipeline, instance = rest[:i], rest[i+1:]
 	}
@@ -270,7 +279,7 @@ func checkNames(kind Kind, pipeline, instance string) error {
 	if pipeline == "" || len(pipeline) > 249 {
 		return fmt.Errorf("pipeline name %q: want 1 to 249 characters", pipeline)
 	}
-	if kind == KindStatus {
+	if perInstance(kind) {
 		if instance == "" || len(instance) > 255 || strings.ContainsRune(instance, '/') {
 			return fmt.Errorf("instance %q: want 1 to 255 characters, no /", instance)
 		}
