@@ -47,9 +47,9 @@ type breaker struct {
 	// others: the counted failures in a row of the pipeline's other
 	// processes, as they report them (scope pipeline).
 	others int
-	state                 breakerState
-	since                 time.Time
-	gen                   uint64 // bumped at every transition
+	state  breakerState
+	since  time.Time
+	gen    uint64 // bumped at every transition
 	// Closed: counted calls and failures in the rolling window, and
 	// counted failures in a row (of calls started after lastOK).
 	calls ratioWindow

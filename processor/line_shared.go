@@ -110,7 +110,7 @@ func (l *line) tellRunLocked(now time.Time) {
 
 // setShare sets the line's part of the pipeline's budgets: share of
 // RateLimit (burst too, at least 1), of MaxCallsInFlight (rounded down,
-// at least 1 while share is above 0), and the breaker's thresholds.
+// at least 1 while share is above 0).
 func (l *line) setShare(share float64) {
 	c := l.cfg
 	l.rate.set(c.RateLimit*share, int(math.Ceil(float64(c.RateBurst)*share)))

@@ -453,7 +453,9 @@ func TestReplicasOutageProbedOnce(t *testing.T) {
 			}
 		}()
 		time.Sleep(3 * time.Second)
-		down := func(string, *processor.Request) processor.Outcome { return processor.Retry("ERROR_NO_SLOT_AVAILABLE", nil) }
+		down := func(string, *processor.Request) processor.Outcome {
+			return processor.Retry("ERROR_NO_SLOT_AVAILABLE", nil)
+		}
 		svc.setAnswer(down)
 		from := time.Now()
 		time.Sleep(20 * time.Second)
