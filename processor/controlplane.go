@@ -325,18 +325,10 @@ func (c *controlPlane) status(p *pipeline, callsPerSec float64, now time.Time) *
 		Inflight: int64(p.inflightNow()), CallsPerSecond: callsPerSec, Control: c.trouble(), Every: c.cfg.StatusInterval.String()}
 	capN, n := p.line.callsCap()
 	s.CallsInFlight = n
-	main, all := p.owned()
-	s.Partitions, s.MainPartitions = all, main
-	t := p.totals()
-	s.TotalPartitions = t.all
-	s.Share = 1
-	if p.cfg.Scope != ScopeProcess {
-		s.Share = shareOf(main, all, t)
+	if sh := p.shareNow.Load(); sh != nil {
+		s.Partitions, s.MainPartitions, s.TotalPartitions, s.Share = sh.all, sh.main, sh.totals.all, sh.share
 	}
 	s.RateLimit = p.cfg.RateLimit * s.Share
-	if p.cfg.Scope == ScopeProcess {
-		s.RateLimit = p.cfg.RateLimit
-	}
 	s.MaxCallsInFlight = capN
 	return s
 }

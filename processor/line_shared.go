@@ -44,9 +44,6 @@ type sharedLine struct {
 	// of the same instance is another process's).
 	writer  string
 	publish func(control.Record)
-	// prober is the writer this process's open breaker follows ("" when
-	// its own).
-	prober string
 	// applying is set while a record of another process is applied: the
 	// transitions it makes are not published again.
 	applying bool
@@ -169,7 +166,6 @@ func (l *line) publishBreakerLocked(tr *transition, now time.Time) {
 		return
 	}
 	b := l.br
-	sh.prober = ""
 	switch tr.to {
 	case breakerOpen:
 		l.publishLocked(control.KindBreaker, control.Line{State: control.StateOpen, Until: b.openUntil, Why: b.why}, now)
@@ -253,13 +249,12 @@ func pauseDetail(r control.Record) string {
 // applyBreakerLocked follows another process's breaker, or takes the
 // prober's part back when this process's own record is the latest.
 func (l *line) applyBreakerLocked(r control.Record, self bool, now time.Time) {
-	b, sh, ln := l.br, l.shared, r.Line
+	b, ln := l.br, r.Line
 	if b == nil {
 		return
 	}
 	if self {
 		// The latest breaker record is this process's: it probes.
-		sh.prober = ""
 		if b.state == breakerOpen && ln.State == control.StateOpen {
 			b.openUntil = ln.Until
 		}
@@ -271,14 +266,11 @@ func (l *line) applyBreakerLocked(r control.Record, self bool, now time.Time) {
 			return // stale: its time is over, its writer did not say more
 		}
 		until := ln.Until.Add(followGrace)
-		tr := b.follow(until, ln.Why, now)
-		sh.prober = r.Instance
-		if tr != nil {
+		if tr := b.follow(until, ln.Why, now); tr != nil {
 			l.log.Warn("breaker open on another process: handler calls stopped, fetching paused, it probes", "by", r.Instance, "why", ln.Why, "until", until.Format(time.RFC3339Nano))
 			l.onBreakerLocked(tr)
 		}
 	case control.StateClosed:
-		sh.prober = ""
 		if b.state != breakerClosed {
 			l.log.Info("breaker closed by another process's probes", "by", r.Instance)
 			l.onBreakerLocked(b.to(breakerClosed, now))

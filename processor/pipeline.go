@@ -329,10 +329,8 @@ func (p *pipeline) run(ctx context.Context) error {
 	ctx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
 	p.probe(ctx)
-	if p.cfg.Scope != ScopeProcess {
-		p.learnTotals(ctx)
-		p.reshare() // nothing owned yet: no call until the assignment
-	}
+	p.learnTotals(ctx)
+	p.reshare() // nothing owned yet: no call until the assignment
 	p.ready()
 	var loops sync.WaitGroup
 	for _, loop := range p.loops() {

@@ -21,7 +21,7 @@ func (p *pipeline) onAssigned(_ context.Context, cl *kgo.Client, assigned map[st
 		}
 	}
 	p.mu.Unlock()
-	if p.cfg.Scope != ScopeProcess && p.totalsStale(assigned) {
+	if p.totalsStale(assigned) {
 		p.learnTotals(context.Background())
 	}
 	p.reshare()

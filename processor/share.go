@@ -58,16 +58,17 @@ func (p *pipeline) owned() (main, all int) {
 }
 
 // reshare sets the line's share of the budgets from the partitions owned
-// now (scope pipeline; with scope process the line keeps all of them).
+// now (scope pipeline; with scope process the line keeps all of them),
+// and keeps it with what it came from for the status.
 func (p *pipeline) reshare() {
-	if p.cfg.Scope == ScopeProcess {
-		return
-	}
 	main, all := p.owned()
 	t := p.totals()
-	s := shareOf(main, all, t)
+	s := 1.0
+	if p.cfg.Scope != ScopeProcess {
+		s = shareOf(main, all, t)
+		p.line.setShare(s)
+	}
 	p.shareNow.Store(&shareState{share: s, main: main, all: all, totals: t})
-	p.line.setShare(s)
 }
 
 // shareState is the last share and what it came from (the status).
@@ -86,7 +87,8 @@ func (p *pipeline) totals() partTotals {
 	return partTotals{}
 }
 
-// learnTotals reads the partition counts of the pipeline's topics. It is
+// learnTotals reads the partition counts of the pipeline's topics (the
+// shares; the status shows them in either scope). It is
 // called at start and again when an assignment names a partition past
 // them (partitions were added).
 func (p *pipeline) learnTotals(ctx context.Context) {
@@ -95,7 +97,9 @@ func (p *pipeline) learnTotals(ctx context.Context) {
 	names := append([]string{p.cfg.Topic}, p.tiers...)
 	details, err := kadm.NewClient(p.cl).ListTopics(ctx, names...)
 	if err != nil {
-		p.log.Warn("could not learn the pipeline's partition counts: its budgets are not shared until it can", "err", err)
+		if p.cfg.Scope != ScopeProcess {
+			p.log.Warn("could not learn the pipeline's partition counts: its budgets are not shared until it can", "err", err)
+		}
 		return
 	}
 	var t partTotals
