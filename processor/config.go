@@ -100,7 +100,36 @@ type Pipeline struct {
 	// transaction is written every CommitInterval, or sooner once this
 	// many outcomes are ready. Default 2000.
 	MaxBatch int
+
+	// Consume says how the main topic is read: ConsumeGroup (the default,
+	// "") in the pipeline's consumer group, a partition per replica at a
+	// time, or ConsumeShare in a share group (sharegroup.go): any number of
+	// replicas take records of one partition, each record accepted once
+	// its outcome is acknowledged. The tiers are read by the consumer
+	// group in both.
+	Consume Consume
+	// MaxDeliveries (ConsumeShare): a main-topic record the share group
+	// delivered more than this many times without an outcome (its handling
+	// killed the process each time) is dead-lettered "crashed" before it is
+	// handled again. Default DefaultMaxDeliveries; it must stay below the
+	// broker's group.share.delivery.count.limit (5 by default), which
+	// archives the record silently.
+	MaxDeliveries int
 }
+
+// Consume is how a pipeline reads its main topic.
+type Consume string
+
+// Ways to consume.
+const (
+	ConsumeGroup Consume = "group"
+	ConsumeShare Consume = "share"
+)
+
+// DefaultMaxDeliveries is Pipeline.MaxDeliveries' default: a record that
+// crashed the process three times is dead-lettered at its fourth delivery,
+// one before Kafka's default delivery count limit archives it.
+const DefaultMaxDeliveries = 3
 
 // Scope is who a pipeline's line and budgets are for.
 type Scope string
@@ -435,6 +464,12 @@ func (p Pipeline) WithDefaults() Pipeline {
 	if p.Scope == "" {
 		p.Scope = ScopePipeline
 	}
+	if p.Consume == "" {
+		p.Consume = ConsumeGroup
+	}
+	if p.MaxDeliveries == 0 {
+		p.MaxDeliveries = DefaultMaxDeliveries
+	}
 	p.Breaker = p.Breaker.WithDefaults()
 	p.Guard = p.Guard.WithDefaults()
 	if p.Callbacks != nil {
@@ -619,8 +654,31 @@ func (p Pipeline) validateDelivery() fieldErrs {
 	if p.MaxBatch < 1 {
 		errs.add("MaxBatch", "%d: must be at least 1", p.MaxBatch)
 	}
+	switch p.Consume {
+	case ConsumeGroup:
+	case ConsumeShare:
+		// Share groups have no transactions: an accepted record is not
+		// part of the transaction that writes its outcome.
+		if p.Delivery == ExactlyOnce {
+			errs.add("Consume", "share cannot be used with delivery exactly-once: Kafka's share groups have no transactions (use consume: group)")
+		}
+		// A share group hands records of one key to any member at once.
+		if p.OrderByKey {
+			errs.add("Consume", "share cannot keep key order (ordering: key): a share group hands records of one key to several replicas at once (use consume: group)")
+		}
+	default:
+		errs.add("Consume", "%q: want %q or %q", p.Consume, ConsumeGroup, ConsumeShare)
+	}
+	if p.MaxDeliveries < 1 || p.MaxDeliveries > MaxMaxDeliveries {
+		errs.add("MaxDeliveries", "%d: must be 1 to %d (below the broker's group.share.delivery.count.limit, at most 10)", p.MaxDeliveries, MaxMaxDeliveries)
+	}
 	return errs
 }
+
+// MaxMaxDeliveries is the largest MaxDeliveries: Kafka's
+// group.share.delivery.count.limit is at most 10, and the record must be
+// delivered once more to be dead-lettered.
+const MaxMaxDeliveries = 9
 
 // validateBreaker checks an enabled breaker's settings and its failover
 // topic, which must be another pipeline's (tiers: this one's tier topics).
