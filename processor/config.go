@@ -917,3 +917,6 @@ func (p Pipeline) TierTopics() []string {
 	}
 	return ts
 }
+
+// ShareGroupID is the share group of a pipeline with consume: share.
+func (p Pipeline) ShareGroupID() string { return topics.ShareGroupID(p.Name) }
