@@ -224,7 +224,11 @@ func (c *controlPlane) read(ctx context.Context) {
 // apply hands a record read live to its pipeline's line.
 func (c *controlPlane) apply(r control.Record, now time.Time) {
 	p := c.pipes[r.Pipeline]
-	if p == nil || r.Kind == control.KindStatus {
+	if p == nil {
+		return
+	}
+	if r.Kind == control.KindStatus {
+		p.noteMember(r.Instance, r.At, r.Status, now)
 		return
 	}
 	p.line.applyControl(r, r.Instance == c.writer, now)
@@ -233,6 +237,11 @@ func (c *controlPlane) apply(r control.Record, now time.Time) {
 // applyState applies what the topic held at start: the pause and the
 // stops in force (control.State.InForce); the rest is history, ignored.
 func (c *controlPlane) applyState(st *control.State, now time.Time) {
+	for _, r := range st.Replicas(now) {
+		if p := c.pipes[r.Pipeline]; p != nil && !r.Stale {
+			p.noteMember(r.Instance, r.Seen, &r.Status, now)
+		}
+	}
 	for name, p := range c.pipes {
 		if r, ok := st.Paused(name); ok {
 			p.line.applyControl(r, false, now)
@@ -294,17 +303,27 @@ func (c *controlPlane) statusLoop(ctx context.Context) {
 	defer t.Stop()
 	last := map[string]int64{}
 	prev := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	// The first status goes out at once: the replicas of a share
+	// pipeline count each other by it (share.go).
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		now := time.Now()
 		for name, p := range c.pipes {
 			n := p.line.started.Load()
-			rate := float64(n-last[name]) / now.Sub(prev).Seconds()
+			rate := 0.0
+			if !first {
+				rate = float64(n-last[name]) / now.Sub(prev).Seconds()
+			}
 			last[name] = n
+			if p.cfg.Consume == ConsumeShare {
+				p.reshare() // replicas not heard of for long drop out
+			}
 			c.publish(control.Record{Kind: control.KindStatus, Pipeline: name, Instance: c.inst, At: now, Status: c.status(p, rate, now)})
 		}
 		prev = now
@@ -321,12 +340,12 @@ func (c *controlPlane) status(p *pipeline, callsPerSec float64, now time.Time) *
 	if ls.Breaker == "half-open" || ls.Breaker == "open" {
 		why = append(why, "breaker "+ls.Breaker+": "+ls.Why)
 	}
-	s := &control.Status{Line: ls.State, Why: strings.Join(why, "; "), Breaker: ls.Breaker, Scope: string(p.cfg.Scope),
+	s := &control.Status{Line: ls.State, Why: strings.Join(why, "; "), Breaker: ls.Breaker, Scope: string(p.cfg.Scope), Consume: string(p.cfg.Consume),
 		Inflight: int64(p.inflightNow()), CallsPerSecond: callsPerSec, Control: c.trouble(), Every: c.cfg.StatusInterval.String()}
 	capN, n := p.line.callsCap()
 	s.CallsInFlight = n
 	if sh := p.shareNow.Load(); sh != nil {
-		s.Partitions, s.MainPartitions, s.TotalPartitions, s.Share = sh.all, sh.main, sh.totals.all, sh.share
+		s.Partitions, s.MainPartitions, s.TotalPartitions, s.Share, s.Members = sh.all, sh.main, sh.totals.all, sh.share, sh.members
 	}
 	s.RateLimit = p.cfg.RateLimit * s.Share
 	s.MaxCallsInFlight = capN

@@ -388,6 +388,15 @@ func dead(meta retry.Meta, reason, early string) decision {
 	return decision{to: toDLQ, meta: meta, early: early}
 }
 
+// crashed is the decision on a share group's record delivered more than
+// max times with no outcome: each delivery ended the process that had it
+// (or its lock ran out), so it is dead-lettered before it is handled again.
+func crashed(meta retry.Meta, deliveries, max int, now time.Time) decision {
+	fail(&meta, now, retry.ClassPermanent, CodeCrashed,
+		fmt.Sprintf("delivered %d times with no outcome (max_deliveries %d): handling it ended the process each time", deliveries, max))
+	return dead(meta, reasonCrashed, reasonCrashed)
+}
+
 func retryTo(meta retry.Meta, idx int, hop bool) decision {
 	// A record back from the DLQ or a foreign producer may carry DLQ-only
 	// headers; a retry record never does.

@@ -113,7 +113,10 @@ func (p *pipeline) completeWith(w *work, finished bool, retry *kgo.Record) {
 // (its outcome is written, its offset may be committed). p.mu held.
 func (p *pipeline) releaseLocked(w *work, finished bool) {
 	ps := w.ps
-	if finished && !ps.gone {
+	switch {
+	case ps.share != nil:
+		ps.share.done(w, finished)
+	case finished && !ps.gone:
 		ps.offsets.finish(w.e)
 	}
 	ps.inflight--
@@ -151,5 +154,8 @@ func (p *pipeline) signalCap() {
 	select {
 	case p.capCh <- struct{}{}:
 	default:
+	}
+	if p.share != nil {
+		p.share.signal()
 	}
 }

@@ -11,36 +11,38 @@ import (
 // pipeline and topic come from config, outcome/reason/tier from fixed sets,
 // and error codes beyond the first maxCodes seen are counted as "other".
 type metrics struct {
-	consumed       *prometheus.CounterVec   // pipeline, topic
-	outcomes       *prometheus.CounterVec   // pipeline, outcome, tier, code
-	handlerSeconds *prometheus.HistogramVec // pipeline, outcome
-	inflight       *prometheus.GaugeVec     // pipeline
-	waiting        *prometheus.GaugeVec     // pipeline
-	retries        *prometheus.CounterVec   // pipeline, tier
-	deadLetters    *prometheus.CounterVec   // pipeline, reason, code
-	lateness       *prometheus.HistogramVec // pipeline, tier
-	hops           *prometheus.CounterVec   // pipeline, tier
-	commitFailures *prometheus.CounterVec   // pipeline
-	produceFails   *prometheus.CounterVec   // pipeline, kind (retry, dlq, results)
-	lag            *prometheus.GaugeVec     // pipeline, topic
-	pausedParts    *prometheus.GaugeVec     // pipeline
-	mainHeld       *prometheus.CounterVec   // pipeline
-	clamped        *prometheus.CounterVec   // pipeline, time (clampedTimes)
-	breakerState   *prometheus.GaugeVec     // pipeline
-	breakerTrans   *prometheus.CounterVec   // pipeline, to
-	breakerCalls   *prometheus.CounterVec   // pipeline, counted, outcome
-	throttleWaits  *prometheus.CounterVec   // pipeline
-	paused         *prometheus.GaugeVec     // pipeline, reason
-	rateLimited    *prometheus.CounterVec   // pipeline
-	failovers      *prometheus.CounterVec   // pipeline
-	callbacks      *prometheus.CounterVec   // pipeline, event (cbEventNames)
-	callbacksHeld  *prometheus.GaugeVec     // pipeline
-	callbackBytes  *prometheus.GaugeVec     // pipeline
-	polls          *prometheus.CounterVec   // pipeline
-	jobSeconds     *prometheus.HistogramVec // pipeline, via (callback, poll)
-	txns           *prometheus.CounterVec   // pipeline, result (committed, aborted)
-	txnHeld        *prometheus.GaugeVec     // pipeline
-	txnSeconds     *prometheus.HistogramVec // pipeline
+	consumed         *prometheus.CounterVec   // pipeline, topic
+	outcomes         *prometheus.CounterVec   // pipeline, outcome, tier, code
+	handlerSeconds   *prometheus.HistogramVec // pipeline, outcome
+	inflight         *prometheus.GaugeVec     // pipeline
+	waiting          *prometheus.GaugeVec     // pipeline
+	retries          *prometheus.CounterVec   // pipeline, tier
+	deadLetters      *prometheus.CounterVec   // pipeline, reason, code
+	lateness         *prometheus.HistogramVec // pipeline, tier
+	hops             *prometheus.CounterVec   // pipeline, tier
+	commitFailures   *prometheus.CounterVec   // pipeline
+	produceFails     *prometheus.CounterVec   // pipeline, kind (retry, dlq, results)
+	lag              *prometheus.GaugeVec     // pipeline, topic
+	pausedParts      *prometheus.GaugeVec     // pipeline
+	mainHeld         *prometheus.CounterVec   // pipeline
+	clamped          *prometheus.CounterVec   // pipeline, time (clampedTimes)
+	shareLag         *prometheus.GaugeVec     // pipeline (consume: share)
+	shareAckFailures *prometheus.CounterVec   // pipeline
+	breakerState     *prometheus.GaugeVec     // pipeline
+	breakerTrans     *prometheus.CounterVec   // pipeline, to
+	breakerCalls     *prometheus.CounterVec   // pipeline, counted, outcome
+	throttleWaits    *prometheus.CounterVec   // pipeline
+	paused           *prometheus.GaugeVec     // pipeline, reason
+	rateLimited      *prometheus.CounterVec   // pipeline
+	failovers        *prometheus.CounterVec   // pipeline
+	callbacks        *prometheus.CounterVec   // pipeline, event (cbEventNames)
+	callbacksHeld    *prometheus.GaugeVec     // pipeline
+	callbackBytes    *prometheus.GaugeVec     // pipeline
+	polls            *prometheus.CounterVec   // pipeline
+	jobSeconds       *prometheus.HistogramVec // pipeline, via (callback, poll)
+	txns             *prometheus.CounterVec   // pipeline, result (committed, aborted)
+	txnHeld          *prometheus.GaugeVec     // pipeline
+	txnSeconds       *prometheus.HistogramVec // pipeline
 
 	codesMu sync.Mutex
 	codes   map[string]bool
@@ -113,8 +115,15 @@ func (m *metrics) newFlow() []prometheus.Collector {
 	m.clamped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redrive_future_times_clamped_total", Help: "Times read from records (record timestamp, redrive-origin-timestamp, redrive-not-ready-since) more than 1s in the future (or an origin timestamp before 1970), taken as now for waits and ages.",
 	}, []string{"pipeline", "time"})
+	m.shareLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_share_lag", Help: "Records of the main topic its share group has not acknowledged yet (consume: share): what KEDA scales on.",
+	}, []string{"pipeline"})
+	m.shareAckFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_share_ack_failures_total", Help: "Share group acknowledgements the broker refused (consume: share): their records are delivered again.",
+	}, []string{"pipeline"})
 	return []prometheus.Collector{m.consumed, m.outcomes, m.handlerSeconds, m.inflight, m.waiting,
-		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped}
+		m.retries, m.deadLetters, m.lateness, m.hops, m.commitFailures, m.produceFails, m.lag, m.pausedParts, m.mainHeld, m.clamped,
+		m.shareLag, m.shareAckFailures}
 }
 
 // newLine makes the series of the line in front of the handler: the
@@ -358,6 +367,10 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 	}
 	m.pausedParts.WithLabelValues(name)
 	m.mainHeld.WithLabelValues(name)
+	if p.Consume == ConsumeShare {
+		m.shareLag.WithLabelValues(name)
+		m.shareAckFailures.WithLabelValues(name)
+	}
 	m.breakerState.WithLabelValues(name)
 	for _, to := range []string{"closed", "half-open", "open"} {
 		m.breakerTrans.WithLabelValues(name, to)

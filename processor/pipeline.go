@@ -52,6 +52,10 @@ type partState struct {
 	// after it and when it is wanted.
 	next    int64
 	pending pendingList
+	// share: a main-topic partition read by the share group
+	// (sharegroup.go): its records are acknowledged one by one, it has no
+	// offsets to commit and no owner.
+	share *shareReader
 }
 
 // work is one record from poll to finish. Its parts are grouped by who
@@ -73,6 +77,9 @@ type work struct {
 	at      time.Time
 	size    int64
 	heapIdx int // its place in the waiting room's heap (waitroom.go)
+	// deliveries is the share group's delivery count of a main-topic
+	// record (consume: share), 0 otherwise.
+	deliveries int
 
 	jobWork  // callbacks and polls of a job (callback_match.go)
 	txnWork  // exactly-once (txn.go)
@@ -148,6 +155,12 @@ type pipeline struct {
 	out     outputs   // builds outcome records (deadletter.go)
 	// cbs reads the pipeline's callbacks (nil without Callbacks).
 	cbs *callbacks
+	// share reads the main topic in a share group (consume: share; nil
+	// otherwise, when the consumer group reads it with the tiers).
+	share *shareReader
+	// members are the replicas of a share pipeline its status records
+	// name (share.go).
+	members shareMembers
 
 	capCh chan struct{} // wakes the poll loop at the in-flight bound
 	hctx  context.Context
@@ -232,6 +245,12 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)
 	}
 	p.commits, p.cl = commits, cl
+	if cfg.Consume == ConsumeShare {
+		if p.share, err = newShareReader(p); err != nil {
+			cl.Close()
+			return nil, err
+		}
+	}
 	p.batchMax, _ = cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32)
 	p.brokerMax, _ = cl.OptValue(kgo.BrokerMaxWriteBytes).(int32)
 	p.out = outputs{
@@ -257,7 +276,7 @@ func (p *pipeline) clientOpts() []kgo.Opt {
 		kgo.SeedBrokers(pc.Brokers...),
 		kgo.ClientID("redrive-" + pc.Instance),
 		kgo.ConsumerGroup(cfg.GroupID()),
-		kgo.ConsumeTopics(append([]string{cfg.Topic}, p.tiers...)...),
+		kgo.ConsumeTopics(p.groupTopics()...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.DisableAutoCommit(),
 		// Records of aborted transactions (a transactional Java or Spring
@@ -301,6 +320,15 @@ func (p *pipeline) clientOpts() []kgo.Opt {
 	}
 }
 
+// groupTopics are the topics the consumer group reads: the tiers, and
+// the main topic unless a share group reads it.
+func (p *pipeline) groupTopics() []string {
+	if p.cfg.Consume == ConsumeShare {
+		return p.tiers
+	}
+	return append([]string{p.cfg.Topic}, p.tiers...)
+}
+
 func (p *pipeline) ready() {
 	if p.pc.Ready == nil {
 		return
@@ -329,6 +357,11 @@ func (p *pipeline) run(ctx context.Context) error {
 	ctx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
 	p.probe(ctx)
+	if p.share != nil {
+		if err := p.share.prepare(ctx); err != nil {
+			return err
+		}
+	}
 	p.learnTotals(ctx)
 	p.reshare() // nothing owned yet: no call until the assignment
 	p.ready()
@@ -361,6 +394,9 @@ func (p *pipeline) run(ctx context.Context) error {
 // ends.
 func (p *pipeline) loops() []func(context.Context) {
 	loops := []func(context.Context){p.room.run, p.commits.loop, p.lagLoop, p.tierEndsLoop, p.line.run}
+	if p.share != nil {
+		loops = append(loops, p.share.run)
+	}
 	if p.cbs != nil {
 		loops = append(loops, func(ctx context.Context) { p.readCallbacks(ctx, time.Now()) })
 	}
@@ -388,6 +424,9 @@ func (p *pipeline) shutdown(err error) error {
 	p.closing = true
 	p.mu.Unlock()
 	cerr := p.commits.final()
+	if p.share != nil {
+		p.share.close()
+	}
 	p.cl.Close() // leaves the group
 	if cerr != nil && err == nil {
 		err = fmt.Errorf("pipeline %s: final commit: %w", p.cfg.Name, cerr)
@@ -423,6 +462,14 @@ func (p *pipeline) space() int {
 		return 0
 	}
 	return max(0, limit-p.inflight)
+}
+
+// mainStopped says the main topic is not to be fetched now: the line
+// stops it, or it is held for due tier records.
+func (p *pipeline) mainStopped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fetch.lineMain || p.fetch.held
 }
 
 // pauseFetch is the line's: stop or resume fetching the main topic and

@@ -21,6 +21,7 @@ const (
 	CodeRecordTooLarge   = "record_too_large"
 	CodeHandlerPanic     = "handler_panic"
 	CodeNoKind           = "no_kind" // the handler's Outcome had no Kind (and no code)
+	CodeCrashed          = "crashed" // delivered more than max_deliveries times with no outcome (consume: share)
 )
 
 // Dead-letter reasons (redrive-reason).
@@ -29,6 +30,7 @@ const (
 	reasonPermanent = "permanent"
 	reasonInvalid   = "invalid"
 	reasonExpired   = "expired"
+	reasonCrashed   = "crashed"
 )
 
 // outKind names where an outcome record goes, for metrics and logs.
@@ -49,10 +51,17 @@ const (
 // (callThrough) and counts.
 func (p *pipeline) process(w *work) (d decision, ok bool) {
 	ctx := w.ps.ctx
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || w.ps.share != nil && w.ps.leaving.Load() {
+		// Revoked, past the shutdown grace, or (a share group's record)
+		// not started before the shutdown: redelivered.
 		return decision{}, false
 	}
 	meta, tierLabel, now := p.begin(w)
+	if w.deliveries > p.cfg.MaxDeliveries {
+		d := crashed(meta, w.deliveries, p.cfg.MaxDeliveries, now)
+		p.countEarly(d, tierLabel)
+		return d, true
+	}
 	// A callback may have come while the record sat in the run queue
 	// (or since it was due): then it is not polled.
 	p.takeCallback(w)

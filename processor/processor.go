@@ -126,6 +126,11 @@ func (p *pipeline) lagLoop(ctx context.Context) {
 			}
 		}
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if p.share != nil {
+			if lag, ok := p.share.shareLag(lctx, adm); ok {
+				p.m.shareLag.WithLabelValues(p.cfg.Name).Set(float64(lag))
+			}
+		}
 		lags, err := adm.Lag(lctx, p.cfg.GroupID())
 		cancel()
 		if err != nil {

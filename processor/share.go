@@ -2,9 +2,12 @@ package processor
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/redrive/redrive/processor/control"
 )
 
 // A pipeline's budgets (RateLimit, MaxCallsInFlight) are the whole
@@ -63,12 +66,19 @@ func (p *pipeline) owned() (main, all int) {
 func (p *pipeline) reshare() {
 	main, all := p.owned()
 	t := p.totals()
-	s := 1.0
+	s, members := 1.0, 0
+	if p.cfg.Consume == ConsumeShare {
+		members = p.members.count(p.pc.Instance, time.Now())
+	}
 	if p.cfg.Scope != ScopeProcess {
-		s = shareOf(main, all, t)
+		if members > 0 {
+			s = 1 / float64(members)
+		} else {
+			s = shareOf(main, all, t)
+		}
 		p.line.setShare(s)
 	}
-	p.shareNow.Store(&shareState{share: s, main: main, all: all, totals: t})
+	p.shareNow.Store(&shareState{share: s, main: main, all: all, totals: t, members: members})
 }
 
 // shareState is the last share and what it came from (the status).
@@ -76,6 +86,62 @@ type shareState struct {
 	share     float64
 	main, all int
 	totals    partTotals
+	members   int // a share pipeline's replicas counted
+}
+
+// shareMembers are the replicas of a share pipeline, as their status
+// records on the control topic say. A share group has no assignment to
+// split the budgets by (every replica takes records of every partition),
+// so each live replica takes an equal share. A replica starting counts
+// the others it read and itself at once; the others count it once its
+// first status (published at start) reaches them. A replica killed counts
+// until its status is stale (three status intervals): the pipeline runs
+// below its budget meanwhile, never above it.
+type shareMembers struct {
+	mu   sync.Mutex
+	seen map[string]memberSeen
+}
+
+type memberSeen struct {
+	at    time.Time
+	every time.Duration
+}
+
+// noteMember records a status record of the pipeline's replica inst (a
+// tombstone: st nil, it left), and reshares a share pipeline.
+func (p *pipeline) noteMember(inst string, at time.Time, st *control.Status, now time.Time) {
+	if p.cfg.Consume != ConsumeShare {
+		return
+	}
+	m := &p.members
+	m.mu.Lock()
+	if m.seen == nil {
+		m.seen = map[string]memberSeen{}
+	}
+	if st == nil {
+		delete(m.seen, inst)
+	} else {
+		every, err := time.ParseDuration(st.Every)
+		if err != nil || every <= 0 {
+			every = control.DefaultStatusInterval
+		}
+		m.seen[inst] = memberSeen{at: at, every: every}
+	}
+	m.mu.Unlock()
+	p.reshare()
+}
+
+// count is the live replicas, self always among them.
+func (m *shareMembers) count(self string, now time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 1
+	for inst, s := range m.seen {
+		if inst != self && now.Sub(s.at) <= 3*s.every {
+			n++
+		}
+	}
+	return n
 }
 
 // totals are the partition counts learned from metadata; until they are

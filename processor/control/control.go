@@ -111,6 +111,11 @@ type Status struct {
 	Breaker string `json:"breaker"`
 	// Scope is pipeline (the line and the budgets are shared) or process.
 	Scope string `json:"scope"`
+	// Consume is how the replica reads the main topic: group or share.
+	Consume string `json:"consume,omitempty"`
+	// Members: for a share pipeline, the replicas this one counts
+	// (itself included) to take its share of the budgets.
+	Members int `json:"members,omitempty"`
 	// Partitions owned of TotalPartitions (the main topic and the tiers);
 	// Share is this replica's part of the pipeline's budgets.
 	Partitions      int     `json:"partitions"`

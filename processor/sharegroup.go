@@ -1,0 +1,292 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redrive/redrive/topics"
+)
+
+// consume: share. The main topic is read by a share group (KIP-932):
+// every replica takes records of every partition, the broker hands each
+// record to one of them at a time under an acquisition lock, and counts
+// its deliveries. A record is accepted only once its outcome is
+// acknowledged (releaseLocked), released when it was not started (a
+// shutdown), and its lock is renewed while a call outlives it. The tiers
+// stay on the consumer group (pipeline.cl): a tier record waits in
+// partition order until it is due, which a share group cannot do (a
+// record held until due would hold its lock, and a released one comes
+// back at once).
+//
+// franz-go's share consumer accepts, at the next poll, every record of
+// the last poll not yet acknowledged. So the reader polls only once the
+// last poll's records all are: at most a batch (Concurrency) is acquired
+// at a time, which is also what a kill -9 can make the group deliver
+// again.
+
+// shareRenewMax bounds how long a record's lock goes without a renew (and
+// the share connection without a request, which keeps it from being
+// closed as idle: the broker releases a closed session's records).
+const shareRenewMax = 10 * time.Second
+
+// shareReader is a pipeline's share group reader.
+type shareReader struct {
+	p     *pipeline
+	cl    *kgo.Client
+	batch int
+
+	wake chan struct{} // a record of the last poll finished, or room freed
+
+	// parts are the main topic's partitions as the reader sees them (no
+	// ownership: they live as long as the pipeline). Under pipeline.mu.
+	parts map[int32]*partState
+
+	mu   sync.Mutex
+	held map[*work]time.Time // acquired, not acknowledged: when to renew next
+	// renewEvery is a third of the acquisition lock, learned from a poll.
+	renewEvery time.Duration
+
+	ackFails atomic.Int64
+	warned   atomic.Bool
+}
+
+func newShareReader(p *pipeline) (*shareReader, error) {
+	s := &shareReader{p: p, batch: p.cfg.Concurrency, wake: make(chan struct{}, 1),
+		parts: map[int32]*partState{}, held: map[*work]time.Time{}, renewEvery: shareRenewMax}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(p.pc.Brokers...),
+		kgo.ClientID("redrive-" + p.pc.Instance),
+		kgo.ShareGroup(p.cfg.ShareGroupID()),
+		kgo.ConsumeTopics(p.cfg.Topic),
+		// Strict: a poll acquires at most a batch, so no more records are
+		// locked than can be handled at once.
+		kgo.ShareMaxRecords(int32(s.batch)),
+		kgo.ShareMaxRecordsStrict(),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.FetchMaxPartitionBytes(fetchPartitionBytes),
+		kgo.ShareAckCallback(s.acked),
+		kgo.MetadataMaxAge(metadataMaxAge),
+		kgo.WithHooks(&brokerLog{log: p.log}),
+	}
+	cl, err := kgo.NewClient(append(opts, p.pc.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s: share group client: %w", p.cfg.Name, err)
+	}
+	s.cl = cl
+	return s, nil
+}
+
+// prepare sets the share group's configs (it starts at the earliest
+// record, reads committed records only) and seeds a new group's start
+// offsets from the consumer group's, before anything is fetched.
+func (s *shareReader) prepare(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	g := s.p.cfg.ShareGroupID()
+	if err := topics.EnsureShareGroup(ctx, s.cl, g); err != nil {
+		// A group whose configs someone set (topics ensure) works without
+		// the right to alter them; one left at Kafka's defaults starts at
+		// the latest record.
+		s.p.log.Warn("could not set the share group's configs: run `redrive topics ensure`, or grant ALTER_CONFIGS on the group; at Kafka's defaults a new share group skips what was written before it started",
+			"group", g, "err", err)
+	}
+	return nil
+}
+
+// run polls the share group into the pipeline until ctx ends, then
+// stops taking records: those not started are released.
+func (s *shareReader) run(ctx context.Context) {
+	defer s.leave()
+	go s.renewLoop(ctx)
+	for ctx.Err() == nil {
+		if !s.waitIdle(ctx) {
+			return
+		}
+		n := min(s.p.space(), s.batch)
+		if n == 0 || s.p.mainStopped() {
+			s.sleep(ctx, time.Second)
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, pollWait)
+		fs := s.cl.PollRecords(pctx, n)
+		cancel()
+		if fs.IsClientClosed() {
+			return
+		}
+		fs.EachError(func(topic string, part int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return
+			}
+			s.p.log.Error("share group fetch failed", "topic", topic, "partition", part, "err", err)
+		})
+		if recs := fs.Records(); len(recs) > 0 {
+			s.admit(recs, time.Now())
+		}
+	}
+}
+
+// waitIdle waits until every record of the last poll is acknowledged:
+// the next poll would accept the rest.
+func (s *shareReader) waitIdle(ctx context.Context) bool {
+	for {
+		s.mu.Lock()
+		n := len(s.held)
+		s.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-s.wake:
+		}
+	}
+}
+
+func (s *shareReader) sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-s.wake:
+	case <-t.C:
+	}
+}
+
+func (s *shareReader) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// admit dispatches polled records as main-topic work.
+func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
+	p := s.p
+	p.hot.consumedFor(p.cfg.Topic).Add(float64(len(recs)))
+	if d := recs[0].AcquisitionDeadline(); !d.IsZero() {
+		if lock := d.Sub(now); lock > 0 {
+			s.renewEvery = min(shareRenewMax, max(time.Second, lock/3))
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range recs {
+		ps := s.parts[r.Partition]
+		if ps == nil {
+			ps = &partState{tp: tp{r.Topic, r.Partition}, tier: -1, ctx: p.hctx, share: s}
+			s.parts[r.Partition] = ps
+		}
+		w := &work{rec: r, ps: ps, size: int64(len(r.Key) + len(r.Value)), deliveries: int(r.DeliveryCount())}
+		s.mu.Lock()
+		s.held[w] = now.Add(s.renewEvery)
+		s.mu.Unlock()
+		p.noteOversize(w)
+		p.dispatchLocked(w)
+	}
+}
+
+// done acknowledges w: accepted once its outcome is (finished), else
+// released for the group to deliver again. p.mu held.
+func (s *shareReader) done(w *work, finished bool) {
+	if finished {
+		w.rec.Ack(kgo.AckAccept)
+	} else {
+		w.rec.Ack(kgo.AckRelease)
+	}
+	s.mu.Lock()
+	delete(s.held, w)
+	s.mu.Unlock()
+	s.signal()
+}
+
+// renewLoop renews the lock of every record held past a third of it (a
+// call that outlives the lock, or a record waiting for the line), so the
+// group does not give it to another replica meanwhile.
+func (s *shareReader) renewLoop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		s.mu.Lock()
+		for w, at := range s.held {
+			if now.After(at) {
+				// A renew after the record's terminal ack is a no-op.
+				w.rec.Ack(kgo.AckRenew)
+				s.held[w] = now.Add(s.renewEvery)
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// acked is franz-go's report of the broker's answer to acknowledgements.
+// A refused accept means the record is delivered again (a duplicate):
+// counted and logged once.
+func (s *shareReader) acked(_ *kgo.Client, rs kgo.ShareAckResults) {
+	for _, r := range rs {
+		if r.Err == nil {
+			continue
+		}
+		s.ackFails.Add(1)
+		s.p.m.shareAckFailures.WithLabelValues(s.p.cfg.Name).Inc()
+		if s.warned.CompareAndSwap(false, true) {
+			s.p.log.Warn("share group acknowledgement refused: the records are delivered again (their outcomes may be written twice)",
+				"topic", r.Topic, "partition", r.Partition, "err", r.Err)
+		}
+	}
+}
+
+// leave stops taking records: work not started gives up at once and is
+// released (process, line.enter); work in a call goes on within the
+// shutdown grace.
+func (s *shareReader) leave() {
+	s.p.mu.Lock()
+	for _, ps := range s.parts {
+		ps.leaving.Store(true)
+	}
+	s.p.mu.Unlock()
+}
+
+// close sends what is acknowledged and leaves the group; a record still
+// held (past the grace) is released by the broker with the session.
+func (s *shareReader) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.cl.FlushAcks(ctx); err != nil {
+		s.p.log.Warn("share group: acknowledgements not all sent before leaving; those records are delivered again", "err", err)
+	}
+	s.cl.Close()
+}
+
+// shareLag is the share group's lag on the main topic: records not yet
+// acknowledged (from the share-partition start offsets).
+func (s *shareReader) shareLag(ctx context.Context, adm *kadm.Client) (int64, bool) {
+	d, err := adm.DescribeShareGroupOffsets(ctx, s.p.cfg.ShareGroupID())
+	if err != nil {
+		return 0, false
+	}
+	g, ok := d[s.p.cfg.ShareGroupID()]
+	if !ok || g.Err != nil {
+		return 0, false
+	}
+	var lag int64
+	for _, po := range g.Offsets[s.p.cfg.Topic] {
+		if po.Lag > 0 {
+			lag += po.Lag
+		}
+	}
+	return lag, true
+}
