@@ -126,6 +126,23 @@ func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, t
 	return l
 }
 
+// stillClear says whether a call the line let through (waiting for its
+// token) may still go on after the line changed, and the channel of the
+// next change: the line runs, nothing stops it, and c is not abandoned.
+// A half-open breaker's probe slot, once given, stands.
+func (l *line) stillClear(c caller) (<-chan struct{}, bool) {
+	if c.abandoned() {
+		return nil, false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return l.changed, false
+	}
+	reasons, _ := l.blockedLocked(time.Now())
+	return l.changed, len(reasons) == 0
+}
+
 // kickLocked wakes every waiter and run. l.mu held.
 func (l *line) kickLocked() {
 	close(l.changed)
@@ -268,7 +285,7 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 				l.started.Add(1)
 				l.mu.Unlock()
 				// Stage 5, outside l.mu: the token.
-				waited, ok := l.rate.wait(ctx, ch)
+				waited, ok := l.rate.wait(ctx, ch, func() (<-chan struct{}, bool) { return l.stillClear(c) })
 				t.waited = t.waited || waited
 				if ok {
 					return t, enterCall

@@ -43,29 +43,42 @@ func (r *rateLimit) reserve(now time.Time) (*rate.Reservation, time.Duration) {
 	return res, res.DelayFrom(now)
 }
 
-// wait takes a token and waits for it. ok is false when ch (the line
-// changed) or ctx ended the wait: the token is given back, and the caller
-// looks at the line again, so that a token is never waited for through a
-// stop that came meanwhile.
-func (r *rateLimit) wait(ctx context.Context, ch <-chan struct{}) (waited, ok bool) {
-	if r.lim.Load() == nil {
+// wait takes a token and waits for it. ok is false when ctx ended the
+// wait, or ch (the line changed) fired and still (the line looked at
+// again) says the call may not go on as it was: the token is given back,
+// and the caller looks at the line again, so that a token is never waited
+// for through a stop that came meanwhile. A change that leaves the call
+// clear (another partition revoked, a breaker verdict) keeps the token:
+// waiters giving theirs back in any order would leave the limiter in
+// debt, and every caller behind them waiting for tokens no one took. A
+// limiter replaced (the share changed) is always given up, for the new
+// one.
+func (r *rateLimit) wait(ctx context.Context, ch <-chan struct{}, still func() (<-chan struct{}, bool)) (waited, ok bool) {
+	lim := r.lim.Load()
+	if lim == nil {
 		return false, true
 	}
 	start := time.Now()
-	res, d := r.reserve(start)
+	res := lim.ReserveN(start, 1)
+	d := res.DelayFrom(start)
 	if d <= 0 {
 		return false, true
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
-	select {
-	case <-timer.C:
-		ok = true
-	case <-ch:
+	defer func() { r.waited.Add(time.Since(start).Seconds()) }()
+	for {
+		select {
+		case <-timer.C:
+			return true, true
+		case <-ch:
+			var clear bool
+			if ch, clear = still(); clear && r.lim.Load() == lim {
+				continue
+			}
+		case <-ctx.Done():
+		}
 		res.Cancel()
-	case <-ctx.Done():
-		res.Cancel()
+		return true, false
 	}
-	r.waited.Add(time.Since(start).Seconds())
-	return true, ok
 }

@@ -53,11 +53,14 @@ func TestRateLimitOffByDefault(t *testing.T) {
 		t.Fatalf("a rate limit of %v by default", cfg.RateLimit)
 	}
 	for range 1000 {
-		if waited, ok := r.wait(context.Background(), nil); waited || !ok {
+		if waited, ok := r.wait(context.Background(), nil, nil); waited || !ok {
 			t.Fatalf("no rate limit: waited %v ok %v", waited, ok)
 		}
 	}
 }
+
+// stopped is the line looked at again after a change: it stops the call.
+func stopped() (<-chan struct{}, bool) { return nil, false }
 
 // A wait for a token that the line's change ends gives the token back:
 // the next call waits as if it had never been taken.
@@ -69,7 +72,7 @@ func TestRateLimitGivesTheTokenBack(t *testing.T) {
 	}
 	changed := make(chan struct{})
 	close(changed)
-	if waited, ok := r.wait(context.Background(), changed); !waited || ok {
+	if waited, ok := r.wait(context.Background(), changed, stopped); !waited || ok {
 		t.Fatalf("a wait the line's change ended: waited %v ok %v, want waited, not ok", waited, ok)
 	}
 	if _, d := r.reserve(time.Now()); d > time.Second {
@@ -78,6 +81,43 @@ func TestRateLimitGivesTheTokenBack(t *testing.T) {
 	// Waited, if briefly: redrive_rate_limited_seconds_total counts it.
 	if got := testutil.ToFloat64(waitedFor); got <= 0 {
 		t.Fatalf("the ended wait counted %vs", got)
+	}
+}
+
+// Waiters woken by a change of the line that leaves their calls clear (a
+// partition of another record revoked) keep their tokens: 20 waiters at
+// 20/s, woken twice, still take about a second, not the debt of tokens
+// given back out of order (each cancel restores only what no later
+// reservation took).
+func TestRateLimitKeepsTokensThroughAChange(t *testing.T) {
+	r := newRateLimit(20, 1, prometheus.NewCounter(prometheus.CounterOpts{Name: "waited"}))
+	var mu sync.Mutex
+	changed := make(chan struct{})
+	current := func() <-chan struct{} { mu.Lock(); defer mu.Unlock(); return changed }
+	kick := func() { mu.Lock(); close(changed); changed = make(chan struct{}); mu.Unlock() }
+	still := func() (<-chan struct{}, bool) { return current(), true }
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, ok := r.wait(context.Background(), current(), still); ok {
+					return
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	kick()
+	time.Sleep(100 * time.Millisecond)
+	kick()
+	wg.Wait()
+	// 19 tokens after the first at 20/s: 950ms. Given back and taken
+	// again, they would take up to twice that.
+	if took := time.Since(start); took > 1300*time.Millisecond {
+		t.Fatalf("20 calls at 20/s woken twice took %v, want about 950ms", took)
 	}
 }
 

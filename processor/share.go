@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -64,6 +65,11 @@ func (p *pipeline) owned() (main, all int) {
 // now (scope pipeline; with scope process the line keeps all of them),
 // and keeps it with what it came from for the status.
 func (p *pipeline) reshare() {
+	// One at a time: the rebalance callbacks, the control topic's reader
+	// and the status loop all reshare, and the last share set must be the
+	// last computed.
+	p.members.reshareMu.Lock()
+	defer p.members.reshareMu.Unlock()
 	main, all := p.owned()
 	t := p.totals()
 	s, members := 1.0, 0
@@ -76,7 +82,12 @@ func (p *pipeline) reshare() {
 		} else {
 			s = shareOf(main, all, t)
 		}
-		p.line.setShare(s)
+		// Every status record of a share pipeline reshares it: a share
+		// set again unchanged would refill the rate limiter's bucket and
+		// wake the callers waiting for a token.
+		if old := p.shareNow.Load(); old == nil || math.Abs(old.share-s) > 1e-9 {
+			p.line.setShare(s)
+		}
 	}
 	p.shareNow.Store(&shareState{share: s, main: main, all: all, totals: t, members: members})
 }
@@ -100,6 +111,8 @@ type shareState struct {
 type shareMembers struct {
 	mu   sync.Mutex
 	seen map[string]memberSeen
+	// reshareMu makes reshares one at a time (reshare).
+	reshareMu sync.Mutex
 }
 
 type memberSeen struct {

@@ -207,6 +207,13 @@ func (s *shareReader) done(w *work, finished bool) {
 	s.signal()
 }
 
+// heldNow counts the records acquired and not acknowledged.
+func (s *shareReader) heldNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held)
+}
+
 // renewLoop renews the lock of every record held past a third of it (a
 // call that outlives the lock, or a record waiting for the line), so the
 // group does not give it to another replica meanwhile.

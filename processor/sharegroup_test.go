@@ -3,16 +3,21 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
 	"github.com/redrive/redrive/processor"
+	"github.com/redrive/redrive/processor/control"
 	"github.com/redrive/redrive/retry"
 )
 
@@ -147,5 +152,148 @@ func TestShareCrashLoopRecordDeadLettered(t *testing.T) {
 	case <-held:
 		t.Errorf("the poison record was handled a %dth time", processor.DefaultMaxDeliveries+1)
 	default:
+	}
+}
+
+// shareSettled waits until every running replica of a share pipeline
+// counts them all (its status names as many members as run) and their
+// shares add up to the whole.
+func shareSettled(rs *replicas, timeout time.Duration) bool {
+	return kafkatest.Eventually(timeout, func() bool {
+		st, _, err := control.Read(context.Background(), rs.e.Client, control.DefaultTopic)
+		if err != nil {
+			return false
+		}
+		rs.mu.Lock()
+		want := len(rs.pr)
+		rs.mu.Unlock()
+		sum, n := 0.0, 0
+		for _, rep := range st.Replicas(time.Now()) {
+			if rep.Pipeline != rs.e.P.Name || rep.Stale || time.Since(rep.Seen) > 1500*time.Millisecond {
+				continue
+			}
+			if rep.Members != want {
+				return false
+			}
+			n++
+			sum += rep.Share
+		}
+		return n == want && math.Abs(sum-1) < 0.01
+	})
+}
+
+// TestShareReplicasShareTheRateLimit: a share group has no partition
+// assignment to split the budgets by; three replicas of a 2-partition
+// pipeline with rate_limit 60/s make about 60 calls/s together (each a
+// third), and after one leaves or a fourth joins, again about 60.
+func TestShareReplicasShareTheRateLimit(t *testing.T) {
+	t.Parallel()
+	e := pipetest.New(t, "share-rate", 2, shareSchedule)
+	e.P.Consume = processor.ConsumeShare
+	e.P.RateLimit = 60
+	svc := newService()
+	rs := newReplicas(t, e, svc, nil)
+	e.Produce(backlog(e.P.Topic, 20000)...)
+	for _, n := range []string{"a", "b", "c"} {
+		rs.start(n)
+	}
+	phase := func(what string, d time.Duration, names ...string) {
+		t.Helper()
+		if !shareSettled(rs, 30*time.Second) {
+			t.Fatalf("%s: the replicas' shares did not settle", what)
+		}
+		// A replica counts from its first status; the share group gives
+		// it records at its next heartbeat (5s at Kafka's defaults).
+		if !kafkatest.Eventually(20*time.Second, func() bool {
+			for _, n := range names {
+				if svc.between(time.Now().Add(-time.Second), time.Now(), n) == 0 {
+					return false
+				}
+			}
+			return true
+		}) {
+			t.Fatalf("%s: not every replica of %v is calling", what, names)
+		}
+		from := time.Now()
+		time.Sleep(d)
+		to := time.Now()
+		avg := float64(svc.between(from, to, "")) / to.Sub(from).Seconds()
+		peak := float64(svc.maxWindow(from, to, 5*time.Second)) / 5
+		t.Logf("%s: %.1f calls/s on average over %v, at most %.1f/s over 5s", what, avg, to.Sub(from).Round(time.Millisecond), peak)
+		for _, n := range []string{"a", "b", "c", "d", "e"} {
+			if c := svc.between(from, to, n); c > 0 {
+				t.Logf("%s: replica %s: %.1f calls/s", what, n, float64(c)/to.Sub(from).Seconds())
+			}
+		}
+		if peak > 63 {
+			t.Errorf("%s: %.1f calls/s over 5s, want at most 63", what, peak)
+		}
+		if avg < 54 || avg > 66 {
+			t.Errorf("%s: %.1f calls/s on average, want 60 ±10%%", what, avg)
+		}
+	}
+	phase("three replicas", 10*time.Second, "a", "b", "c")
+	rs.halt("c")
+	phase("one replica left", 8*time.Second, "a", "b")
+	rs.start("d")
+	phase("a third joined again", 8*time.Second, "a", "b", "d")
+	rs.start("e")
+	phase("a fourth joined", 8*time.Second, "a", "b", "d", "e")
+	rs.mu.Lock()
+	pr := rs.pr["a"]
+	rs.mu.Unlock()
+	if st := pr.Status().Pipelines[0]; st.Consume != "share" || st.ShareGroup != e.P.ShareGroupID() || st.Members != 4 {
+		t.Errorf("status: consume %q, share group %q, members %d; want share, %s, 4", st.Consume, st.ShareGroup, st.Members, e.P.ShareGroupID())
+	}
+}
+
+// TestShareLongCallRenewsItsLock: a call that outlives the share group's
+// acquisition lock (here the smallest Kafka allows, 15s, set on the
+// group) keeps its record: it is renewed, not handed to the other
+// replica, so the service is called once.
+func TestShareLongCallRenewsItsLock(t *testing.T) {
+	t.Parallel()
+	e := pipetest.New(t, "share-renew", 1, shareSchedule)
+	e.P.Consume = processor.ConsumeShare
+	setGroupConfig(t, e, e.P.ShareGroupID(), "share.record.lock.duration.ms", "15000")
+	var calls atomic.Int64
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		if calls.Add(1) == 1 {
+			select {
+			case <-time.After(22 * time.Second):
+			case <-ctx.Done():
+			}
+		}
+		return processor.Succeed(nil)
+	})
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte("long"), Value: []byte("x")})
+	for _, name := range []string{"a", "b"} {
+		cfg := e.Config()
+		cfg.Instance = name
+		cfg.ShutdownGrace = 30 * time.Second
+		pipetest.Run(t, cfg, h)
+	}
+	got := e.CollectN(e.P.Results, 1, 60*time.Second, 3*time.Second)
+	if len(got) != 1 || calls.Load() != 1 {
+		t.Errorf("%d results and %d calls, want 1 and 1 (the lock was not renewed: the record went to the other replica)", len(got), calls.Load())
+	}
+}
+
+// setGroupConfig sets a group config (IncrementalAlterConfigs, GROUP).
+func setGroupConfig(t *testing.T, e *pipetest.Env, group, name, value string) {
+	t.Helper()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Value, c.Op = name, &value, kmsg.IncrementalAlterConfigOpSet
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(context.Background(), e.Client)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("set %s=%s on group %s: %v", name, value, group, err)
 	}
 }

@@ -65,6 +65,14 @@ type PipelineStatus struct {
 	Delivery         string `json:"delivery"`
 	Held             int64  `json:"held,omitempty"`
 	TransactionError string `json:"transaction_error,omitempty"`
+	// Consume is "group" or "share"; with share, ShareGroup reads the main
+	// topic (Group then reads the tiers), ShareHeld counts the records it
+	// acquired and has not acknowledged yet, and Members the replicas this
+	// one counts to take its share of the budgets.
+	Consume    string `json:"consume"`
+	ShareGroup string `json:"share_group,omitempty"`
+	ShareHeld  int    `json:"share_held,omitempty"`
+	Members    int    `json:"members,omitempty"`
 }
 
 // CallbackStatus is a pipeline's callbacks (callback.go) in
@@ -336,6 +344,13 @@ func (hw *histWindows) pipelineStatus(p *pipeline, now time.Time) PipelineStatus
 	ps.Line = p.line.status(now)
 	ps.Callbacks = p.callbackStatus()
 	ps.Delivery, ps.Held = string(p.cfg.Delivery), p.commits.held()
+	ps.Consume = string(p.cfg.Consume)
+	if p.share != nil {
+		ps.ShareGroup, ps.ShareHeld = p.cfg.ShareGroupID(), p.share.heldNow()
+		if sh := p.shareNow.Load(); sh != nil {
+			ps.Members = sh.members
+		}
+	}
 	if err := p.commits.failure(); err != nil {
 		ps.TransactionError = err.Error()
 	}
