@@ -24,8 +24,9 @@ const (
 	ReasonInvalid   Reason = "invalid"   // the record itself is unusable
 	ReasonExpired   Reason = "expired"   // past ttl or not_ready_deadline
 	// ReasonCrashed: a share group delivered the record more than
-	// max_deliveries times without an outcome; its handling killed the
-	// process each time (redrive-deliveries says how often).
+	// max_deliveries times, each delivery before ending without an outcome
+	// because its handling killed the process (redrive-deliveries holds
+	// the delivery count).
 	ReasonCrashed Reason = "crashed"
 )
 
@@ -480,8 +481,9 @@ type DeadLetter struct {
 	// TruncatedHeaders lists the headers cut or dropped to fit
 	// (redrive-truncated-headers); "" if none was.
 	TruncatedHeaders string
-	// Deliveries is how many times a share group delivered the record
-	// without an outcome (redrive-deliveries, reason crashed); 0 otherwise.
+	// Deliveries is the share group's delivery count of a crashed dead
+	// letter (redrive-deliveries), the delivery that dead-lettered it
+	// included; 0 otherwise.
 	Deliveries int
 
 	// Meta is every redrive-* header as decoded.

@@ -56,8 +56,8 @@ type View struct {
 	// Truncated is the value's original size when it was cut to fit the
 	// DLQ (redrive-truncated); 0: the value is whole.
 	Truncated int64 `json:"truncated"`
-	// Deliveries is redrive-deliveries: how many times a share group
-	// delivered the record without an outcome (reason crashed); 0 else.
+	// Deliveries is redrive-deliveries: the share group's delivery count
+	// of a crashed dead letter; 0 for every other reason.
 	Deliveries int `json:"deliveries"`
 }
 

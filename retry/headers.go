@@ -47,7 +47,7 @@ const (
 	HeaderTruncatedKey     = "redrive-truncated-key"     // DLQ only: original key size when the key was cut to fit
 	HeaderTruncatedHeaders = "redrive-truncated-headers" // DLQ only: the headers cut or dropped to fit, name=original size, comma-separated
 	HeaderFailovers        = "redrive-failovers"         // times forwarded to another pipeline while this one's line was stopped
-	HeaderDeliveries       = "redrive-deliveries"        // DLQ only: times a share group delivered the record without an outcome (reason crashed)
+	HeaderDeliveries       = "redrive-deliveries"        // DLQ only: the share group's delivery count of a record dead-lettered crashed
 )
 
 // Size limits of the contract.
@@ -155,9 +155,10 @@ type Meta struct {
 	TruncatedHeaders string
 	// Failovers counts forwards to another pipeline (breaker.failover_to).
 	Failovers int
-	// Deliveries is how many times the share group delivered a main-topic
-	// record without an outcome (each handling killed the process): set on
-	// a dead letter with reason "crashed", 0 (absent) otherwise.
+	// Deliveries is the share group's delivery count of a main-topic record
+	// dead-lettered "crashed": Kafka's count, the delivery that
+	// dead-lettered it included (every one before it ended without an
+	// outcome: its handling killed the process). 0 (absent) otherwise.
 	Deliveries int
 }
 
