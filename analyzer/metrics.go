@@ -88,8 +88,8 @@ func (m *metrics) code(pipeline, c string) string {
 	return m.bound(m.codes, maxCodes, pipeline, c)
 }
 
-// reason is the reason label for r, bounded (see maxReasons); the four
-// reasons redrive writes are always themselves.
+// reason is the reason label for r, bounded (see maxReasons); the
+// reasons redrive writes (dlq.Reasons, precreated) are always themselves.
 func (m *metrics) reason(pipeline string, r dlq.Reason) string {
 	return m.bound(m.reasons, maxReasons, pipeline, string(r))
 }
@@ -122,7 +122,7 @@ func (m *metrics) bound(inUse map[string]map[string]bool, max int, pipeline, v s
 func (m *metrics) precreate(pipes []*pipe, alerts []Alert) {
 	for _, p := range pipes {
 		name := p.cfg.Name
-		for _, r := range []dlq.Reason{dlq.ReasonExhausted, dlq.ReasonPermanent, dlq.ReasonInvalid, dlq.ReasonExpired} {
+		for _, r := range dlq.Reasons {
 			m.deadLetters.WithLabelValues(name, m.reason(name, r), m.code(name, ""))
 		}
 		m.depth.WithLabelValues(name)

@@ -23,10 +23,15 @@ const (
 	ReasonPermanent Reason = "permanent" // the handler said it will never work
 	ReasonInvalid   Reason = "invalid"   // the record itself is unusable
 	ReasonExpired   Reason = "expired"   // past ttl or not_ready_deadline
+	// ReasonCrashed: a share group delivered the record more than
+	// max_deliveries times, each delivery before ending without an outcome
+	// because its handling killed the process (redrive-deliveries holds
+	// the delivery count).
+	ReasonCrashed Reason = "crashed"
 )
 
 // Reasons lists every reason.
-var Reasons = []Reason{ReasonExhausted, ReasonPermanent, ReasonInvalid, ReasonExpired}
+var Reasons = []Reason{ReasonExhausted, ReasonPermanent, ReasonInvalid, ReasonExpired, ReasonCrashed}
 
 // ParseReason checks s is a reason.
 func ParseReason(s string) (Reason, error) {
@@ -35,7 +40,17 @@ func ParseReason(s string) (Reason, error) {
 			return r, nil
 		}
 	}
-	return "", fmt.Errorf("unknown dead-letter reason %q (want exhausted, permanent, invalid or expired)", s)
+	return "", fmt.Errorf("unknown dead-letter reason %q (want %s)", s, reasonList())
+}
+
+// reasonList is Reasons as a message lists them: "exhausted, permanent,
+// invalid, expired or crashed".
+func reasonList() string {
+	words := make([]string, len(Reasons))
+	for i, r := range Reasons {
+		words[i] = string(r)
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
 // Redacted replaces the value of a redacted header.
@@ -466,6 +481,10 @@ type DeadLetter struct {
 	// TruncatedHeaders lists the headers cut or dropped to fit
 	// (redrive-truncated-headers); "" if none was.
 	TruncatedHeaders string
+	// Deliveries is the share group's delivery count of a crashed dead
+	// letter (redrive-deliveries), the delivery that dead-lettered it
+	// included; 0 otherwise.
+	Deliveries int
 
 	// Meta is every redrive-* header as decoded.
 	Meta retry.Meta
@@ -483,7 +502,7 @@ func Decode(r *kgo.Record) (*DeadLetter, error) {
 		Attempt: m.Attempt, Polls: m.Polls, OriginTopic: m.OriginTopic, OriginPartition: m.OriginPartition,
 		OriginOffset: m.OriginOffset, OriginTimestamp: m.OriginTimestamp, FirstErrorAt: m.FirstErrorAt,
 		LastErrorAt: m.LastErrorAt, Redrives: m.Redrives, Group: m.Group, Instance: m.Instance,
-		Truncated: m.Truncated, TruncatedKey: m.TruncatedKey, TruncatedHeaders: m.TruncatedHeaders, Meta: m,
+		Truncated: m.Truncated, TruncatedKey: m.TruncatedKey, TruncatedHeaders: m.TruncatedHeaders, Deliveries: m.Deliveries, Meta: m,
 	}
 	if err != nil {
 		return d, fmt.Errorf("dead letter %s/%d/%d: %w", r.Topic, r.Partition, r.Offset, err)
@@ -512,8 +531,9 @@ func (d *DeadLetter) IsTruncated() bool {
 // Republish builds the record that brings d back to topic: the original
 // key, value and user headers (a redacted header stays "[redacted]": do not
 // redact headers the handler needs), the same redrive-id and origin,
-// redrive-redrives + 1, and no attempt, error or compatibility headers, so
-// the request gets the full schedule again.
+// redrive-redrives + 1, and no attempt, error, delivery count or
+// compatibility headers, so the request gets the full schedule (and, in a
+// share group, its max_deliveries) again.
 //
 // A truncated dead letter (d.IsTruncated()) gets no record and an error
 // wrapping ErrTruncated that says what was cut. This is the one place that

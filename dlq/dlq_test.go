@@ -434,6 +434,8 @@ func FuzzDecode(f *testing.F) {
 		f.Add(h.Key, h.Value, []byte("v"))
 	}
 	f.Add(retry.HeaderReason, []byte("\xff"), []byte(nil))
+	f.Add(retry.HeaderDeliveries, []byte("4"), []byte("v"))
+	f.Add(retry.HeaderDeliveries, []byte("32768"), []byte("v"))
 	f.Fuzz(func(t *testing.T, k string, v, value []byte) {
 		rec := &kgo.Record{Value: value, Headers: append(append([]kgo.RecordHeader{}, r.Headers...), kgo.RecordHeader{Key: k, Value: v})}
 		d, err := Decode(rec)
@@ -461,4 +463,91 @@ func ExampleBuild() {
 	d, _ := Decode(r)
 	fmt.Println(d.Reason, d.Code, d.OriginTopic, d.OriginOffset)
 	// Output: permanent ERROR_WRONG_USER_KEY solve 42
+}
+
+// crashedSample is a main-topic record a share group delivered 4 times
+// without an outcome, as the processor dead-letters it.
+func crashedSample() (*kgo.Record, retry.Meta) {
+	src := &kgo.Record{Topic: "solve", Partition: 1, Offset: 10, Key: []byte("k1"), Value: []byte(`{"site":"x"}`)}
+	m := retry.Meta{ID: "solve/1/10", HasOrigin: true, OriginTopic: "solve", OriginPartition: 1, OriginOffset: 10,
+		OriginTimestamp: time.UnixMilli(1_700_000_000_000), Reason: string(ReasonCrashed), Deliveries: 4}
+	return src, m
+}
+
+func TestParseReason(t *testing.T) {
+	for _, r := range []string{"exhausted", "permanent", "invalid", "expired", "crashed"} {
+		if got, err := ParseReason(r); err != nil || string(got) != r {
+			t.Errorf("ParseReason(%q) = %q, %v", r, got, err)
+		}
+	}
+	_, err := ParseReason("Crashed")
+	if want := `unknown dead-letter reason "Crashed" (want exhausted, permanent, invalid, expired or crashed)`; err == nil || err.Error() != want {
+		t.Errorf("ParseReason(Crashed) = %v, want %s", err, want)
+	}
+	if msg := checkReason("tired"); msg != `unknown dead-letter reason "tired": want exhausted, permanent, invalid, expired or crashed` {
+		t.Errorf("checkReason = %s", msg)
+	}
+}
+
+// A crashed dead letter says how many deliveries it took, and keeps saying
+// it when it has to be cut to fit the DLQ.
+func TestBuildKeepsDeliveries(t *testing.T) {
+	src, m := crashedSample()
+	for _, limit := range []int{0, MinRecordBytes} {
+		s := *src
+		if limit > 0 {
+			s.Value = big(3 * limit)
+		}
+		r := Build(&s, m, nil, BuildOptions{Topic: "solve.dlq", Group: "redrive.solve", Instance: "pod-1", MaxRecordBytes: limit})
+		n := 0
+		for _, h := range r.Headers {
+			if h.Key == retry.HeaderDeliveries {
+				n++
+				if string(h.Value) != "4" {
+					t.Errorf("limit %d: %s = %q, want 4", limit, h.Key, h.Value)
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("limit %d: %s appears %d times, want once", limit, retry.HeaderDeliveries, n)
+		}
+		d, err := Decode(r)
+		if err != nil {
+			t.Fatalf("limit %d: Decode: %v", limit, err)
+		}
+		if d.Reason != ReasonCrashed || d.Deliveries != 4 || d.Meta.Deliveries != 4 || d.OriginOffset != 10 {
+			t.Errorf("limit %d: decoded reason %q, deliveries %d, origin offset %d", limit, d.Reason, d.Deliveries, d.OriginOffset)
+		}
+	}
+}
+
+// A replayed crashed request starts fresh: the same id and origin, one
+// more redrive, and no delivery count, so a share group gives it its
+// max_deliveries again (the header is the dead letter's, like the
+// reason and the error).
+func TestRepublishDropsDeliveries(t *testing.T) {
+	src, m := crashedSample()
+	d, err := Decode(Build(src, m, []kgo.RecordHeader{{Key: "trace", Value: []byte("a")}}, BuildOptions{Topic: "solve.dlq"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Republish(d, "solve")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range r.Headers {
+		if h.Key == retry.HeaderDeliveries || h.Key == retry.HeaderReason {
+			t.Errorf("republished record carries %s=%q", h.Key, h.Value)
+		}
+	}
+	rm, ru, err := retry.Decode(r.Headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rm.Deliveries != 0 || rm.ID != "solve/1/10" || rm.Redrives != 1 || rm.Attempt != 0 || !rm.HasOrigin || rm.OriginOffset != 10 {
+		t.Errorf("republished meta %+v", rm)
+	}
+	if len(ru) != 1 || ru[0].Key != "trace" {
+		t.Errorf("user headers %v", ru)
+	}
 }

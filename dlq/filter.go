@@ -30,7 +30,7 @@ type Filter struct {
 	// none included.
 	Codes []string
 	// Reasons match redrive-reason exactly: exhausted, permanent,
-	// invalid, expired.
+	// invalid, expired, crashed.
 	Reasons []string
 	// Classes match redrive-error-class exactly: transient, not-ready,
 	// permanent, invalid, expired.
@@ -150,7 +150,7 @@ func checkCode(s string) string {
 
 func checkReason(s string) string {
 	if _, err := ParseReason(s); err != nil {
-		return fmt.Sprintf("unknown dead-letter reason %q: want exhausted, permanent, invalid or expired", s)
+		return fmt.Sprintf("unknown dead-letter reason %q: want %s", s, reasonList())
 	}
 	return ""
 }
@@ -419,7 +419,7 @@ type FieldError struct {
 	// twice, since not before until).
 	Index int
 	// Msg says what is wrong, quoting the value: `unknown dead-letter
-	// reason "tired": want exhausted, permanent, invalid or expired`.
+	// reason "tired": want exhausted, permanent, invalid, expired or crashed`.
 	Msg string
 	// Err is the kind: ErrBadFilter or ErrBadRule.
 	Err error
@@ -474,7 +474,7 @@ var FilterKeys = []string{"code", "reason", "class", "origin", "since", "until",
 // (a leading "--"):
 //
 //	code, codes       error codes: exactly, or by prefix with a trailing "*"
-//	reason, reasons   exhausted, permanent, invalid, expired
+//	reason, reasons   exhausted, permanent, invalid, expired, crashed
 //	class, classes    transient, not-ready, permanent, invalid, expired
 //	origin, origins   origin topics: a topic name, or a prefix with "*"
 //	since, until      one time each (ParseTime, relative to now)

@@ -348,7 +348,7 @@ func TestParseFilter(t *testing.T) {
 		kv   map[string][]string
 		want []string // Path | Msg
 	}{
-		{map[string][]string{"reason": {"exhausted", "tired"}}, []string{`reason[1] | unknown dead-letter reason "tired": want exhausted, permanent, invalid or expired`}},
+		{map[string][]string{"reason": {"exhausted", "tired"}}, []string{`reason[1] | unknown dead-letter reason "tired": want exhausted, permanent, invalid, expired or crashed`}},
 		{map[string][]string{"classes": {""}}, []string{`classes[0] | unknown error class "": want transient, not-ready, permanent, invalid or expired`}},
 		{map[string][]string{"codes": {"X", ","}}, []string{"codes[1] | empty code"}},
 		{map[string][]string{"origins": {"a b", "c d*", ""}}, []string{

@@ -169,7 +169,7 @@ func TestCompileRuleFieldErrors(t *testing.T) {
 		}
 	}
 	want := []string{
-		`match.reasons[1] | unknown dead-letter reason "tired": want exhausted, permanent, invalid or expired`,
+		`match.reasons[1] | unknown dead-letter reason "tired": want exhausted, permanent, invalid, expired or crashed`,
 		"match.headers | empty header name",
 		"to | only with action: republish (this rule's action is keep)",
 	}

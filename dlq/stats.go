@@ -216,7 +216,7 @@ type StatsSnapshot struct {
 	// letters: not in Total, never republished (added field).
 	Undecodable int64            `json:"undecodable"`
 	ByCode      map[string]int64 `json:"by_code"`   // "" is no code; Other the rest beyond MaxDistinct
-	ByReason    map[string]int64 `json:"by_reason"` // exhausted, permanent, invalid, expired
+	ByReason    map[string]int64 `json:"by_reason"` // exhausted, permanent, invalid, expired, crashed
 	ByClass     map[string]int64 `json:"by_class"`
 	ByOrigin    map[string]int64 `json:"by_origin"` // origin topic; "" when the dead letter has none
 	// PerMinute has one entry for every minute of the 24 hours up to At,

@@ -56,6 +56,9 @@ type View struct {
 	// Truncated is the value's original size when it was cut to fit the
 	// DLQ (redrive-truncated); 0: the value is whole.
 	Truncated int64 `json:"truncated"`
+	// Deliveries is redrive-deliveries: the share group's delivery count
+	// of a crashed dead letter; 0 for every other reason.
+	Deliveries int `json:"deliveries"`
 }
 
 // ViewHeader is one user header.
@@ -123,6 +126,7 @@ func NewView(d *DeadLetter) View {
 		Attempt: d.Attempt, Polls: d.Polls,
 		FirstErrorAt: viewTime(d.FirstErrorAt), LastErrorAt: viewTime(d.LastErrorAt),
 		Redrives: d.Redrives, Group: d.Group, Instance: d.Instance, Truncated: d.Truncated,
+		Deliveries: d.Deliveries,
 	}
 	v.Key, v.KeyEncoding = viewBytes(d.Key)
 	v.Value, v.ValueEncoding = viewBytes(d.Value)
@@ -180,7 +184,7 @@ var csvColumns = []string{
 	"id", "reason", "code", "class", "error", "attempt", "polls", "redrives",
 	"origin_topic", "origin_partition", "origin_offset", "origin_timestamp",
 	"first_error_at", "last_error_at", "group", "instance", "truncated",
-	"headers",
+	"headers", "deliveries",
 }
 
 // CSVHeader is the header row of `dlq export --format csv`. The columns are
@@ -219,7 +223,7 @@ func (v View) CSVRecord() []string {
 		v.ID, v.Reason, v.Code, v.Class, v.Error, strconv.Itoa(v.Attempt), strconv.Itoa(v.Polls), strconv.Itoa(v.Redrives),
 		ot, op, oo, ots,
 		v.FirstErrorAt.String(), v.LastErrorAt.String(), v.Group, v.Instance, strconv.FormatInt(v.Truncated, 10),
-		string(headers),
+		string(headers), strconv.Itoa(v.Deliveries),
 	}
 	for i, f := range rec {
 		rec[i] = SpreadsheetSafe(f)

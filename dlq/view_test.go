@@ -54,7 +54,7 @@ func TestNewViewJSON(t *testing.T) {
 		"attempt": 4.0, "polls": 1.0,
 		"origin":         map[string]any{"topic": "solve", "partition": 1.0, "offset": 10.0, "timestamp": "2023-11-14T22:12:20.000Z"},
 		"first_error_at": "2023-11-14T22:12:30.000Z", "last_error_at": "2023-11-14T22:13:20.000Z",
-		"redrives": 1.0, "group": "redrive.solve", "instance": "pod-1", "truncated": 0.0,
+		"redrives": 1.0, "group": "redrive.solve", "instance": "pod-1", "truncated": 0.0, "deliveries": 0.0,
 	}
 	if !reflect.DeepEqual(got, want) {
 		for k := range want {
@@ -215,7 +215,8 @@ func ExampleNewView() {
 	//   "redrives": 0,
 	//   "group": "",
 	//   "instance": "",
-	//   "truncated": 0
+	//   "truncated": 0,
+	//   "deliveries": 0
 	// }
 }
 
@@ -230,5 +231,34 @@ func TestViewCSVSpreadsheetSafe(t *testing.T) {
 		if got := SpreadsheetSafe(c.in); got != c.want {
 			t.Errorf("SpreadsheetSafe(%q) = %q, want %q", c.in, got, c.want)
 		}
+	}
+}
+
+// A crashed dead letter shows its delivery count in JSON and CSV; the CSV
+// column comes after the ones a spreadsheet already reads by position.
+func TestViewCrashed(t *testing.T) {
+	src, m := crashedSample()
+	r := Build(src, m, nil, BuildOptions{Topic: "solve.dlq"})
+	d, err := Decode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := NewView(d)
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, frag := range []string{`"reason":"crashed"`, `"deliveries":4`} {
+		if !strings.Contains(string(b), frag) {
+			t.Errorf("view %s lacks %s", b, frag)
+		}
+	}
+	var back View
+	if err := json.Unmarshal(b, &back); err != nil || back.Deliveries != 4 {
+		t.Errorf("read back deliveries %d, %v", back.Deliveries, err)
+	}
+	h, rec := CSVHeader(), v.CSVRecord()
+	if n := len(h); n < 2 || h[n-2] != "headers" || h[n-1] != "deliveries" || rec[n-1] != "4" {
+		t.Errorf("CSV ends %q = %q, want headers, deliveries = 4", h[len(h)-2:], rec[len(rec)-2:])
 	}
 }

@@ -355,7 +355,7 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 		m.hops.WithLabelValues(name, l)
 		h.latenessFor(i, l)
 	}
-	for _, r := range []string{reasonExhausted, reasonPermanent, reasonInvalid, reasonExpired} {
+	for _, r := range []string{reasonExhausted, reasonPermanent, reasonInvalid, reasonExpired, "crashed"} {
 		m.deadLetters.WithLabelValues(name, r, "")
 	}
 	m.commitFailures.WithLabelValues(name)

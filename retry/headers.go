@@ -38,7 +38,7 @@ const (
 	HeaderErrorCode        = "redrive-error-code"        // machine code, e.g. ERROR_NO_SLOT_AVAILABLE or http_503
 	HeaderErrorClass       = "redrive-error-class"       // transient, not-ready, permanent, invalid, expired
 	HeaderState            = "redrive-state"             // opaque handler state, <= 4 KiB
-	HeaderReason           = "redrive-reason"            // DLQ only: exhausted, permanent, invalid, expired
+	HeaderReason           = "redrive-reason"            // DLQ only: exhausted, permanent, invalid, expired, crashed
 	HeaderRedrives         = "redrive-redrives"          // times republished out of the DLQ
 	HeaderGroup            = "redrive-group"             // DLQ only: consumer group that dead-lettered it
 	HeaderInstance         = "redrive-instance"          // DLQ only: instance that dead-lettered it
@@ -47,6 +47,7 @@ const (
 	HeaderTruncatedKey     = "redrive-truncated-key"     // DLQ only: original key size when the key was cut to fit
 	HeaderTruncatedHeaders = "redrive-truncated-headers" // DLQ only: the headers cut or dropped to fit, name=original size, comma-separated
 	HeaderFailovers        = "redrive-failovers"         // times forwarded to another pipeline while this one's line was stopped
+	HeaderDeliveries       = "redrive-deliveries"        // DLQ only: the share group's delivery count of a record dead-lettered crashed
 )
 
 // Size limits of the contract.
@@ -76,6 +77,9 @@ const (
 	// MaxTruncated is the largest redrive-truncated: a Kafka value's
 	// length is an int32.
 	MaxTruncated = 1<<31 - 1
+	// MaxDeliveryCount is the largest redrive-deliveries: a share group's
+	// delivery count is an int16 in Kafka's protocol.
+	MaxDeliveryCount = 1<<15 - 1
 )
 
 // Class is the error class of a failed attempt.
@@ -151,6 +155,11 @@ type Meta struct {
 	TruncatedHeaders string
 	// Failovers counts forwards to another pipeline (breaker.failover_to).
 	Failovers int
+	// Deliveries is the share group's delivery count of a main-topic record
+	// dead-lettered "crashed": Kafka's count, the delivery that
+	// dead-lettered it included (every one before it ended without an
+	// outcome: its handling killed the process). 0 (absent) otherwise.
+	Deliveries int
 }
 
 // header is one redrive-* header: its name and how its value is read into
@@ -253,6 +262,11 @@ var headers = [...]header{
 		func(m *Meta, b []byte) []byte { return append(b, m.TruncatedHeaders...) }},
 	{HeaderFailovers, func(m *Meta, v string, _ []byte) (err error) { m.Failovers, err = count(v, MaxCount); return err },
 		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Failovers), false) }},
+	{HeaderDeliveries, func(m *Meta, v string, _ []byte) (err error) {
+		m.Deliveries, err = count(v, MaxDeliveryCount)
+		return err
+	},
+		func(m *Meta, b []byte) []byte { return appendInt(b, int64(m.Deliveries), false) }},
 }
 
 // headerIndex finds a header's entry in headers by name.

@@ -25,7 +25,7 @@ var knownHeaders = []string{
 	retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt, retry.HeaderError, retry.HeaderErrorCode,
 	retry.HeaderErrorClass, retry.HeaderState, retry.HeaderReason, retry.HeaderRedrives,
 	retry.HeaderGroup, retry.HeaderInstance, retry.HeaderTruncated, retry.HeaderNotReadySince,
-	retry.HeaderTruncatedKey, retry.HeaderTruncatedHeaders, retry.HeaderFailovers,
+	retry.HeaderTruncatedKey, retry.HeaderTruncatedHeaders, retry.HeaderFailovers, retry.HeaderDeliveries,
 }
 
 func h(k, v string) kgo.RecordHeader { return kgo.RecordHeader{Key: k, Value: []byte(v)} }
@@ -59,6 +59,7 @@ func fullMeta() retry.Meta {
 		TruncatedKey:     300_000,
 		TruncatedHeaders: "x-big=900000,x%20odd=5",
 		Failovers:        2,
+		Deliveries:       4,
 	}
 }
 
@@ -182,7 +183,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 		{"attempt 0 with id", retry.Meta{ID: "k"}},
 		{"largest values", retry.Meta{ID: strings.Repeat("i", retry.MaxIDBytes), Attempt: retry.MaxAttempt, Polls: retry.MaxCount, Redrives: retry.MaxCount,
 			HasOrigin: true, OriginTopic: "t", OriginPartition: 1<<31 - 1, OriginOffset: 1<<63 - 1, Due: time.UnixMilli(retry.MaxMillis),
-			OriginTimestamp: time.UnixMilli(retry.MaxMillis), Truncated: retry.MaxTruncated}},
+			OriginTimestamp: time.UnixMilli(retry.MaxMillis), Truncated: retry.MaxTruncated, Deliveries: retry.MaxDeliveryCount}},
+		{"crashed dead letter", retry.Meta{ID: "solve.requests/2/7", Reason: "crashed", Deliveries: 4,
+			HasOrigin: true, OriginTopic: "solve.requests", OriginPartition: 2, OriginOffset: 7, Group: "redrive.solve", Instance: "pod-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hs := retry.Encode(tc.m, user)
@@ -228,6 +231,7 @@ func TestEncodeWireFormat(t *testing.T) {
 		retry.HeaderTruncatedKey:     "300000",
 		retry.HeaderTruncatedHeaders: "x-big=900000,x%20odd=5",
 		retry.HeaderFailovers:        "2",
+		retry.HeaderDeliveries:       "4",
 	}
 	if len(hs) != len(want) {
 		t.Errorf("%d headers, want %d: %s", len(hs), len(want), fmtHeaders(hs))
@@ -256,6 +260,9 @@ func TestEncodeOmitsAbsentFields(t *testing.T) {
 			[]kgo.RecordHeader{h(retry.HeaderOriginTopic, "t"), h(retry.HeaderOriginPartition, "0"), h(retry.HeaderOriginOffset, "0")}},
 		{"empty state", retry.Meta{State: []byte{}}, nil},
 		{"class none", retry.Meta{ErrorClass: retry.ClassNone}, nil},
+		// Only a crashed dead letter counts deliveries; 0 is not written.
+		{"deliveries 0", retry.Meta{Reason: "exhausted"}, []kgo.RecordHeader{h(retry.HeaderReason, "exhausted")}},
+		{"deliveries", retry.Meta{Reason: "crashed", Deliveries: 4}, []kgo.RecordHeader{h(retry.HeaderReason, "crashed"), h(retry.HeaderDeliveries, "4")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if d := headersDiff(retry.Encode(tc.m, nil), tc.want); d != "" {
@@ -397,6 +404,8 @@ func TestDecodeAccepts(t *testing.T) {
 		{"attempt 0", []kgo.RecordHeader{h(retry.HeaderAttempt, "0")}, func(m retry.Meta) bool { return m.Attempt == 0 }},
 		{"attempt at its maximum", []kgo.RecordHeader{h(retry.HeaderAttempt, "10000")}, func(m retry.Meta) bool { return m.Attempt == retry.MaxAttempt }},
 		{"polls at their maximum", []kgo.RecordHeader{h(retry.HeaderPolls, "1000000000")}, func(m retry.Meta) bool { return m.Polls == retry.MaxCount }},
+		{"deliveries at their maximum", []kgo.RecordHeader{h(retry.HeaderDeliveries, "32767")}, func(m retry.Meta) bool { return m.Deliveries == retry.MaxDeliveryCount }},
+		{"deliveries 0", []kgo.RecordHeader{h(retry.HeaderDeliveries, "0")}, func(m retry.Meta) bool { return m.Deliveries == 0 }},
 		{"due at the latest time", []kgo.RecordHeader{h(retry.HeaderDue, "7258118400000")}, func(m retry.Meta) bool {
 			return m.Due.Equal(time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC))
 		}},
@@ -521,6 +530,14 @@ func TestDecodeMalformed(t *testing.T) {
 		{"truncated text", []kgo.RecordHeader{h(retry.HeaderTruncated, "big")}, retry.HeaderTruncated, ""},
 		{"truncated negative", []kgo.RecordHeader{h(retry.HeaderTruncated, "-100")}, retry.HeaderTruncated, "negative"},
 		{"truncated key negative", []kgo.RecordHeader{h(retry.HeaderTruncatedKey, "-1")}, retry.HeaderTruncatedKey, "negative"},
+		{"deliveries text", []kgo.RecordHeader{h(retry.HeaderDeliveries, "four")}, retry.HeaderDeliveries, "not a canonical decimal integer; want a decimal integer from 0 to 32767"},
+		{"deliveries empty", []kgo.RecordHeader{h(retry.HeaderDeliveries, "")}, retry.HeaderDeliveries, "empty"},
+		{"deliveries negative", []kgo.RecordHeader{h(retry.HeaderDeliveries, "-4")}, retry.HeaderDeliveries, "negative"},
+		{"deliveries signed", []kgo.RecordHeader{h(retry.HeaderDeliveries, "+4")}, retry.HeaderDeliveries, "signed"},
+		{"deliveries leading zero", []kgo.RecordHeader{h(retry.HeaderDeliveries, "04")}, retry.HeaderDeliveries, "leading zero"},
+		{"deliveries beyond Kafka's int16 count", []kgo.RecordHeader{h(retry.HeaderDeliveries, "32768")}, retry.HeaderDeliveries, "out of range"},
+		{"deliveries fractional", []kgo.RecordHeader{h(retry.HeaderDeliveries, "4.0")}, retry.HeaderDeliveries, "decimal"},
+		{"duplicate deliveries", []kgo.RecordHeader{h(retry.HeaderDeliveries, "4"), h(retry.HeaderDeliveries, "5")}, retry.HeaderDeliveries, "duplicate"},
 		{"duplicate attempt, conflicting", []kgo.RecordHeader{h(retry.HeaderAttempt, "1"), h(retry.HeaderAttempt, "2")}, retry.HeaderAttempt, "duplicate"},
 		// Any repeat breaks "never appends duplicates", even with the same value.
 		{"duplicate attempt, same value", []kgo.RecordHeader{h(retry.HeaderAttempt, "2"), h(retry.HeaderTier, "5s"), h(retry.HeaderAttempt, "2")}, retry.HeaderAttempt, "duplicate"},
@@ -898,12 +915,18 @@ func fuzzSeeds() [][]kgo.RecordHeader {
 		{h(retry.HeaderID, strings.Repeat("k", retry.MaxIDBytes+1))},
 		{h(retry.HeaderID, strings.Repeat("k", retry.MaxIDBytes)), h("idempotency-key", strings.Repeat("x", 600))},
 		{h(retry.HeaderID, "a\nb")},
+		retry.Encode(retry.Meta{ID: "k", Reason: "crashed", Deliveries: 4, HasOrigin: true, OriginTopic: "t", OriginPartition: 1, OriginOffset: 9}, nil),
+		{h(retry.HeaderDeliveries, "32767"), h(retry.HeaderReason, "crashed")},
+		{h(retry.HeaderDeliveries, "32768")},
+		{h(retry.HeaderDeliveries, "007"), h(retry.HeaderDeliveries, "7")},
+		{h(retry.HeaderDeliveries, "-0")},
 	}
 }
 
 // numericHeaders are the headers whose value is a canonical decimal.
 var numericHeaders = []string{retry.HeaderAttempt, retry.HeaderPolls, retry.HeaderDue, retry.HeaderOriginPartition, retry.HeaderOriginOffset,
-	retry.HeaderOriginTimestamp, retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt, retry.HeaderRedrives, retry.HeaderTruncated, retry.HeaderNotReadySince}
+	retry.HeaderOriginTimestamp, retry.HeaderFirstErrorAt, retry.HeaderLastErrorAt, retry.HeaderRedrives, retry.HeaderTruncated, retry.HeaderNotReadySince,
+	retry.HeaderDeliveries}
 
 // canonicalRE is a canonical decimal: digits only, no leading zero.
 var canonicalRE = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
@@ -934,6 +957,8 @@ func checkCanonical(t *testing.T, hs []kgo.RecordHeader, m retry.Meta) {
 			max = 1<<31 - 1
 		case retry.HeaderOriginOffset:
 			max = 1<<63 - 1
+		case retry.HeaderDeliveries:
+			max = retry.MaxDeliveryCount
 		default: // times
 			max = retry.MaxMillis
 		}

@@ -982,6 +982,7 @@
     add("group", v.group);
     add("instance", v.instance);
     if (v.truncated) add("truncated", `the value was cut from ${fmtInt(v.truncated)} bytes`);
+    if (v.deliveries) add("deliveries", `delivered ${fmtInt(v.deliveries)} times by the share group; the earlier ones ended without an outcome`);
 
     const hs = v.headers || [];
     const headers = hs.length

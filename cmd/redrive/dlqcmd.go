@@ -44,7 +44,7 @@ type filterFlags struct {
 func (f *filterFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.pipeline, "pipeline", "", "pipeline whose DLQ to read (default: the config's only pipeline)")
 	fl.StringArrayVar(&f.codes, "code", nil, "error code (repeatable; any matches; a trailing * matches by prefix: http_5*)")
-	fl.StringArrayVar(&f.reasons, "reason", nil, "reason: exhausted, permanent, invalid or expired (repeatable)")
+	fl.StringArrayVar(&f.reasons, "reason", nil, "reason: exhausted, permanent, invalid, expired or crashed (repeatable)")
 	fl.StringArrayVar(&f.classes, "class", nil, "error class: transient, not-ready, permanent, invalid or expired (repeatable)")
 	fl.StringArrayVar(&f.origins, "origin", nil, "origin topic (repeatable; a trailing * matches by prefix)")
 	fl.StringVar(&f.since, "since", "", "dead-lettered at or after: how long ago (2h, 30m, 1d, 7d), a date (2024-05-01), RFC 3339 (2024-05-01T10:00:00Z) or now")

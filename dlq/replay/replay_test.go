@@ -117,3 +117,38 @@ func TestRun(t *testing.T) {
 		t.Errorf("to the DLQ: %v, want ErrLoop", err)
 	}
 }
+
+// A replayed crashed request reaches the main topic without its delivery
+// count: it starts fresh, like its attempts.
+func TestRunCrashedStartsFresh(t *testing.T) {
+	c := kafkatest.New(t)
+	main := kafkatest.Topic(t, "replay-crashed")
+	dlqTopic := main + ".dlq"
+	c.CreateTopic(t, main, 1, nil)
+	c.CreateTopic(t, dlqTopic, 1, nil)
+	m := retry.Meta{ID: "id-c", HasOrigin: true, OriginTopic: main, OriginOffset: 5, Reason: string(dlq.ReasonCrashed), Deliveries: 4}
+	r := dlq.Build(&kgo.Record{Key: []byte("k"), Value: []byte("v")}, m, nil, dlq.BuildOptions{Topic: dlqTopic})
+	cl := c.Client(t)
+	ctx := context.Background()
+	if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	flt, err := dlq.ParseFilter(map[string][]string{"reason": {"crashed"}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := replay.Run(ctx, replay.Options{Client: cl, DLQ: dlqTopic, To: main, Filter: flt})
+	if err != nil || got.Republished != 1 {
+		t.Fatalf("Run: %+v, %v; want 1 republished", got, err)
+	}
+	out := c.Collect(t, main, 1, 10*time.Second)
+	for _, h := range out[0].Headers {
+		if h.Key == retry.HeaderDeliveries {
+			t.Errorf("republished record carries %s=%q", h.Key, h.Value)
+		}
+	}
+	rm, _, err := retry.Decode(out[0].Headers)
+	if err != nil || rm.ID != "id-c" || rm.Redrives != 1 || rm.Deliveries != 0 || rm.Reason != "" {
+		t.Errorf("republished meta %+v, %v", rm, err)
+	}
+}

@@ -63,7 +63,8 @@ type RuleMatch struct {
 	// Codes match redrive-error-code: exactly, or by prefix with a
 	// trailing "*" ("http_5*").
 	Codes []string `yaml:"codes" config:"csv"`
-	// Reasons match redrive-reason: exhausted, permanent, invalid, expired.
+	// Reasons match redrive-reason: exhausted, permanent, invalid, expired,
+	// crashed.
 	Reasons []string `yaml:"reasons" config:"csv"`
 	// Classes match redrive-error-class: transient, not-ready, permanent,
 	// invalid, expired.

@@ -137,6 +137,16 @@ type Pipeline struct {
 	Delivery string `yaml:"delivery"`
 	// MaxBatch is processor.Pipeline.MaxBatch (default 2000).
 	MaxBatch int `yaml:"max_batch"`
+	// Consume is processor.Pipeline.Consume: "group" (default) reads the
+	// main topic in the consumer group, a partition per replica; "share"
+	// in the share group topics.ShareGroupID (Kafka 4.2+), any number of
+	// replicas per partition. Share refuses delivery: exactly-once and
+	// ordering: key.
+	Consume string `yaml:"consume"`
+	// MaxDeliveries is processor.Pipeline.MaxDeliveries (default 3, 1 to
+	// 9; consume: share only): a record delivered more often without an
+	// outcome is dead-lettered "crashed".
+	MaxDeliveries int `yaml:"max_deliveries"`
 
 	// httpSecrets are the values of the ${NAME}s expanded in handler.http
 	// (Parse): an API key in a URL path has no secret-looking name, so

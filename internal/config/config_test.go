@@ -153,6 +153,8 @@ func TestParseDesignExample(t *testing.T) {
 			RateLimitBurst:   1,
 			Scope:            "pipeline",
 			Guard:            defaultGuard(),
+			Consume:          "group",
+			MaxDeliveries:    3,
 			Handler: Handler{
 				HTTP: &HTTPHandler{
 					URL:          "http://127.0.0.1:8080/solve",
@@ -242,6 +244,8 @@ func TestDefaults(t *testing.T) {
 			RateLimitBurst:   1,
 			Scope:            "pipeline",
 			Guard:            defaultGuard(),
+			Consume:          "group",
+			MaxDeliveries:    3,
 		}},
 		Analyzer:       Analyzer{HTTPAddr: "127.0.0.1:9091"},
 		SessionTimeout: dur("45s"),
@@ -1240,6 +1244,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(pipe("breaker: {open_for: ${D}, failure_ratio: 0.1, failover_to: b, failover_retries: true}", "rate_limit: 0.001", "guard: {enabled: false}"))
 	f.Add(pipe("scope: process", "max_calls_in_flight: ${N}") + "control: {topic: ops.control, status_interval: ${D}}\n")
 	f.Add(pipe("scope: pipeline") + "control: {enabled: false, topic: solve.requests}\n")
+	f.Add(pipe("consume: share", "max_deliveries: ${N}", "delivery: exactly-once", "ordering: key"))
 	f.Add(analyzerDoc("rules:",
 		"  - {name: a, pipeline: solve, action: republish, to: failover, after: 10m, max_redrives: ${N}, match: {codes: 'X, http_5*', reasons: [exhausted], classes: [transient], origins: ['solve.*'], headers: {k: v}}}",
 		"  - {action: drop, match: {codes: [ERROR_WRONG_USER_KEY]}}",

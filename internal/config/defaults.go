@@ -33,8 +33,9 @@ func DefaultTiers() []Tier { return tiersOf(retry.DefaultTiers()) }
 // retry.tiers become DefaultTiers; a zero jitter becomes 0.1 unless
 // JitterSet, which it then sets), what processor.Pipeline.WithDefaults
 // fills (dlq.topic "<topic>.dlq", not_ready_deadline, concurrency,
-// max_inflight, max_inflight_bytes, rate_limit_burst, scope, and the settings of
-// an enabled breaker and guard, whose absent enabled becomes true) and
+// max_inflight, max_inflight_bytes, rate_limit_burst, scope, consume,
+// max_deliveries, and the settings of an enabled breaker and guard, whose
+// absent enabled becomes true) and
 // handler.http's timeout and max_body_bytes, and its poll's method (GET,
 // upper-cased), first_after and every (httphandler.Options.WithDefaults),
 // and handler.callback's (see Callback.setDefaults; callback_addr becomes
@@ -113,6 +114,8 @@ func (p *Pipeline) setDefaults() {
 	p.MaxInflightBytes = pp.MaxInflightBytes
 	p.RateLimitBurst = pp.RateBurst
 	p.Scope = string(pp.Scope)
+	p.Consume = string(pp.Consume)
+	p.MaxDeliveries = pp.MaxDeliveries
 	p.Breaker.setDefaults(pp.Breaker)
 	p.Guard.setDefaults(pp.Guard)
 	if h := p.Handler.HTTP; h != nil {

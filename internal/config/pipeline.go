@@ -105,6 +105,8 @@ func (p Pipeline) processorPipeline() processor.Pipeline {
 		Callbacks:        p.processorCallbacks(),
 		Delivery:         processor.Delivery(p.Delivery),
 		MaxBatch:         p.MaxBatch,
+		Consume:          processor.Consume(p.Consume),
+		MaxDeliveries:    p.MaxDeliveries,
 	}
 }
 

@@ -282,6 +282,8 @@ var processorKeys = map[string]string{
 	"Scope":            "scope",
 	"Delivery":         "delivery",
 	"MaxBatch":         "max_batch",
+	"Consume":          "consume",
+	"MaxDeliveries":    "max_deliveries",
 
 	"Control.StatusInterval": "control.status_interval",
 
