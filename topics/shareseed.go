@@ -46,6 +46,9 @@ func SeedShareGroup(ctx context.Context, adm *kadm.Client, pipeline, mainTopic s
 	}
 
 	committed, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return false, nil // never committed: nothing to start from
+	}
 	if err != nil {
 		return false, fmt.Errorf("consumer group %s: fetch its offsets: %w", group, err)
 	}
