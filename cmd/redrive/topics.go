@@ -18,7 +18,7 @@ import (
 func newTopicsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "topics",
-		Short: "create (ensure) or verify (check) every topic of the config's pipelines, and the control topic",
+		Short: "create (ensure) or verify (check) every topic of the config's pipelines, their share groups (consume: share), and the control topic",
 	}
 	var timeout time.Duration
 	var grow bool
