@@ -44,8 +44,14 @@ type objects struct {
 // strictly: an unknown or misspelt field is an error.
 func build(t *testing.T, dir string) *objects {
 	t.Helper()
+	return buildFS(t, filesys.MakeFsOnDisk(), dir)
+}
+
+// buildFS is build on fsys.
+func buildFS(t *testing.T, fsys filesys.FileSystem, dir string) *objects {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), dir)
+	rm, err := k.Run(fsys, dir)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
@@ -191,6 +197,12 @@ func TestKustomizeExampleOverlay(t *testing.T) {
 	}
 }
 
+// checkScaledObject checks the processors' ScaledObject against the
+// config c: kafka triggers on pipelines' consumer groups and, for
+// pipelines in share mode, prometheus triggers on redrive_share_lag
+// (shareQuery). maxReplicaCount stays within every kafka trigger's
+// pipeline's partitions unless a share trigger is there: a share group
+// gives work to members past the partition count.
 func checkScaledObject(t *testing.T, so *scaledObject, c *config.Config, o *objects) {
 	t.Helper()
 	s := so.Spec
@@ -201,15 +213,45 @@ func checkScaledObject(t *testing.T, so *scaledObject, c *config.Config, o *obje
 		t.Fatalf("ScaledObject %s: min %v max %v replicas: both explicit, 1 <= min <= max", so.Name, s.MinReplicaCount, s.MaxReplicaCount)
 	}
 	groups := map[string]config.Pipeline{}
+	pipelines := map[string]config.Pipeline{}
 	for _, p := range c.Pipelines {
 		groups[p.GroupID()] = p
+		pipelines[p.Name] = p
 	}
 	if len(s.Triggers) == 0 {
 		t.Fatalf("ScaledObject %s: no triggers", so.Name)
 	}
+	shared := map[string]bool{} // pipelines scaled on their share lag
 	for _, tr := range s.Triggers {
+		if tr.Type != "prometheus" {
+			continue
+		}
+		md := tr.Metadata
+		m := shareQuery.FindStringSubmatch(md["query"])
+		if m == nil {
+			t.Errorf("ScaledObject %s: prometheus trigger %s queries %q, want max(redrive_share_lag{pipeline=\"<pipeline>\"}) (every replica exports the whole group's lag)", so.Name, tr.Name, md["query"])
+			continue
+		}
+		if _, ok := pipelines[m[1]]; !ok {
+			t.Errorf("ScaledObject %s: prometheus trigger %s: pipeline %q is not in the config", so.Name, tr.Name, m[1])
+		}
+		shared[m[1]] = true
+		if th, err := strconv.ParseFloat(md["threshold"], 64); err != nil || th <= 0 {
+			t.Errorf("ScaledObject %s: prometheus trigger %s: threshold %q must be set explicitly to a positive number", so.Name, tr.Name, md["threshold"])
+		}
+		if u := md["serverAddress"]; !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			t.Errorf("ScaledObject %s: prometheus trigger %s: serverAddress %q is not a URL", so.Name, tr.Name, u)
+		}
+		if md["ignoreNullValues"] != "false" {
+			t.Errorf("ScaledObject %s: prometheus trigger %s: ignoreNullValues %q, want \"false\" (no series means the pipeline is not in share mode, not a lag of 0)", so.Name, tr.Name, md["ignoreNullValues"])
+		}
+	}
+	for _, tr := range s.Triggers {
+		if tr.Type == "prometheus" {
+			continue
+		}
 		if tr.Type != "kafka" {
-			t.Errorf("ScaledObject %s: trigger type %q, want kafka", so.Name, tr.Type)
+			t.Errorf("ScaledObject %s: trigger type %q, want kafka or prometheus", so.Name, tr.Type)
 			continue
 		}
 		md := tr.Metadata
@@ -222,7 +264,13 @@ func checkScaledObject(t *testing.T, so *scaledObject, c *config.Config, o *obje
 		if err != nil || lt <= 0 {
 			t.Errorf("ScaledObject %s: lagThreshold %q must be set explicitly to a positive number", so.Name, md["lagThreshold"])
 		}
-		if *s.MaxReplicaCount > p.Partitions {
+		if shared[p.Name] {
+			// Its consumer group reads the tiers only, its main-topic
+			// commits left where they were at the switch: KEDA would count
+			// every request since as lag.
+			t.Errorf("ScaledObject %s: kafka trigger on %s, whose pipeline is scaled on its share lag", so.Name, md["consumerGroup"])
+		}
+		if len(shared) == 0 && *s.MaxReplicaCount > p.Partitions {
 			t.Errorf("ScaledObject %s: maxReplicaCount %d above pipeline %s's %d partitions", so.Name, *s.MaxReplicaCount, p.Name, p.Partitions)
 		}
 		if md["allowIdleConsumers"] != "false" {
@@ -239,6 +287,82 @@ func checkScaledObject(t *testing.T, so *scaledObject, c *config.Config, o *obje
 			if _, ok := o.triggerAuths[tr.AuthenticationRef.Name]; !ok {
 				t.Errorf("ScaledObject %s: authenticationRef %s not in the build", so.Name, tr.AuthenticationRef.Name)
 			}
+		}
+	}
+}
+
+// shareQuery is the query of a share pipeline's prometheus trigger.
+var shareQuery = regexp.MustCompile(`^\s*max\(\s*redrive_share_lag\{pipeline="([^"]+)"\}\s*\)\s*$`)
+
+// TestKedaShareVariant builds the example overlay with keda-share.yaml in
+// place of keda.yaml, as deploy/README.md says to for share mode, and
+// checks it as the overlay's own: decoded strictly, the ScaledObject
+// against the config.
+func TestKedaShareVariant(t *testing.T) {
+	root := kubeDir(t, "")
+	fsys := filesys.MakeFsInMemory()
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		return fsys.WriteFile(filepath.Join("/k", rel), b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kpath := "/k/overlays/example/kustomization.yaml"
+	kust, err := fsys.ReadFile(kpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapped := strings.Replace(string(kust), "\n  - keda.yaml\n", "\n  - keda-share.yaml\n", 1)
+	if swapped == string(kust) {
+		t.Fatalf("%s: no resource line \"  - keda.yaml\" to swap for keda-share.yaml", kpath)
+	}
+	if err := fsys.WriteFile(kpath, []byte(swapped)); err != nil {
+		t.Fatal(err)
+	}
+
+	o := buildFS(t, fsys, "/k/overlays/example")
+	c := checkCommon(t, "overlay with keda-share.yaml", o)
+	if len(o.scaledObjects) != 1 {
+		t.Fatalf("overlay with keda-share.yaml: %d ScaledObjects, want 1 (KEDA refuses two on one Deployment)", len(o.scaledObjects))
+	}
+	so := o.scaledObjects["redrive-processor"]
+	if so == nil {
+		t.Fatal("overlay with keda-share.yaml: no ScaledObject redrive-processor")
+	}
+	checkScaledObject(t, so, c, o)
+	share := 0
+	for _, tr := range so.Spec.Triggers {
+		if tr.Type == "prometheus" {
+			share++
+		}
+	}
+	if share == 0 {
+		t.Errorf("keda-share.yaml: no prometheus trigger on redrive_share_lag")
+	}
+}
+
+func TestShareQuery(t *testing.T) {
+	for q, want := range map[string]string{
+		`max(redrive_share_lag{pipeline="solve"})`:    "solve",
+		` max( redrive_share_lag{pipeline="a.b"} ) `:  "a.b",
+		`sum(redrive_share_lag{pipeline="solve"})`:    "", // once per replica
+		`max(redrive_consumer_lag{pipeline="solve"})`: "",
+		`redrive_share_lag{pipeline="solve"}`:         "", // one value per replica
+	} {
+		got := ""
+		if m := shareQuery.FindStringSubmatch(q); m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("shareQuery on %q: %q, want %q", q, got, want)
 		}
 	}
 }

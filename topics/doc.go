@@ -35,6 +35,15 @@
 //     its records are the pipelines' state, and retention would end an
 //     operator's pause by itself.
 //
+// A pipeline that reads its main topic in a share group
+// ([PipelineSpec].Share) has that group checked too: the brokers serve
+// share groups ([CheckShareGroups]), and the group has [ShareGroupConfigs]
+// (a new group would otherwise skip what was written before its first
+// member). [EnsureShare] sets those configs and seeds a new group's start
+// offsets from the consumer group's commits ([SeedShareGroup]), so that
+// switching a pipeline to share mode neither reads its topic again nor
+// skips anything; [CheckShare] only looks.
+//
 // This package creates topics and reads them; it must never delete a topic
 // or alter an existing one — no config changed, not even on a topic it
 // created itself: an existing topic may hold records nobody has processed
@@ -43,5 +52,6 @@
 // [Grow], only when asked (`redrive topics ensure --grow`): it adds
 // partitions to a tier or DLQ narrower than its main topic (the main topic
 // grew), which loses nothing; it never removes partitions, and never
-// touches a main, results or callbacks topic.
+// touches a main, results or callbacks topic. A share group's start
+// offsets are set only while it has none.
 package topics

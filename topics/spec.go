@@ -127,6 +127,13 @@ type PipelineSpec struct {
 	// with the larger of it and CallbacksRetention, and Check reports one
 	// that keeps records for less. 0: no minimum is checked.
 	CallbacksKeep time.Duration
+	// Share says the main topic is read by the pipeline's share group
+	// (ShareGroupID, processor.ConsumeShare) instead of its consumer
+	// group; the tiers stay in the consumer group. ForPipeline's topics
+	// are the same either way: the share group's configs and start
+	// offsets are EnsureShare's and CheckShare's, which need the
+	// pipeline's name.
+	Share bool
 }
 
 // Topic config keys this package sets and checks.

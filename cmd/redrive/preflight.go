@@ -7,6 +7,7 @@ import (
 
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
+	"github.com/redrive/redrive/topics"
 )
 
 // preflight is every Kafka command's start-up check (kafkaconn.Check): a
@@ -35,13 +36,17 @@ func preflight(ctx context.Context, c *config.Config, need kafkaconn.Need) error
 	return nil
 }
 
-// processNeeds is what `redrive process` uses: each pipeline's group, its
-// main topic, tiers and callbacks topic to read, its outputs to write, and
-// the control topic to read and write.
+// processNeeds is what `redrive process` uses: each pipeline's group (and
+// share group, with consume: share), its main topic, tiers and callbacks
+// topic to read, its outputs to write, and the control topic to read and
+// write.
 func processNeeds(c *config.Config) kafkaconn.Need {
 	var n kafkaconn.Need
 	for _, p := range c.Pipelines {
 		n.Groups = append(n.Groups, p.GroupID())
+		if p.TopicSpec().Share {
+			n.Shares = append(n.Shares, kafkaconn.Share{Pipeline: p.Name, Group: topics.ShareGroupID(p.Name)})
+		}
 		n.Read = append(n.Read, p.Topic)
 		n.Read = append(n.Read, p.TierTopics()...)
 		if cb := p.CallbacksTopic(); cb != "" {

@@ -18,7 +18,7 @@ import (
 func newTopicsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "topics",
-		Short: "create (ensure) or verify (check) every topic of the config's pipelines, and the control topic",
+		Short: "create (ensure) or verify (check) every topic of the config's pipelines, their share groups (consume: share), and the control topic",
 	}
 	var timeout time.Duration
 	var grow bool
@@ -84,7 +84,8 @@ func topicsGrowRun(ctx context.Context, c *config.Config, ensure, grow bool) (to
 	}
 	var errs []error
 	for _, p := range c.Pipelines {
-		specs := topics.ForPipeline(p.TopicSpec())
+		ps := p.TopicSpec()
+		specs := topics.ForPipeline(ps)
 		var rep topics.Report
 		var grown []topics.Growth
 		if grow {
@@ -99,6 +100,21 @@ func topicsGrowRun(ctx context.Context, c *config.Config, ensure, grow bool) (to
 			rep, err = topics.Check(ctx, adm, specs)
 		}
 		all.Topics = append(all.Topics, rep.Topics...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pipeline %s: %w", p.Name, err))
+		}
+		if !ps.Share {
+			continue
+		}
+		// After the topics: a new share group is seeded from the
+		// consumer group's offsets on the main topic.
+		var st topics.ShareState
+		if ensure {
+			st, err = topics.EnsureShare(ctx, cl, p.Name, ps.Topic)
+		} else {
+			st, err = topics.CheckShare(ctx, cl, p.Name, ps.Topic)
+		}
+		all.Shares = append(all.Shares, st)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pipeline %s: %w", p.Name, err))
 		}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn/acl"
+	"github.com/redrive/redrive/topics"
 )
 
 // CheckTimeout bounds the start-up check: a command that cannot use the
@@ -35,11 +37,21 @@ func (e *FatalError) Error() string { return e.msg }
 func (e *FatalError) Unwrap() error { return e.err }
 
 // Need is what a command will use: the consumer groups it joins, the
-// topics it reads, the topics it writes.
+// share groups it joins, the topics it reads, the topics it writes.
 type Need struct {
 	Groups []string
+	// Shares are the share groups of pipelines with consume: share
+	// (topics.ShareGroupID). The brokers must serve share groups
+	// (topics.CheckShareGroups): a broker that does not is fatal.
+	Shares []Share
 	Read   []string
 	Write  []string
+}
+
+// Share is a share group a command joins and the pipeline whose main
+// topic it reads, for the error that names both.
+type Share struct {
+	Pipeline, Group string
 }
 
 // Check connects with c's settings and, within CheckTimeout, asks for the
@@ -49,9 +61,13 @@ type Need struct {
 // what retrying cannot fix (Fatal classifies; a topic it must read and may
 // not is one). A topic it writes and may not is a warning, not an error:
 // the processor blocks on such a write and reports it until the ACL is
-// granted. Any other failure (a broker not up yet, a timeout) is returned
-// as it is: a caller may go on, its clients retry those. A topic that does
-// not exist is not checked here.
+// granted. Share groups on brokers that do not serve them (Kafka before
+// 4.2, or 4.1 without share.version=1) are a *FatalError naming the
+// pipelines, the broker, its version and what it lacks; a share group's
+// coordinator is looked up as a consumer group's is. Any other failure (a
+// broker not up yet, a timeout) is returned as it is: a caller may go on,
+// its clients retry those. A topic that does not exist is not checked
+// here.
 func Check(ctx context.Context, c *config.Config, need Need) (warnings []string, err error) {
 	opts, err := Opts(c)
 	if err != nil {
@@ -98,10 +114,54 @@ func Check(ctx context.Context, c *config.Config, need Need) (warnings []string,
 			warnings = append(warnings, TopicDenied(c, t, "WRITE").Error()+"; until then every write to it blocks, and nothing is committed past it")
 		}
 	}
-	if len(need.Groups) == 0 {
+	if len(need.Shares) > 0 {
+		if err := shareSupport(ctx, c, cl, need.Shares); err != nil {
+			return warnings, err
+		}
+	}
+	groups := slices.Clone(need.Groups)
+	share := make(map[string]bool, len(need.Shares))
+	for _, s := range need.Shares {
+		groups = append(groups, s.Group)
+		share[s.Group] = true
+	}
+	if len(groups) == 0 {
 		return warnings, nil
 	}
-	return warnings, coordinators(ctx, c, adm, need.Groups)
+	return warnings, coordinators(ctx, c, adm, groups, share)
+}
+
+// shareSupport is Check's verdict on the brokers for shares: a
+// *FatalError when one does not serve share groups (no retry makes a
+// broker upgrade itself), the request's error when they did not answer.
+func shareSupport(ctx context.Context, c *config.Config, cl *kgo.Client, shares []Share) error {
+	err := topics.CheckShareGroups(ctx, cl)
+	if err == nil {
+		return nil
+	}
+	if f := Fatal(c, err); f != nil {
+		return f
+	}
+	var no *topics.NoShareGroupsError
+	if !errors.As(err, &no) {
+		return err
+	}
+	return &FatalError{err: err, msg: noShareGroups(shares, no)}
+}
+
+// noShareGroups words a broker without share groups for the pipelines
+// that need them: "pipeline orders has consume: share, but the broker at
+// ... does not support share groups (...)".
+func noShareGroups(shares []Share, no *topics.NoShareGroupsError) string {
+	names := make([]string, len(shares))
+	for i, s := range shares {
+		names[i] = s.Pipeline
+	}
+	who := "pipeline " + names[0] + " has"
+	if len(names) > 1 {
+		who = "pipelines " + strings.Join(names, ", ") + " have"
+	}
+	return who + " consume: share, but " + no.Error()
 }
 
 // coordinatorWait bounds how long the check waits for a group's
@@ -113,8 +173,10 @@ const coordinatorWait = 8 * time.Second
 
 // coordinators finds the coordinator of each group, asking again every
 // 250 ms within coordinatorWait for the groups whose answer was a
-// retriable error (the coordinator not available or still loading).
-func coordinators(ctx context.Context, c *config.Config, adm *kadm.Client, groups []string) error {
+// retriable error (the coordinator not available or still loading). A
+// share group's coordinator is a group coordinator too; share names the
+// share groups, for the errors.
+func coordinators(ctx context.Context, c *config.Config, adm *kadm.Client, groups []string, share map[string]bool) error {
 	wait, cancel := context.WithTimeout(ctx, coordinatorWait)
 	defer cancel()
 	pending := groups
@@ -126,7 +188,10 @@ func coordinators(ctx context.Context, c *config.Config, adm *kadm.Client, group
 				continue
 			}
 			if f := Fatal(c, r.Err); f != nil {
-				if errors.Is(r.Err, kerr.GroupAuthorizationFailed) {
+				switch {
+				case errors.Is(r.Err, kerr.GroupAuthorizationFailed) && share[g]:
+					f = ShareGroupDenied(c, g, r.Err)
+				case errors.Is(r.Err, kerr.GroupAuthorizationFailed):
 					f = GroupDenied(c, g, r.Err)
 				}
 				return f
@@ -134,7 +199,11 @@ func coordinators(ctx context.Context, c *config.Config, adm *kadm.Client, group
 			if kerr.IsRetriable(r.Err) {
 				retry = append(retry, g)
 			}
-			errs = append(errs, fmt.Errorf("consumer group %s: %w", g, r.Err))
+			kind := "consumer group"
+			if share[g] {
+				kind = "share group"
+			}
+			errs = append(errs, fmt.Errorf("%s %s: %w", kind, g, r.Err))
 		}
 		if len(errs) == 0 || len(retry) < len(errs) {
 			return errors.Join(errs...)
@@ -185,6 +254,12 @@ func TopicDenied(c *config.Config, topic, op string) *FatalError {
 // GroupDenied is the error for a consumer group the user may not use.
 func GroupDenied(c *config.Config, group string, err error) *FatalError {
 	h := acl.Group(principal(c), group)
+	return &FatalError{err: err, msg: h.Refused + ": " + who(c) + " may not use it; " + h.Grant}
+}
+
+// ShareGroupDenied is the error for a share group the user may not use.
+func ShareGroupDenied(c *config.Config, group string, err error) *FatalError {
+	h := acl.ShareGroup(principal(c), group)
 	return &FatalError{err: err, msg: h.Refused + ": " + who(c) + " may not use it; " + h.Grant}
 }
 

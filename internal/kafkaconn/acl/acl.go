@@ -98,6 +98,16 @@ func Group(p Principal, group string) Hint {
 	}
 }
 
+// ShareGroup is the hint for a share group p may not use: joining it,
+// fetching and acknowledging records in it all need READ on it, as a
+// consumer group's do.
+func ShareGroup(p Principal, group string) Hint {
+	return Hint{
+		Refused: fmt.Sprintf("share group %s: GROUP_AUTHORIZATION_FAILED", group),
+		Grant:   grant(p, Read, "group "+group, "--group "+group),
+	}
+}
+
 // TransactionalID is the hint for op (Write, Describe) refused on a
 // transactional id: an exactly-once producer needs both.
 func TransactionalID(p Principal, op Op, id string) Hint {
