@@ -392,6 +392,7 @@ func dead(meta retry.Meta, reason, early string) decision {
 // max times with no outcome: each delivery ended the process that had it
 // (or its lock ran out), so it is dead-lettered before it is handled again.
 func crashed(meta retry.Meta, deliveries, max int, now time.Time) decision {
+	meta.Deliveries = deliveries
 	fail(&meta, now, retry.ClassPermanent, CodeCrashed,
 		fmt.Sprintf("delivered %d times with no outcome (max_deliveries %d): handling it ended the process each time", deliveries, max))
 	return dead(meta, reasonCrashed, reasonCrashed)

@@ -97,6 +97,15 @@ func (s *shareReader) prepare(ctx context.Context) error {
 		s.p.log.Warn("could not set the share group's configs: run `redrive topics ensure`, or grant ALTER_CONFIGS on the group; at Kafka's defaults a new share group skips what was written before it started",
 			"group", g, "err", err)
 	}
+	// A pipeline switched from consume: group starts where its consumer
+	// group left the main topic, not at the earliest record.
+	seeded, err := topics.SeedShareGroup(ctx, kadm.NewClient(s.cl), s.p.cfg.Name, s.p.cfg.Topic)
+	switch {
+	case err != nil:
+		s.p.log.Warn("could not seed the share group's start offsets from the consumer group's; a new share group starts at the earliest record", "group", g, "err", err)
+	case seeded:
+		s.p.log.Info("share group starts where the consumer group left the main topic", "group", g, "consumer_group", s.p.cfg.GroupID())
+	}
 	return nil
 }
 

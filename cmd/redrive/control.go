@@ -21,6 +21,7 @@ import (
 	"github.com/redrive/redrive/dlq/dlqread"
 	"github.com/redrive/redrive/internal/config"
 	"github.com/redrive/redrive/internal/kafkaconn"
+	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/control"
 )
 
@@ -161,6 +162,16 @@ func scopeOf(c *config.Config, pipeline string) string {
 	return ""
 }
 
+// consumeOf is how the config says pipeline reads its main topic.
+func consumeOf(c *config.Config, pipeline string) string {
+	for _, p := range c.Pipelines {
+		if p.Name == pipeline {
+			return p.Consume
+		}
+	}
+	return ""
+}
+
 // needTopic is a clear error when the control topic does not exist: a
 // write would otherwise wait for it until the timeout.
 func needTopic(ctx context.Context, cl *kgo.Client, topic string, g *globals) error {
@@ -263,6 +274,8 @@ type controlStatus struct {
 type pipelineControl struct {
 	Name  string `json:"name"`
 	Scope string `json:"scope"` // as the config says
+	// Consume is group or share, as the config says.
+	Consume string `json:"consume"`
 	// Paused is the operator's pause in force; nil when none is.
 	Paused *pauseInForce `json:"paused"`
 	// Line are the shared stops in force.
@@ -299,7 +312,7 @@ func statusOfControl(c *config.Config, s *control.State, topic string, names []s
 	v := controlStatus{Topic: topic, At: now.UTC(), Pipelines: []pipelineControl{}}
 	replicas := s.Replicas(now)
 	for _, name := range names {
-		p := pipelineControl{Name: name, Scope: scopeOf(c, name), Line: stopsInForce(s, name, now), Replicas: []replicaControl{}}
+		p := pipelineControl{Name: name, Scope: scopeOf(c, name), Consume: consumeOf(c, name), Line: stopsInForce(s, name, now), Replicas: []replicaControl{}}
 		if r, ok := s.Paused(name); ok {
 			p.Paused = &pauseInForce{Reason: r.Pause.Reason, By: r.Instance, Since: r.At}
 		}
@@ -332,10 +345,15 @@ func (v controlStatus) write(w io.Writer) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
+		how := "scope " + p.Scope
+		if p.Consume == string(processor.ConsumeShare) {
+			// Budgets are split by the replicas counted, not partitions.
+			how += ", consume share"
+		}
 		if p.Paused != nil {
-			fmt.Fprintf(w, "%s (scope %s): PAUSED by %s since %s (%s)%s\n", p.Name, p.Scope, p.Paused.By, clock(p.Paused.Since), ago(now, p.Paused.Since), suffix(p.Paused.Reason))
+			fmt.Fprintf(w, "%s (%s): PAUSED by %s since %s (%s)%s\n", p.Name, how, p.Paused.By, clock(p.Paused.Since), ago(now, p.Paused.Since), suffix(p.Paused.Reason))
 		} else {
-			fmt.Fprintf(w, "%s (scope %s): not paused\n", p.Name, p.Scope)
+			fmt.Fprintf(w, "%s (%s): not paused\n", p.Name, how)
 		}
 		if len(p.Line) == 0 {
 			fmt.Fprintln(w, "  shared line: no stop in force")

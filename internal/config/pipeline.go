@@ -195,6 +195,7 @@ func (p Pipeline) TopicSpec() topics.PipelineSpec {
 		// A callback is needed for the wait and its margin (a processor
 		// reads that far back at start).
 		CallbacksKeep: p.callbacksKeep(),
+		Share:         processor.Consume(p.Consume) == processor.ConsumeShare,
 	}
 }
 
