@@ -29,6 +29,7 @@
 //	what is forwarded to failover_to                 line_failover.go
 //	the line shared with the pipeline's other processes line_shared.go
 //	each process's share of the budgets              share.go
+//	the main topic read by a share group (consume: share) sharegroup.go
 //	the control topic: read, followed, written       controlplane.go, control/
 //	how an outcome record is built and sized         deadletter.go
 //	how an outcome is written and retried            write.go
