@@ -42,6 +42,9 @@ type Pipeline struct {
 	// TransactionalID(Options.Instance): a read_committed reader of the
 	// republish targets sees every republish once, even across kill -9.
 	ExactlyOnce bool
+	// Share (consume: share): the main topic is read by the share group
+	// topics.ShareGroupID(Name); the flow view reads its start offsets.
+	Share bool
 }
 
 // GroupID is the rule worker's consumer group.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/redrive/redrive/topics"
 )
 
 // Tier is one retry tier of a pipeline, for the flow view.
@@ -75,6 +77,11 @@ type FlowTopic struct {
 	// Group consumes the topic (the processors; the rule worker for the
 	// DLQ); empty for results, which redrive does not read.
 	Group string `json:"group,omitempty"`
+	// Share: Group is a share group (the main topic of a pipeline with
+	// consume: share); Committed is then its share-partition start
+	// offsets: every record before them is acknowledged, and Waiting
+	// counts the records after them, acquired ones included.
+	Share bool `json:"share,omitempty"`
 	// Committed is the sum of Group's committed offsets (the log start
 	// where it committed none); Waiting = End − Committed, the records not
 	// yet finished (consumer lag); DonePerSecond how fast Committed grows.
@@ -126,7 +133,11 @@ type flowState struct {
 // flowTopics are p's topics in flow order with role and name.
 func (p *pipe) flowTopics() []FlowTopic {
 	g := "redrive." + p.cfg.Name
-	ts := []FlowTopic{{Role: "main", Name: "main", Topic: p.cfg.Topic, Group: g}}
+	main := FlowTopic{Role: "main", Name: "main", Topic: p.cfg.Topic, Group: g}
+	if p.cfg.Share {
+		main.Group, main.Share = topics.ShareGroupID(p.cfg.Name), true
+	}
+	ts := []FlowTopic{main}
 	for _, t := range p.cfg.Tiers {
 		ts = append(ts, FlowTopic{Role: "tier", Name: t.Name, Topic: t.Topic, Group: g})
 	}
@@ -190,6 +201,15 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 		if t.Group == "" || committed[t.Group] != nil {
 			continue
 		}
+		if t.Share {
+			or, err := shareStarts(ctx, adm, t.Group)
+			if err != nil {
+				s.err = fmt.Errorf("describing the start offsets of share group %s: %w", t.Group, err)
+				return s
+			}
+			committed[t.Group] = or
+			continue
+		}
 		// A group that never committed answers with no offsets, not an
 		// error, on Apache Kafka; some brokers (kfake) answer
 		// GROUP_ID_NOT_FOUND for a group that does not exist yet: the same.
@@ -223,6 +243,32 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 		}
 	}
 	return s
+}
+
+// shareStarts are a share group's share-partition start offsets, in the
+// form of committed offsets: a group that does not exist yet has none.
+func shareStarts(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+	d, err := adm.DescribeShareGroupOffsets(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	or := kadm.OffsetResponses{}
+	g, ok := d[group]
+	if !ok || errors.Is(g.Err, kerr.GroupIDNotFound) {
+		return or, nil
+	}
+	if g.Err != nil {
+		return nil, g.Err
+	}
+	for topic, parts := range g.Offsets {
+		for part, so := range parts {
+			if so.Err != nil || so.StartOffset < 0 {
+				continue
+			}
+			or.Add(kadm.OffsetResponse{Offset: kadm.Offset{Topic: topic, Partition: part, At: so.StartOffset}})
+		}
+	}
+	return or, nil
 }
 
 // flowNow is p's Flow from its samples.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redrive/redrive/analyzer"
 	"github.com/redrive/redrive/internal/kafkatest"
+	"github.com/redrive/redrive/topics"
 )
 
 // TestFlowFromOffsets checks GET /api/pipelines against offsets set by
@@ -125,5 +126,78 @@ func TestFlowFromOffsets(t *testing.T) {
 	}
 	if f.Main.Waiting != 44 || f.Tiers[0].InPerSecond != 0 {
 		t.Errorf("main waiting %d (want 44), tier rate %v (want 0)", f.Main.Waiting, f.Tiers[0].InPerSecond)
+	}
+}
+
+// TestFlowShareGroup: a pipeline with consume: share shows its main
+// topic's share group, and what waits is what lies after the group's
+// share-partition start offsets (every record before them is
+// acknowledged).
+func TestFlowShareGroup(t *testing.T) {
+	c := kafkatest.New(t)
+	main := kafkatest.Topic(t, "flowshare")
+	tier, dlqT := main+".retry.1s", main+".dlq"
+	for _, n := range []string{main, tier, dlqT} {
+		c.CreateTopic(t, n, 2, nil)
+	}
+	cl := c.Client(t, kgo.ProducerLinger(time.Millisecond), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	var rs []*kgo.Record
+	for i := range 10 {
+		rs = append(rs, &kgo.Record{Topic: main, Partition: int32(i % 2), Value: []byte("x")})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	group := topics.ShareGroupID(main)
+	var os kadm.Offsets
+	os.Add(kadm.Offset{Topic: main, Partition: 0, At: 4, LeaderEpoch: -1})
+	os.Add(kadm.Offset{Topic: main, Partition: 1, At: 2, LeaderEpoch: -1})
+	resps, err := kadm.NewClient(cl).AlterShareGroupOffsets(ctx, group, os)
+	if err == nil {
+		err = resps.Error()
+	}
+	if err != nil {
+		t.Fatalf("set the share group's start offsets: %v", err)
+	}
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+		Pipelines: []analyzer.Pipeline{{Name: main, Topic: main, DLQ: dlqT, Share: true,
+			Tiers: []analyzer.Tier{{Name: "1s", Topic: tier}}}},
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		FlowEvery: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	srv := httptest.NewServer(a.Handler(""))
+	defer srv.Close()
+	var f analyzer.Flow
+	ok := kafkatest.Eventually(20*time.Second, func() bool {
+		resp, err := http.Get(srv.URL + "/api/pipelines")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var fr analyzer.FlowResponse
+		if json.NewDecoder(resp.Body).Decode(&fr) != nil || len(fr.Pipelines) != 1 {
+			return false
+		}
+		f = fr.Pipelines[0]
+		return f.SampledAt != "" && f.Main.End == 10
+	})
+	if !ok {
+		t.Fatalf("no sample within 20s: %+v", f)
+	}
+	if f.Error != "" || !f.Main.Share || f.Main.Group != group || f.Main.Committed != 6 || f.Main.Waiting != 4 {
+		t.Errorf("main = %+v (error %q), want share group %s, committed 6, waiting 4", f.Main, f.Error, group)
+	}
+	if len(f.Tiers) != 1 || f.Tiers[0].Group != "redrive."+main || f.Tiers[0].Share {
+		t.Errorf("tiers = %+v, want the consumer group redrive.%s", f.Tiers, main)
 	}
 }

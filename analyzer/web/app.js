@@ -262,10 +262,12 @@
         "data-in": t.in_per_second,
         "data-done": consumed ? t.done_per_second : null,
       },
-      el("div", { class: "fhead" }, el("span", { class: "ftitle", text: ROLE_TITLE[t.role] + (t.role === "tier" ? " " + t.name : "") })),
+      el("div", { class: "fhead" }, el("span", { class: "ftitle", text: ROLE_TITLE[t.role] + (t.role === "tier" ? " " + t.name : "") + (t.share ? " · share group" : "") })),
       el("code", { class: "ftopic", title: t.topic, text: t.topic }),
       consumed
-        ? metric(WAITING_LABEL[t.role], "waiting big", t.waiting, fmtInt(t.waiting), `records written to ${t.topic} and not yet finished by ${t.group} (consumer lag)`)
+        ? metric(WAITING_LABEL[t.role], "waiting big", t.waiting, fmtInt(t.waiting), t.share
+            ? `records written to ${t.topic} and not yet acknowledged by the share group ${t.group} (after its start offsets; acquired ones included)`
+            : `records written to ${t.topic} and not yet finished by ${t.group} (consumer lag)`)
         : metric("written", "end big", t.end, fmtInt(t.end), `records in ${t.topic} (sum of end offsets)`),
       el(
         "div",

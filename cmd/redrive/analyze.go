@@ -70,7 +70,8 @@ func newAnalyzer(c *config.Config, o *obs.Server, set ...func(*analyzer.Options)
 	ao.ControlTopic = c.Control.Topic
 	for _, p := range c.Pipelines {
 		ap := analyzer.Pipeline{Name: p.Name, Topic: p.Topic, DLQ: p.DLQTopic(), Rules: dlq.RulesFor(rules, p.Name), Results: p.Results,
-			ExactlyOnce: processor.Delivery(p.Delivery) == processor.ExactlyOnce}
+			ExactlyOnce: processor.Delivery(p.Delivery) == processor.ExactlyOnce,
+			Share:       processor.Consume(p.Consume) == processor.ConsumeShare}
 		s := p.Schedule()
 		for i, t := range p.TierTopics() {
 			ap.Tiers = append(ap.Tiers, analyzer.Tier{Name: s.TierName(i), Topic: t})
