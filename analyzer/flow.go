@@ -202,7 +202,7 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 			continue
 		}
 		if t.Share {
-			or, err := shareStarts(ctx, adm, t.Group)
+			or, err := shareStarts(ctx, adm, t.Group, ends)
 			if err != nil {
 				s.err = fmt.Errorf("describing the start offsets of share group %s: %w", t.Group, err)
 				return s
@@ -245,9 +245,12 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 	return s
 }
 
-// shareStarts are a share group's share-partition start offsets, in the
-// form of committed offsets: a group that does not exist yet has none.
-func shareStarts(ctx context.Context, adm *kadm.Client, group string) (kadm.OffsetResponses, error) {
+// shareStarts is how far a share group acknowledged each partition, in the
+// form of committed offsets: the end offset less the broker's lag where it
+// gives one (the start offset it reports can trail what is acknowledged
+// after it), else the share-partition start offset; none for a group that
+// does not exist yet or a partition it has not started (the log start).
+func shareStarts(ctx context.Context, adm *kadm.Client, group string, ends kadm.ListedOffsets) (kadm.OffsetResponses, error) {
 	d, err := adm.DescribeShareGroupOffsets(ctx, group)
 	if err != nil {
 		return nil, err
@@ -262,10 +265,14 @@ func shareStarts(ctx context.Context, adm *kadm.Client, group string) (kadm.Offs
 	}
 	for topic, parts := range g.Offsets {
 		for part, so := range parts {
-			if so.Err != nil || so.StartOffset < 0 {
+			at := so.StartOffset
+			if end, ok := ends.Lookup(topic, part); ok && end.Err == nil && so.Lag >= 0 {
+				at = end.Offset - so.Lag
+			}
+			if so.Err != nil || at < 0 {
 				continue
 			}
-			or.Add(kadm.OffsetResponse{Offset: kadm.Offset{Topic: topic, Partition: part, At: so.StartOffset}})
+			or.Add(kadm.OffsetResponse{Offset: kadm.Offset{Topic: topic, Partition: part, At: at}})
 		}
 	}
 	return or, nil

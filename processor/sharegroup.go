@@ -287,9 +287,14 @@ func (s *shareReader) close() {
 	s.cl.Close()
 }
 
-// shareLag is the share group's lag on the main topic: records not yet
-// acknowledged (from the share-partition start offsets).
+// shareLag is the share group's lag on the main topic: the records not
+// acknowledged, acquired ones included. The broker's lag where it gives
+// one (the start offset it reports can trail what is acknowledged after
+// it); else the records after the start offset, or after the log start
+// where the group has none yet (nothing acknowledged there: -1;
+// share.auto.offset.reset=earliest).
 func (s *shareReader) shareLag(ctx context.Context, adm *kadm.Client) (int64, bool) {
+	topic := s.p.cfg.Topic
 	d, err := adm.DescribeShareGroupOffsets(ctx, s.p.cfg.ShareGroupID())
 	if err != nil {
 		return 0, false
@@ -298,11 +303,30 @@ func (s *shareReader) shareLag(ctx context.Context, adm *kadm.Client) (int64, bo
 	if !ok || g.Err != nil {
 		return 0, false
 	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, false
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return 0, false
+	}
 	var lag int64
-	for _, po := range g.Offsets[s.p.cfg.Topic] {
-		if po.Lag > 0 {
-			lag += po.Lag
+	for part, end := range ends[topic] {
+		if end.Err != nil {
+			return 0, false
 		}
+		at := starts[topic][part].Offset
+		if so, ok := g.Offsets.Lookup(topic, part); ok && so.Err == nil {
+			if so.Lag >= 0 {
+				lag += so.Lag
+				continue
+			}
+			if so.StartOffset >= 0 {
+				at = so.StartOffset
+			}
+		}
+		lag += max(0, end.Offset-at)
 	}
 	return lag, true
 }

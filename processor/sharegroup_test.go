@@ -10,12 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
+	"github.com/redrive/redrive/internal/promtest"
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/control"
 	"github.com/redrive/redrive/retry"
@@ -295,5 +298,39 @@ func setGroupConfig(t *testing.T, e *pipetest.Env, group, name, value string) {
 	}
 	if err != nil {
 		t.Fatalf("set %s=%s on group %s: %v", name, value, group, err)
+	}
+}
+
+// TestShareLagCountsWhatIsNotAcknowledged: redrive_share_lag (what KEDA
+// scales a share pipeline on) counts the main topic's records its share
+// group has not acknowledged: all of them while the service holds the
+// first calls, none once every outcome is written.
+func TestShareLagCountsWhatIsNotAcknowledged(t *testing.T) {
+	t.Parallel()
+	e := pipetest.New(t, "share-lag", 2, shareSchedule)
+	e.P.Consume = processor.ConsumeShare
+	release := make(chan struct{})
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return processor.Succeed(nil)
+	})
+	const n = 200
+	e.Produce(backlog(e.P.Topic, n)...)
+	reg := prometheus.NewRegistry()
+	e.Start(h, func(c *processor.Config) { c.Registerer = reg })
+	lag := func() float64 {
+		return promtest.Sum(t, reg, "redrive_share_lag", map[string]string{"pipeline": e.P.Name})
+	}
+	if !kafkatest.Eventually(30*time.Second, func() bool { return lag() == n }) {
+		t.Fatalf("redrive_share_lag %v while no record is finished, want %d", lag(), n)
+	}
+	close(release)
+	if !kafkatest.Eventually(30*time.Second, func() bool { return lag() == 0 }) {
+		got := e.CollectN(e.P.Results, n, 10*time.Second, time.Second)
+		d, err := kadm.NewClient(e.Client).DescribeShareGroupOffsets(context.Background(), e.P.ShareGroupID())
+		t.Fatalf("redrive_share_lag %v once every record is finished, want 0 (%d results; %v %+v)", lag(), len(got), err, d)
 	}
 }
