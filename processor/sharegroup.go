@@ -1,9 +1,11 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +32,18 @@ import (
 // last poll's records all are: at most a batch (Concurrency) is acquired
 // at a time, which is also what a kill -9 can make the group deliver
 // again.
+//
+// A record delivered again (its last delivery ended with no outcome: most
+// likely the process died) is a suspect: it may be the one that killed
+// it. Its batch's other records are handled first and their
+// acknowledgements flushed; then the suspects run one at a time, each
+// acknowledged before the next starts. So a record that ends the process
+// takes no record with it but the suspects not started yet, and the
+// delivery count, which counts every acquisition, grows only for those.
+// Suspects run in ascending offsets on odd delivery counts and descending
+// on even ones: the records a killer's crash held back from one side are
+// run before it on its next delivery, so with the default max_deliveries
+// one killer among its batch is dead-lettered alone.
 
 // shareRenewMax bounds how long a record's lock goes without a renew (and
 // the share connection without a request, which keeps it from being
@@ -47,6 +61,11 @@ type shareReader struct {
 	// parts are the main topic's partitions as the reader sees them (no
 	// ownership: they live as long as the pipeline). Under pipeline.mu.
 	parts map[int32]*partState
+
+	// suspects are records delivered again, not dispatched yet: they run
+	// one at a time once the rest of their batch is acknowledged. Only the
+	// reader's goroutine touches it.
+	suspects []*work
 
 	mu   sync.Mutex
 	held map[*work]time.Time // acquired, not acknowledged: when to renew next
@@ -115,8 +134,12 @@ func (s *shareReader) run(ctx context.Context) {
 	defer s.leave()
 	go s.renewLoop(ctx)
 	for ctx.Err() == nil {
-		if !s.waitIdle(ctx) {
+		if !s.waitHeld(ctx, len(s.suspects)) {
 			return
+		}
+		if len(s.suspects) > 0 {
+			s.runSuspect(ctx)
+			continue
 		}
 		n := min(s.p.space(), s.batch)
 		if n == 0 || s.p.mainStopped() {
@@ -141,14 +164,15 @@ func (s *shareReader) run(ctx context.Context) {
 	}
 }
 
-// waitIdle waits until every record of the last poll is acknowledged:
-// the next poll would accept the rest.
-func (s *shareReader) waitIdle(ctx context.Context) bool {
+// waitHeld waits until at most n records of the last poll are held (its
+// suspects not started yet): every other one is acknowledged. The next
+// poll would accept what is not.
+func (s *shareReader) waitHeld(ctx context.Context, n int) bool {
 	for {
 		s.mu.Lock()
-		n := len(s.held)
+		held := len(s.held)
 		s.mu.Unlock()
-		if n == 0 {
+		if held <= n {
 			return true
 		}
 		select {
@@ -157,6 +181,40 @@ func (s *shareReader) waitIdle(ctx context.Context) bool {
 		case <-s.wake:
 		}
 	}
+}
+
+// runSuspect starts the next suspect alone, once the broker has every
+// acknowledgement sent so far (a crash now costs the others nothing).
+func (s *shareReader) runSuspect(ctx context.Context) {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := s.cl.FlushAcks(fctx)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		s.p.log.Warn("share group: acknowledgements not flushed before a record delivered again runs alone", "err", err)
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	w := s.suspects[0]
+	s.suspects = s.suspects[1:]
+	s.p.mu.Lock()
+	s.p.dispatchLocked(w)
+	s.p.mu.Unlock()
+}
+
+// suspectOrder sorts suspects: by delivery count, then by partition, then
+// by offset, ascending on odd counts and descending on even ones.
+func suspectOrder(a, b *work) int {
+	if c := cmp.Compare(a.deliveries, b.deliveries); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.rec.Partition, b.rec.Partition); c != 0 {
+		return c
+	}
+	if a.deliveries%2 == 0 {
+		return cmp.Compare(b.rec.Offset, a.rec.Offset)
+	}
+	return cmp.Compare(a.rec.Offset, b.rec.Offset)
 }
 
 func (s *shareReader) sleep(ctx context.Context, d time.Duration) {
@@ -198,7 +256,18 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 		s.held[w] = now.Add(s.renewEvery)
 		s.mu.Unlock()
 		p.noteOversize(w)
+		// Past max_deliveries it is dead-lettered without a call: no
+		// need to run it alone.
+		if w.deliveries > 1 && w.deliveries <= p.cfg.MaxDeliveries {
+			s.suspects = append(s.suspects, w)
+			continue
+		}
 		p.dispatchLocked(w)
+	}
+	if len(s.suspects) > 0 {
+		slices.SortFunc(s.suspects, suspectOrder)
+		p.log.Info("share group: records delivered again after a delivery that ended with no outcome (a process died?) run one at a time, after the rest of their batch",
+			"records", len(s.suspects))
 	}
 }
 
@@ -274,6 +343,13 @@ func (s *shareReader) leave() {
 		ps.leaving.Store(true)
 	}
 	s.p.mu.Unlock()
+	s.mu.Lock()
+	for _, w := range s.suspects {
+		w.rec.Ack(kgo.AckRelease)
+		delete(s.held, w)
+	}
+	s.mu.Unlock()
+	s.suspects = nil
 }
 
 // close sends what is acknowledged and leaves the group; a record still
