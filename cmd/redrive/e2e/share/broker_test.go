@@ -17,7 +17,8 @@ import (
 )
 
 // tally follows topics from their start while the test runs and counts
-// records per value (the results carry the request as their value).
+// records per value: the tests' requests carry their id as key and value,
+// their dead letters keep it, and the handlers write it as the result.
 type tally struct {
 	mu    sync.Mutex
 	by    map[string]map[string]int // topic → value → records
@@ -66,6 +67,13 @@ func (ta *tally) distinct(topic string) int {
 	ta.mu.Lock()
 	defer ta.mu.Unlock()
 	return len(ta.by[topic])
+}
+
+// seen is how many values the topics hold, together.
+func (ta *tally) seen() int {
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return len(ta.first)
 }
 
 // counts is a copy of topic's records per value.

@@ -156,7 +156,8 @@ func killRun(t *testing.T, mode processor.Consume) killRow {
 		ctx := context.Background()
 		for i := 0; i < killRequests; i += batch {
 			for j := i; j < i+batch && j < killRequests; j++ {
-				r := &kgo.Record{Topic: e.P.Topic, Key: fmt.Appendf(nil, "req-%d", j), Value: []byte("v")}
+				id := fmt.Appendf(nil, "req-%d", j)
+				r := &kgo.Record{Topic: e.P.Topic, Key: id, Value: id}
 				e.Client.Produce(ctx, r, func(_ *kgo.Record, err error) {
 					if err != nil {
 						produceErr.CompareAndSwap(nil, err)
