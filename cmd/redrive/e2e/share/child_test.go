@@ -44,6 +44,7 @@ const (
 	lineInflight = "inflight " // every 100 ms: Status().Pipelines[0].Inflight
 	lineJoined   = "joined"    // once: in the consumer group
 	linePoison   = "poison"    // the poison record reached the handler
+	lineCalled   = "called"    // once: the handler was called
 )
 
 // runChild runs the processor of spec (JSON) until SIGTERM or SIGKILL and
@@ -111,7 +112,9 @@ func report(ctx context.Context, pr *processor.Processor) {
 // key) as the result; a request whose number is a multiple of 10 fails
 // once (its first attempt), so that the tier is read too.
 func workHandler() processor.Handler {
+	var called sync.Once
 	return processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		called.Do(func() { fmt.Fprintln(os.Stdout, lineCalled) })
 		id := string(req.Record.Key)
 		select {
 		case <-time.After(5*time.Millisecond + rand.N(15*time.Millisecond)):
@@ -228,6 +231,7 @@ type childOut struct {
 	partial  []byte
 	inflight atomic.Int64
 	joined   atomic.Bool
+	called   atomic.Bool
 	poisoned atomic.Bool
 }
 
@@ -252,6 +256,8 @@ func (c *childOut) Write(p []byte) (int, error) {
 			c.joined.Store(true)
 		case line == linePoison:
 			c.poisoned.Store(true)
+		case line == lineCalled:
+			c.called.Store(true)
 		}
 		c.log.WriteString(line)
 		c.log.WriteByte('\n')
