@@ -8,7 +8,7 @@
 //
 // -only runs some scenarios instead of all (comma-separated: ceiling,
 // happy, happy-eos, failure, failure-eos, paced, slow, analyzer, scaling,
-// outage, flow); ratios to the ceiling need "ceiling" among them.
+// outage, flow, share); ratios to the ceiling need "ceiling" among them.
 // happy-eos and failure-eos are the happy and failure paths with delivery
 // exactly-once (-bench.delivery exactly-once), printed below their
 // at-least-once rows with the ratio to them too. For example the outage
@@ -29,8 +29,17 @@
 // the offered rates do not, and the scenarios' times scale with the
 // offered duration).
 //
+// share (BenchmarkShareScaling, cmd/redrive/e2e/share) is consume: share
+// against consume: group where the work is latency-bound: 2 partitions, a
+// service taking 200 ms per call, Concurrency 8 per replica; records/s
+// with 2 replicas, then 6, in each mode, over -share-steady of steady
+// state per phase. It prints a table of its own: 6 share replicas should
+// handle at least 2.5 times what 2 do, 6 group replicas no more than 2
+// (one per partition). It takes about 2 minutes.
+//
 // The benchmarks themselves are ordinary Go benchmarks
-// (processor/bench_test.go, analyzer/bench_test.go); this command only
+// (processor/bench_test.go, analyzer/bench_test.go,
+// cmd/redrive/e2e/share/scaling_test.go); this command only
 // builds their test binaries, runs them with -test.benchtime 1x and reads
 // the metrics they report.
 package main
@@ -73,9 +82,13 @@ var (
 	maxBatch    = flag.Int("maxbatch", 0, "MaxBatch of the exactly-once runs (happy-eos, failure-eos; 0: the default)")
 	eosDefRecs  = flag.Int("eos-default-records", 200000, "records of the exactly-once happy path with the default MaxInflight")
 	flowScale   = flag.Float64("flow-scale", 1, "multiplies the requests offered by the flow scenarios (-bench.flowscale): 0.25 for a quick trial")
+	shareSteady = flag.Duration("share-steady", 15*time.Second, "steady state measured per phase of the share scenario (-share.steady)")
 )
 
-var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage", "flow"}
+var scenarios = []string{"ceiling", "happy", "happy-eos", "failure", "failure-eos", "paced", "slow", "analyzer", "scaling", "outage", "flow", "share"}
+
+// ownTable are the scenarios printed in a table of their own.
+var ownTable = []string{"outage", "flow", "share"}
 
 // defaults are the flags of a run at the processor's default settings
 // (concurrency 64, max_inflight the larger of 4096 and 4 × concurrency).
@@ -117,9 +130,13 @@ func main() {
 	defer os.RemoveAll(dir)
 	began := time.Now()
 	procBin, anBin := filepath.Join(dir, "processor.test"), filepath.Join(dir, "analyzer.test")
+	shareBin := filepath.Join(dir, "share.test")
 	bins := map[string]string{"./processor": procBin}
 	if selected("analyzer") {
 		bins["./analyzer"] = anBin
+	}
+	if selected("share") {
+		bins["./cmd/redrive/e2e/share"] = shareBin
 	}
 	for pkg, out := range bins {
 		step("building %s", pkg)
@@ -168,6 +185,7 @@ func main() {
 		"-bench.outagerate", strconv.Itoa(*outageRate), "-bench.openfor", outageOpen.String(), "-bench.maxopen", outageMax.String())
 	// Sixteen runs of up to offered + 120 s each: past the default timeout.
 	flow := run("flow", procBin, "^BenchmarkFlow$", "-bench.flowscale", strconv.FormatFloat(*flowScale, 'g', -1, 64), "-test.timeout", "90m")
+	share := run("share", shareBin, "^BenchmarkShareScaling$", "-share.steady", shareSteady.String())
 	ceil2 := one(run("ceiling", procBin, "^BenchmarkCeiling$", "-bench.records", n))
 
 	ceiling := (ceil1["records/s"] + ceil2["records/s"]) / 2
@@ -196,7 +214,7 @@ func main() {
 	fmt.Printf("\nredrive benchmarks, %s, %s\n", time.Now().UTC().Format("2006-01-02 15:04 MST"), hostinfo.Describe())
 	mainTable := false
 	for _, name := range scenarios {
-		mainTable = mainTable || (name != "outage" && name != "flow" && selected(name))
+		mainTable = mainTable || (!slices.Contains(ownTable, name) && selected(name))
 	}
 	fmt.Printf("broker %s", os.Getenv("REDRIVE_TEST_BROKERS"))
 	if mainTable {
@@ -260,6 +278,9 @@ func main() {
 	if selected("flow") {
 		flowTable(flow)
 	}
+	if selected("share") {
+		shareTable(share)
+	}
 	fmt.Printf("\nTook %s; full output in %s.\n", time.Since(began).Round(time.Second), *logPath)
 }
 
@@ -293,6 +314,42 @@ func outageTable(rs map[string]result) {
 	fmt.Println("\nlost = offered − (results + dead letters), must be 0; wasted calls: handler calls during the outage; first success: the first handler call after the outage that succeeded; " +
 		"full rate: the first 100 ms interval after the outage with results acknowledged at ≥ 90 % of the offered rate; backlog cleared: every record offered before the outage ended has its result or dead letter acknowledged; " +
 		"longest wait: offered → final outcome acknowledged. Times in seconds, from kgo acknowledgements and handler call times.")
+}
+
+// shareTable prints scenario 9: BenchmarkShareScaling, one row per mode.
+func shareTable(rs map[string]result) {
+	fmt.Printf("\n9 share: consume: share against consume: group, latency-bound: a backlog on 2 partitions, a handler taking 200 ms per call, Concurrency 8 per replica (at most 40 calls/s each), MaxInflight default, in one process; "+
+		"records/s over %s of steady state per phase (share: once every replica is calling; group: once the group is stable), first with 2 replicas, then with 4 more\n\n", *shareSteady)
+	fmt.Println("| # | consume | 2 replicas (records/s) | 6 replicas (records/s) | ratio 6/2 | replicas calling with 6 | promised |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---|")
+	for _, mode := range []string{"share", "group"} {
+		r, ok := rs["BenchmarkShareScaling/consume="+mode]
+		if !ok {
+			fmt.Printf("| 9 | %s | failed: see the log ||||||\n", mode)
+			continue
+		}
+		two, six := r["rec/s-2r"], r["rec/s-6r"]
+		ratio, promise := "–", ""
+		if two > 0 {
+			ratio = fmt.Sprintf("%.2f", six/two)
+		}
+		switch mode {
+		case "share":
+			promise = "6 handle ≥ 2.5 × what 2 do: " + met(two > 0 && six/two >= 2.5)
+		case "group":
+			// Nothing added: within the noise of two equal rates.
+			promise = "replicas 3-6 add nothing: " + met(two > 0 && six/two < 1.1)
+		}
+		fmt.Printf("| 9 | %s | %s | %s | %s | %s | %s |\n", mode, f1(two), f1(six), ratio, n0(r["calling-6r"]), promise)
+	}
+	fmt.Println("\nrecords/s: handler calls finished per second in the window (every call succeeds, so one per record); replicas calling: those that finished a call in the window.")
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
 }
 
 // breakerTrips is when the default breaker opens, and its probes.
