@@ -356,6 +356,9 @@ func (p *pipeline) run(ctx context.Context) error {
 	// loop ends with an error (a fenced exactly-once producer).
 	ctx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
+	// /healthz names the pipeline from start: the group may join (and
+	// /readyz say ready) while the probe below still runs.
+	p.beat()
 	p.probe(ctx)
 	if p.share != nil {
 		if err := p.share.prepare(ctx); err != nil {
