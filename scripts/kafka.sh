@@ -201,9 +201,9 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
-# Share groups (4.2+, share.version finalized at format by default): the
-# broker's defaults on purpose (group.share.record.lock.duration.ms 30 s,
-# group.share.delivery.count.limit 5), the ones users run with.
+# Share groups need 4.2+; on 4.4.0 format finalizes share.version by
+# itself. The broker's share defaults are kept on purpose (record lock
+# 30 s, delivery count limit 5): the ones users run with.
 # No 3 s wait before the first rebalance; crash tests use short sessions.
 group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=1000
