@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -232,12 +233,22 @@ func clientsDir(t *testing.T) string {
 // ---- Java kafka-clients ----
 
 // kafkaVersion is the broker's (scripts/kafka.sh), and so the Java
-// client's.
-func kafkaVersion() string {
+// client's: KAFKA_VERSION, else the default kafka.sh pins, read from the
+// script so that the two cannot drift apart.
+func kafkaVersion(t *testing.T) string {
+	t.Helper()
 	if v := os.Getenv("KAFKA_VERSION"); v != "" {
 		return v
 	}
-	return "4.1.1"
+	script, err := os.ReadFile(filepath.Join("..", "scripts", "kafka.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^KAFKA_VERSION="\$\{KAFKA_VERSION:-([0-9.]+)\}"$`).FindSubmatch(script)
+	if m == nil {
+		t.Fatal(`scripts/kafka.sh has no KAFKA_VERSION="${KAFKA_VERSION:-<default>}" line`)
+	}
+	return string(m[1])
 }
 
 var resolveMu sync.Mutex
@@ -257,7 +268,7 @@ func kafkaClientsJars(t *testing.T, mvn string) string {
 		}
 		cache = filepath.Join(home, ".cache", "redrive")
 	}
-	v := kafkaVersion()
+	v := kafkaVersion(t)
 	dir := filepath.Join(cache, "kafka-clients-"+v)
 	if _, err := os.Stat(filepath.Join(dir, ".complete")); err == nil {
 		return dir
