@@ -3,7 +3,6 @@ package share
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -22,38 +21,19 @@ import (
 const crashRequests = 500
 
 // TestShareCrashingRecordDeadLettered: a record whose handling ends the
-// process (the handler exits on it) among 500 good ones, its one replica
-// restarted each time it dies. The process dies MaxDeliveries times, no
-// more: the record's next delivery dead-letters it "crashed" without
-// calling the handler; every other record gets its result.
+// process (the handler exits on it) among 500 good ones, a share pipeline
+// at the defaults, its one replica restarted each time it dies. The
+// process dies MaxDeliveries times, no more: the record's next delivery
+// dead-letters it "crashed" without calling the handler. Every other
+// record gets its result, those acquired with it (up to Concurrency, held
+// each time the process died) included: none is dead-lettered for it.
 func TestShareCrashingRecordDeadLettered(t *testing.T) {
-	// One record held at a time, so that each death is the poison
-	// record's delivery alone (the defaults: the next test).
-	crashRun(t, 1)
-}
-
-// TestShareCrashingRecordSparesItsBatch is the same at the defaults: the
-// records acquired with the poison one (up to Concurrency of them) die
-// with the process each time, are delivered again as often, and must not
-// be dead-lettered "crashed" for it.
-func TestShareCrashingRecordSparesItsBatch(t *testing.T) {
-	if os.Getenv("REDRIVE_TEST_SHARE_BATCH") == "" {
-		t.Skip("fails with this processor: the records acquired with a record that crashes the process are dead-lettered \"crashed\" with it " +
-			"(63 of 500 at Concurrency 64); set REDRIVE_TEST_SHARE_BATCH=1 to run it")
-	}
-	crashRun(t, 0)
-}
-
-// crashRun runs the crashing-record scenario with the pipeline's
-// Concurrency conc (0: the default).
-func crashRun(t *testing.T, conc int) {
 	// One partition: a replica started while its dead predecessor is still
 	// a member shares it at once. With as many partitions as members the
 	// share group gives each its own, and the dead one's sits unread until
 	// its session times out (45 s at the broker's defaults, its minimum).
 	e := pipetest.New(t, "share-poison", 1, schedule)
 	e.P.Consume = processor.ConsumeShare
-	e.P.Concurrency = conc
 	var recs []*kgo.Record
 	for i := range crashRequests {
 		if i == crashRequests/2 {
