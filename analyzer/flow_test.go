@@ -58,22 +58,8 @@ func TestFlowFromOffsets(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
-		Pipelines: []analyzer.Pipeline{{Name: "flow", Topic: main, DLQ: dlqT, Results: results,
-			Tiers: []analyzer.Tier{{Name: "1s", Topic: tier}}}},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		FlowEvery: 200 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	srv := httptest.NewServer(a.Handler(""))
-	defer srv.Close()
+	srv := serveFlow(t, c, analyzer.Pipeline{Name: "flow", Topic: main, DLQ: dlqT, Results: results,
+		Tiers: []analyzer.Tier{{Name: "1s", Topic: tier}}})
 
 	get := func() analyzer.Flow {
 		t.Helper()
@@ -161,22 +147,8 @@ func TestFlowShareGroup(t *testing.T) {
 	if err != nil {
 		t.Fatalf("set the share group's start offsets: %v", err)
 	}
-	a, err := analyzer.New(analyzer.Options{
-		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
-		Pipelines: []analyzer.Pipeline{{Name: main, Topic: main, DLQ: dlqT, Share: true,
-			Tiers: []analyzer.Tier{{Name: "1s", Topic: tier}}}},
-		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		FlowEvery: 200 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
-	srv := httptest.NewServer(a.Handler(""))
-	defer srv.Close()
+	srv := serveFlow(t, c, analyzer.Pipeline{Name: main, Topic: main, DLQ: dlqT, Share: true,
+		Tiers: []analyzer.Tier{{Name: "1s", Topic: tier}}})
 	var f analyzer.Flow
 	ok := kafkatest.Eventually(20*time.Second, func() bool {
 		resp, err := http.Get(srv.URL + "/api/pipelines")
@@ -200,4 +172,25 @@ func TestFlowShareGroup(t *testing.T) {
 	if len(f.Tiers) != 1 || f.Tiers[0].Group != "redrive."+main || f.Tiers[0].Share {
 		t.Errorf("tiers = %+v, want the consumer group redrive.%s", f.Tiers, main)
 	}
+}
+
+// serveFlow runs an analyzer of pipes on c, sampling the flow every
+// 200ms, and serves its API until the test ends.
+func serveFlow(t *testing.T, c *kafkatest.Cluster, pipes ...analyzer.Pipeline) *httptest.Server {
+	t.Helper()
+	a, err := analyzer.New(analyzer.Options{
+		ClientOpts: []kgo.Opt{kgo.SeedBrokers(c.Brokers...)},
+		Pipelines:  pipes,
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		FlowEvery:  200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	srv := httptest.NewServer(a.Handler(""))
+	t.Cleanup(func() { srv.Close(); stop(); <-done })
+	return srv
 }
