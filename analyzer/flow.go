@@ -181,9 +181,9 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	s := flowSample{at: a.o.Now(), end: map[string]int64{}, done: map[string]int64{}}
-	topics := p.flowTopics()
+	fts := p.flowTopics()
 	var names []string
-	for _, t := range topics {
+	for _, t := range fts {
 		names = append(names, t.Topic)
 	}
 	ends, err := adm.ListEndOffsets(ctx, names...)
@@ -197,15 +197,19 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 		return s
 	}
 	committed := map[string]kadm.OffsetResponses{}
-	for _, t := range topics {
+	for _, t := range fts {
 		if t.Group == "" || committed[t.Group] != nil {
 			continue
 		}
 		if t.Share {
-			or, err := shareStarts(ctx, adm, t.Group, ends)
+			acked, err := topics.ShareAcknowledged(ctx, adm, t.Group, t.Topic, ends)
 			if err != nil {
-				s.err = fmt.Errorf("describing the start offsets of share group %s: %w", t.Group, err)
+				s.err = fmt.Errorf("describing the offsets of share group %s: %w", t.Group, err)
 				return s
+			}
+			or := kadm.OffsetResponses{}
+			for part, at := range acked {
+				or.Add(kadm.OffsetResponse{Offset: kadm.Offset{Topic: t.Topic, Partition: part, At: at}})
 			}
 			committed[t.Group] = or
 			continue
@@ -223,7 +227,7 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 		}
 		committed[t.Group] = or
 	}
-	for _, t := range topics {
+	for _, t := range fts {
 		for part, lo := range ends[t.Topic] {
 			if lo.Err != nil {
 				s.err = fmt.Errorf("end offset of %s/%d: %w", t.Topic, part, lo.Err)
@@ -243,39 +247,6 @@ func (a *Analyzer) sampleFlow(ctx context.Context, adm *kadm.Client, p *pipe) fl
 		}
 	}
 	return s
-}
-
-// shareStarts is how far a share group acknowledged each partition, in the
-// form of committed offsets: the end offset less the broker's lag where it
-// gives one (the start offset it reports can trail what is acknowledged
-// after it), else the share-partition start offset; none for a group that
-// does not exist yet or a partition it has not started (the log start).
-func shareStarts(ctx context.Context, adm *kadm.Client, group string, ends kadm.ListedOffsets) (kadm.OffsetResponses, error) {
-	d, err := adm.DescribeShareGroupOffsets(ctx, group)
-	if err != nil {
-		return nil, err
-	}
-	or := kadm.OffsetResponses{}
-	g, ok := d[group]
-	if !ok || errors.Is(g.Err, kerr.GroupIDNotFound) {
-		return or, nil
-	}
-	if g.Err != nil {
-		return nil, g.Err
-	}
-	for topic, parts := range g.Offsets {
-		for part, so := range parts {
-			at := so.StartOffset
-			if end, ok := ends.Lookup(topic, part); ok && end.Err == nil && so.Lag >= 0 {
-				at = end.Offset - so.Lag
-			}
-			if so.Err != nil || at < 0 {
-				continue
-			}
-			or.Add(kadm.OffsetResponse{Offset: kadm.Offset{Topic: topic, Partition: part, At: at}})
-		}
-	}
-	return or, nil
 }
 
 // flowNow is p's Flow from its samples.

@@ -159,8 +159,9 @@ type pipeline struct {
 	// otherwise, when the consumer group reads it with the tiers).
 	share *shareReader
 	// members are the replicas of a share pipeline its status records
-	// name (share.go).
-	members shareMembers
+	// name (share.go); reshareMu makes reshares one at a time.
+	members   shareMembers
+	reshareMu sync.Mutex
 
 	capCh chan struct{} // wakes the poll loop at the in-flight bound
 	hctx  context.Context
@@ -361,9 +362,7 @@ func (p *pipeline) run(ctx context.Context) error {
 	p.beat()
 	p.probe(ctx)
 	if p.share != nil {
-		if err := p.share.prepare(ctx); err != nil {
-			return err
-		}
+		p.share.prepare(ctx)
 	}
 	p.learnTotals(ctx)
 	p.reshare() // nothing owned yet: no call until the assignment

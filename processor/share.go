@@ -68,8 +68,8 @@ func (p *pipeline) reshare() {
 	// One at a time: the rebalance callbacks, the control topic's reader
 	// and the status loop all reshare, and the last share set must be the
 	// last computed.
-	p.members.reshareMu.Lock()
-	defer p.members.reshareMu.Unlock()
+	p.reshareMu.Lock()
+	defer p.reshareMu.Unlock()
 	main, all := p.owned()
 	t := p.totals()
 	s, members := 1.0, 0
@@ -111,8 +111,6 @@ type shareState struct {
 type shareMembers struct {
 	mu   sync.Mutex
 	seen map[string]memberSeen
-	// reshareMu makes reshares one at a time (reshare).
-	reshareMu sync.Mutex
 }
 
 type memberSeen struct {

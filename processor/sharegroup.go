@@ -72,8 +72,7 @@ type shareReader struct {
 	// renewEvery is a third of the acquisition lock, learned from a poll.
 	renewEvery time.Duration
 
-	ackFails atomic.Int64
-	warned   atomic.Bool
+	warned atomic.Bool
 }
 
 func newShareReader(p *pipeline) (*shareReader, error) {
@@ -105,7 +104,7 @@ func newShareReader(p *pipeline) (*shareReader, error) {
 // prepare sets the share group's configs (it starts at the earliest
 // record, reads committed records only) and seeds a new group's start
 // offsets from the consumer group's, before anything is fetched.
-func (s *shareReader) prepare(ctx context.Context) error {
+func (s *shareReader) prepare(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	g := s.p.cfg.ShareGroupID()
@@ -125,7 +124,6 @@ func (s *shareReader) prepare(ctx context.Context) error {
 	case seeded:
 		s.p.log.Info("share group starts where the consumer group left the main topic", "group", g, "consumer_group", s.p.cfg.GroupID())
 	}
-	return nil
 }
 
 // run polls the share group into the pipeline until ctx ends, then
@@ -240,7 +238,9 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 	p.hot.consumedFor(p.cfg.Topic).Add(float64(len(recs)))
 	if d := recs[0].AcquisitionDeadline(); !d.IsZero() {
 		if lock := d.Sub(now); lock > 0 {
+			s.mu.Lock() // renewLoop reads it
 			s.renewEvery = min(shareRenewMax, max(time.Second, lock/3))
+			s.mu.Unlock()
 		}
 	}
 	p.mu.Lock()
@@ -325,7 +325,6 @@ func (s *shareReader) acked(_ *kgo.Client, rs kgo.ShareAckResults) {
 		if r.Err == nil {
 			continue
 		}
-		s.ackFails.Add(1)
 		s.p.m.shareAckFailures.WithLabelValues(s.p.cfg.Name).Inc()
 		if s.warned.CompareAndSwap(false, true) {
 			s.p.log.Warn("share group acknowledgement refused: the records are delivered again (their outcomes may be written twice)",
@@ -364,21 +363,10 @@ func (s *shareReader) close() {
 }
 
 // shareLag is the share group's lag on the main topic: the records not
-// acknowledged, acquired ones included. The broker's lag where it gives
-// one (the start offset it reports can trail what is acknowledged after
-// it); else the records after the start offset, or after the log start
-// where the group has none yet (nothing acknowledged there: -1;
-// share.auto.offset.reset=earliest).
+// acknowledged, acquired ones included (topics.ShareAcknowledged; a
+// partition not started yet counts from its log start).
 func (s *shareReader) shareLag(ctx context.Context, adm *kadm.Client) (int64, bool) {
 	topic := s.p.cfg.Topic
-	d, err := adm.DescribeShareGroupOffsets(ctx, s.p.cfg.ShareGroupID())
-	if err != nil {
-		return 0, false
-	}
-	g, ok := d[s.p.cfg.ShareGroupID()]
-	if !ok || g.Err != nil {
-		return 0, false
-	}
 	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		return 0, false
@@ -387,20 +375,18 @@ func (s *shareReader) shareLag(ctx context.Context, adm *kadm.Client) (int64, bo
 	if err != nil {
 		return 0, false
 	}
+	acked, err := topics.ShareAcknowledged(ctx, adm, s.p.cfg.ShareGroupID(), topic, ends)
+	if err != nil {
+		return 0, false
+	}
 	var lag int64
 	for part, end := range ends[topic] {
 		if end.Err != nil {
 			return 0, false
 		}
-		at := starts[topic][part].Offset
-		if so, ok := g.Offsets.Lookup(topic, part); ok && so.Err == nil {
-			if so.Lag >= 0 {
-				lag += so.Lag
-				continue
-			}
-			if so.StartOffset >= 0 {
-				at = so.StartOffset
-			}
+		at, ok := acked[part]
+		if !ok {
+			at = starts[topic][part].Offset
 		}
 		lag += max(0, end.Offset-at)
 	}

@@ -12,9 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redrive/redrive/internal/kafkatest"
 	"github.com/redrive/redrive/internal/pipetest"
@@ -22,6 +20,7 @@ import (
 	"github.com/redrive/redrive/processor"
 	"github.com/redrive/redrive/processor/control"
 	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/topics"
 )
 
 // consume: share. The main topic is read by a share group; these run at
@@ -258,7 +257,9 @@ func TestShareLongCallRenewsItsLock(t *testing.T) {
 	t.Parallel()
 	e := pipetest.New(t, "share-renew", 1, shareSchedule)
 	e.P.Consume = processor.ConsumeShare
-	setGroupConfig(t, e, e.P.ShareGroupID(), "share.record.lock.duration.ms", "15000")
+	if err := topics.SetGroupConfigs(context.Background(), e.Client, e.P.ShareGroupID(), map[string]string{"share.record.lock.duration.ms": "15000"}); err != nil {
+		t.Fatal(err)
+	}
 	var calls atomic.Int64
 	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
 		if calls.Add(1) == 1 {
@@ -279,25 +280,6 @@ func TestShareLongCallRenewsItsLock(t *testing.T) {
 	got := e.CollectN(e.P.Results, 1, 60*time.Second, 3*time.Second)
 	if len(got) != 1 || calls.Load() != 1 {
 		t.Errorf("%d results and %d calls, want 1 and 1 (the lock was not renewed: the record went to the other replica)", len(got), calls.Load())
-	}
-}
-
-// setGroupConfig sets a group config (IncrementalAlterConfigs, GROUP).
-func setGroupConfig(t *testing.T, e *pipetest.Env, group, name, value string) {
-	t.Helper()
-	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	c.Name, c.Value, c.Op = name, &value, kmsg.IncrementalAlterConfigOpSet
-	res.Configs = append(res.Configs, c)
-	req.Resources = append(req.Resources, res)
-	resp, err := req.RequestWith(context.Background(), e.Client)
-	if err == nil {
-		err = kerr.ErrorForCode(resp.Resources[0].ErrorCode)
-	}
-	if err != nil {
-		t.Fatalf("set %s=%s on group %s: %v", name, value, group, err)
 	}
 }
 

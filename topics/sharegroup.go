@@ -31,26 +31,30 @@ var ShareGroupConfigs = map[string]string{
 	"share.isolation.level":   "read_committed",
 }
 
-// EnsureShareGroup sets ShareGroupConfigs on group (IncrementalAlterConfigs
-// of the GROUP resource; it needs ALTER_CONFIGS on the group). It may run
-// before the group exists: the configs wait for it.
+// EnsureShareGroup sets ShareGroupConfigs on group (it needs
+// ALTER_CONFIGS on the group). It may run before the group exists: the
+// configs wait for it.
 func EnsureShareGroup(ctx context.Context, cl *kgo.Client, group string) error {
+	return SetGroupConfigs(ctx, cl, group, ShareGroupConfigs)
+}
+
+// SetGroupConfigs sets configs on group (IncrementalAlterConfigs of the
+// GROUP resource), leaving its other configs as they are.
+func SetGroupConfigs(ctx context.Context, cl *kgo.Client, group string, configs map[string]string) error {
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
-	res.ResourceName = group
-	for _, name := range []string{"share.auto.offset.reset", "share.isolation.level"} {
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	var set []string
+	for _, name := range slices.Sorted(maps.Keys(configs)) {
 		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		c.Name = name
-		v := ShareGroupConfigs[name]
-		c.Value = &v
-		c.Op = kmsg.IncrementalAlterConfigOpSet
+		c.Name, c.Value, c.Op = name, kmsg.StringPtr(configs[name]), kmsg.IncrementalAlterConfigOpSet
 		res.Configs = append(res.Configs, c)
+		set = append(set, name+"="+configs[name])
 	}
 	req.Resources = append(req.Resources, res)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return fmt.Errorf("share group %s: set its configs: %w", group, err)
+		return fmt.Errorf("group %s: set %s: %w", group, strings.Join(set, ", "), err)
 	}
 	for _, r := range resp.Resources {
 		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
@@ -58,10 +62,43 @@ func EnsureShareGroup(ctx context.Context, cl *kgo.Client, group string) error {
 			if r.ErrorMessage != nil {
 				msg = ": " + *r.ErrorMessage
 			}
-			return fmt.Errorf("share group %s: set share.auto.offset.reset=earliest and share.isolation.level=read_committed: %w%s", group, err, msg)
+			return fmt.Errorf("group %s: set %s: %w%s", group, strings.Join(set, ", "), err, msg)
 		}
 	}
 	return nil
+}
+
+// ShareAcknowledged is how far share group has acknowledged each partition
+// of topic, where the broker says (ends: topic's end offsets): the end
+// offset less the broker's share lag where it gives one (the start offset
+// it reports can trail what is acknowledged after it), else the
+// share-partition start offset. A partition the group has not started
+// (the broker says -1) is left out: it starts at the log start
+// (share.auto.offset.reset=earliest). A group that does not exist yet has
+// none.
+func ShareAcknowledged(ctx context.Context, adm *kadm.Client, group, topic string, ends kadm.ListedOffsets) (map[int32]int64, error) {
+	d, err := adm.DescribeShareGroupOffsets(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int32]int64{}
+	g, ok := d[group]
+	if !ok || errors.Is(g.Err, kerr.GroupIDNotFound) {
+		return out, nil
+	}
+	if g.Err != nil {
+		return nil, g.Err
+	}
+	for part, so := range g.Offsets[topic] {
+		at := so.StartOffset
+		if end, ok := ends.Lookup(topic, part); ok && end.Err == nil && so.Lag >= 0 {
+			at = end.Offset - so.Lag
+		}
+		if so.Err == nil && at >= 0 {
+			out[part] = at
+		}
+	}
+	return out, nil
 }
 
 // ShareState is a pipeline's share group as the broker has it: what

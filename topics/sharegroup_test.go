@@ -261,17 +261,8 @@ func TestCheckShareReportsGroupConfigs(t *testing.T) {
 	}
 
 	// One set, one wrong.
-	alter := kmsg.NewPtrIncrementalAlterConfigsRequest()
-	res := kmsg.NewIncrementalAlterConfigsRequestResource()
-	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, share
-	for k, v := range map[string]string{"share.auto.offset.reset": "earliest", "share.isolation.level": "read_uncommitted"} {
-		rc := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-		rc.Name, rc.Value, rc.Op = k, kmsg.StringPtr(v), kmsg.IncrementalAlterConfigOpSet
-		res.Configs = append(res.Configs, rc)
-	}
-	alter.Resources = append(alter.Resources, res)
-	if resp, err := alter.RequestWith(ctxFor(t), cl); err != nil || resp.Resources[0].ErrorCode != 0 {
-		t.Fatalf("alter %s's configs: %v %+v", share, err, resp)
+	if err := topics.SetGroupConfigs(ctxFor(t), cl, share, map[string]string{"share.auto.offset.reset": "earliest", "share.isolation.level": "read_uncommitted"}); err != nil {
+		t.Fatal(err)
 	}
 	st, err = topics.CheckShare(ctxFor(t), cl, name, p.Topic)
 	if !errors.Is(err, topics.ErrProblems) || len(st.Problems) != 1 ||
