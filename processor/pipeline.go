@@ -196,6 +196,11 @@ type pipeline struct {
 	brokerMax int32
 	recreated recreatedTopics // output topics deleted and recreated (recreated.go)
 
+	// built is closed once newPipeline has set every field (or given
+	// up): the client starts joining the group as soon as it exists, and
+	// the group's callbacks read the client and the committer.
+	built chan struct{}
+
 	joined atomic.Bool
 	// partCounts and shareNow: the pipeline's partitions and this
 	// process's share of its budgets (share.go).
@@ -211,6 +216,10 @@ type pipeline struct {
 	foreignState sync.Once
 }
 
+// testHookBuilding runs in newPipeline once the client exists (tests of
+// group callbacks that come before the pipeline is built).
+var testHookBuilding func()
+
 func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.Opt) (*pipeline, error) {
 	p := &pipeline{
 		cfg:    cfg,
@@ -224,6 +233,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		capCh:  make(chan struct{}, 1),
 		parts:  map[tp]*partState{},
 		jobs:   map[string]*work{},
+		built:  make(chan struct{}),
 	}
 	p.disp.lanes = map[string]*lane{}
 	if cfg.Callbacks != nil {
@@ -243,11 +253,16 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	opts = append(opts, extra...)
 	commits, cl, err := newCommitter(p, opts)
 	if err != nil {
+		close(p.built)
 		return nil, fmt.Errorf("pipeline %s: kafka client: %w", cfg.Name, err)
 	}
 	p.commits, p.cl = commits, cl
+	if testHookBuilding != nil {
+		testHookBuilding()
+	}
 	if cfg.Consume == ConsumeShare {
 		if p.share, err = newShareReader(p); err != nil {
+			close(p.built) // before Close, which waits for the callbacks
 			cl.Close()
 			return nil, err
 		}
@@ -267,6 +282,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		},
 		limit: p.limit,
 	}
+	close(p.built)
 	return p, nil
 }
 

@@ -10,6 +10,7 @@ import (
 // Partitions come and go with the consumer group's rebalances.
 
 func (p *pipeline) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	<-p.built
 	p.mu.Lock()
 	for topic, parts := range assigned {
 		tier, ok := p.tierOf[topic]
@@ -49,6 +50,7 @@ func (p *pipeline) onLost(ctx context.Context, cl *kgo.Client, lost map[string][
 // drop forgets partitions revoked (commit: what finished of them is
 // committed first, by the committer) or lost.
 func (p *pipeline) drop(ctx context.Context, cl *kgo.Client, tps map[string][]int32, commit bool) {
+	<-p.built
 	states, closing := p.markLeaving(tps)
 	// The share shrinks before the partitions go to another process.
 	p.reshare()

@@ -704,3 +704,29 @@ func head(ids []string) []string {
 	}
 	return ids
 }
+
+// The client joins the group as soon as it exists: partitions may be
+// assigned while the pipeline is still being built. The assignment waits
+// for it, and the pipeline then handles records as usual.
+func TestAssignedBeforeThePipelineIsBuilt(t *testing.T) {
+	e := newEnv(t, []time.Duration{time.Second}, 2)
+	processor.SlowBuild(t, 3*time.Second)
+	var calls atomic.Int64
+	stop := e.Start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		if calls.Add(1) == 1 {
+			return processor.Outcome{Kind: processor.Transient, Code: "first"}
+		}
+		return processor.Outcome{Kind: processor.Success}
+	}))
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Value: []byte("x")})
+	deadline := time.Now().Add(30 * time.Second)
+	for calls.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("handler called %d times, want 2 (a failure, then its retry from the tier)", n)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}
