@@ -32,21 +32,28 @@ type outputs struct {
 // fit. No record build returns is larger than its topic's limit (a dead
 // letter is cut to fit any limit of at least dlq.MinRecordBytes).
 func (o *outputs) build(src *kgo.Record, user []kgo.RecordHeader, d decision, now time.Time) (*kgo.Record, decision) {
-	var r *kgo.Record
-	switch d.to {
+	return o.buildIn(new(outRec), src, user, d, now)
+}
+
+// buildIn is build with the record and its headers in or (a dead letter,
+// which the dlq package builds, excepted).
+func (o *outputs) buildIn(or *outRec, src *kgo.Record, user []kgo.RecordHeader, d decision, now time.Time) (*kgo.Record, decision) {
+	r := &or.rec
 	// The record's timestamp is now, the decision's time: the producer
 	// would otherwise read the clock again for it.
+	switch d.to {
 	case toRetry:
-		r = &kgo.Record{Topic: o.tiers[d.tier], Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user), Timestamp: now}
+		*r = kgo.Record{Topic: o.tiers[d.tier], Key: src.Key, Value: src.Value, Timestamp: now}
 	case toResults:
-		r = &kgo.Record{Topic: o.results, Key: src.Key, Value: d.result, Headers: retry.Encode(d.meta, user), Timestamp: now}
+		*r = kgo.Record{Topic: o.results, Key: src.Key, Value: d.result, Timestamp: now}
 	case toFailover:
 		// Forwarded unchanged: key, value, user headers, redrive-* headers
 		// (redrive-failovers one more).
-		r = &kgo.Record{Topic: o.failover, Key: src.Key, Value: src.Value, Headers: retry.Encode(d.meta, user), Timestamp: now}
+		*r = kgo.Record{Topic: o.failover, Key: src.Key, Value: src.Value, Timestamp: now}
 	default:
 		return o.deadLetter(src, user, d.meta, 0), d
 	}
+	r.Headers = retry.EncodeTo(or.hs[:0], or.vals[:0], d.meta, user)
 	if size, limit := dlq.EncodedSize(r), o.limit(r.Topic); size > limit {
 		d = tooLarge(d.meta, now, fmt.Sprintf("%s record of %d bytes is larger than %s takes (%d bytes)", d.to, size, r.Topic, limit))
 		return o.deadLetter(src, user, d.meta, 0), d

@@ -27,6 +27,12 @@ type policy struct {
 
 func policyOf(cfg Pipeline) policy {
 	p := policy{sched: cfg.Schedule, ttl: cfg.TTL, notReadyDeadline: cfg.NotReadyDeadline, results: cfg.Results != ""}
+	// Every tier named once: a retry's decision would format its delay.
+	names := make([]string, len(p.sched.Tiers))
+	for i := range names {
+		names[i] = p.sched.TierName(i)
+	}
+	p.sched.Names = names
 	if cfg.Callbacks != nil {
 		p.callbackWait = cfg.Callbacks.Wait
 	}

@@ -55,6 +55,7 @@ func (p *pipeline) startLocked(w *work) {
 // flight; a worker lives across records, so its stack is grown once rather
 // than once per record.
 func (p *pipeline) worker() {
+	req := new(Request) // the handler's, for each record in turn (process)
 	for {
 		p.mu.Lock()
 		w := p.disp.runq.pop()
@@ -64,7 +65,8 @@ func (p *pipeline) worker() {
 			return
 		}
 		p.mu.Unlock()
-		p.work(w)
+		p.work(w, req)
+		*req = Request{} // nothing of w kept alive by an idle worker
 	}
 }
 
@@ -72,8 +74,8 @@ func (p *pipeline) worker() {
 // soon as the outcome record is handed to the producer; w stays in flight
 // until the broker acknowledges it. Work of a revoked partition (or past
 // the shutdown grace) is abandoned: process sees its cancelled context.
-func (p *pipeline) work(w *work) {
-	d, ok := p.process(w)
+func (p *pipeline) work(w *work, req *Request) {
+	d, ok := p.process(w, req)
 	switch {
 	case !ok && w.yieldNow:
 		w.yieldNow = false

@@ -208,7 +208,8 @@ type Request struct {
 
 // Handler handles one attempt. It must honour ctx (cancelled on shutdown
 // past the grace period and when the partition is revoked) and must be safe
-// for concurrent use.
+// for concurrent use. req is the handler's until Handle returns: the
+// processor reuses it for the next record (copy what is kept longer).
 type Handler interface {
 	Handle(ctx context.Context, req *Request) Outcome
 }

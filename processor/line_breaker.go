@@ -272,11 +272,13 @@ func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now
 	}
 	switch b.state {
 	case breakerClosed:
-		calls, failed := b.calls.add(now, failure)
+		b.calls.add(now, failure)
 		if !failure {
 			b.run = 0
 			return nil
 		}
+		// Summed on a failure only: a success cannot open it.
+		calls, failed := b.calls.sum(now)
 		if start.After(lastOK) {
 			b.run++
 		}
@@ -485,9 +487,8 @@ func newRatioWindow(span time.Duration) ratioWindow {
 	return ratioWindow{bucket: max(span/10, time.Millisecond)}
 }
 
-// add counts a call (hit: a failure) at now and returns the window's
-// totals.
-func (w *ratioWindow) add(now time.Time, hit bool) (calls, hits int) {
+// add counts a call (hit: a failure) at now.
+func (w *ratioWindow) add(now time.Time, hit bool) {
 	e := now.UnixNano() / int64(w.bucket)
 	s := &w.slots[e%int64(len(w.slots))]
 	if s.epoch != e {
@@ -497,13 +498,6 @@ func (w *ratioWindow) add(now time.Time, hit bool) (calls, hits int) {
 	if hit {
 		s.hits++
 	}
-	for _, s := range w.slots {
-		if s.epoch > e-int64(len(w.slots)) {
-			calls += s.calls
-			hits += s.hits
-		}
-	}
-	return calls, hits
 }
 
 // sum is the window's totals at now.

@@ -440,7 +440,7 @@ func TestRatioWindow(t *testing.T) {
 	type add struct {
 		at        time.Duration
 		hit       bool
-		calls, hs int // the totals add returns
+		calls, hs int // the totals just after the add
 	}
 	for _, c := range []struct {
 		name    string
@@ -462,7 +462,8 @@ func TestRatioWindow(t *testing.T) {
 			t0 := time.Unix(1_700_000_000, 0)
 			w := newRatioWindow(DefaultBreakerWindow / 3) // 10s: buckets of 1s
 			for i, a := range c.adds {
-				if calls, hs := w.add(t0.Add(a.at), a.hit); calls != a.calls || hs != a.hs {
+				w.add(t0.Add(a.at), a.hit)
+				if calls, hs := w.sum(t0.Add(a.at)); calls != a.calls || hs != a.hs {
 					t.Fatalf("add %d at %v: %d calls, %d hits; want %d, %d", i, a.at, calls, hs, a.calls, a.hs)
 				}
 			}

@@ -37,8 +37,14 @@ func (g *guard) count(out Outcome, now time.Time) (tripped bool) {
 	if c.Disabled || out.Kind == Transient || out.Kind == Paused {
 		return false
 	}
-	calls, perm := g.calls.add(now, out.Kind == Permanent, c.Window)
-	if g.on || out.Kind != Permanent || calls < c.MinCalls || float64(perm) < c.PermanentRatio*float64(calls) {
+	g.calls.add(now, out.Kind == Permanent)
+	// Only a permanent failure can trip it: the window is summed then,
+	// not at every call.
+	if g.on || out.Kind != Permanent {
+		return false
+	}
+	calls, perm := g.calls.sum(now, c.Window)
+	if calls < c.MinCalls || float64(perm) < c.PermanentRatio*float64(calls) {
 		return false
 	}
 	g.on, g.since = true, now
@@ -113,12 +119,18 @@ func newLastCalls(n int) lastCalls {
 	return lastCalls{at: make([]time.Time, max(n, 1)), perm: make([]bool, max(n, 1))}
 }
 
-// add records a call at now and returns how many of the last n calls
-// came within span of now, and how many of those failed permanently.
-func (c *lastCalls) add(now time.Time, perm bool, span time.Duration) (calls, perms int) {
+// add records a call at now.
+func (c *lastCalls) add(now time.Time, perm bool) {
 	c.at[c.next], c.perm[c.next] = now, perm
-	c.next = (c.next + 1) % len(c.at)
-	c.full = c.full || c.next == 0
+	c.next++
+	if c.next == len(c.at) {
+		c.next, c.full = 0, true
+	}
+}
+
+// sum is how many of the last n calls came within span of now, and how
+// many of those failed permanently.
+func (c *lastCalls) sum(now time.Time, span time.Duration) (calls, perms int) {
 	n := c.next
 	if c.full {
 		n = len(c.at)

@@ -118,7 +118,7 @@ func TestLastCalls(t *testing.T) {
 	type call struct {
 		at           time.Duration
 		perm         bool
-		calls, perms int // what add returns
+		calls, perms int // the sums just after the add
 	}
 	for _, c := range []struct {
 		name  string
@@ -139,12 +139,14 @@ func TestLastCalls(t *testing.T) {
 			t0 := time.Now()
 			w := newLastCalls(c.n)
 			for i, a := range c.calls {
-				if calls, perms := w.add(t0.Add(a.at), a.perm, c.span); calls != a.calls || perms != a.perms {
+				w.add(t0.Add(a.at), a.perm)
+				if calls, perms := w.sum(t0.Add(a.at), c.span); calls != a.calls || perms != a.perms {
 					t.Fatalf("call %d: %d calls, %d permanent; want %d, %d", i+1, calls, perms, a.calls, a.perms)
 				}
 			}
 			w.reset()
-			if calls, _ := w.add(t0, false, c.span); calls != 1 {
+			w.add(t0, false)
+			if calls, _ := w.sum(t0, c.span); calls != 1 {
 				t.Errorf("after reset: %d calls, want 1", calls)
 			}
 		})

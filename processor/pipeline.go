@@ -69,9 +69,6 @@ type work struct {
 	decodeErr error
 	decoded   bool
 	waitUntil time.Time
-	// req is the handler's request (process): a part of w, one
-	// allocation less per record.
-	req Request
 	// at is when process last read the clock for w: the decision's time,
 	// which the outcome record's times use.
 	at      time.Time
@@ -164,9 +161,11 @@ type pipeline struct {
 	reshareMu sync.Mutex
 
 	capCh chan struct{} // wakes the poll loop at the in-flight bound
-	hctx  context.Context
-	hstop context.CancelFunc // cancels hctx, the handlers' context, past the shutdown grace
-	wg    sync.WaitGroup     // dispatched work not finished
+	// sentFn is p.sent, made once: the promise of every outcome record.
+	sentFn func(*kgo.Record, error)
+	hctx   context.Context
+	hstop  context.CancelFunc // cancels hctx, the handlers' context, past the shutdown grace
+	wg     sync.WaitGroup     // dispatched work not finished
 
 	// mu guards the partitions, the in-flight bound, the dispatcher and
 	// the fetch state: they change together.
@@ -235,6 +234,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		jobs:   map[string]*work{},
 		built:  make(chan struct{}),
 	}
+	p.sentFn = p.sent
 	p.disp.lanes = map[string]*lane{}
 	if cfg.Callbacks != nil {
 		p.cbs = newCallbacks(*cfg.Callbacks, m, cfg.Name)

@@ -49,7 +49,11 @@ const (
 // record is then redelivered. The decision itself is made by screen and
 // decide (decide.go); process calls the handler through the line
 // (callThrough) and counts.
-func (p *pipeline) process(w *work) (d decision, ok bool) {
+//
+// req is the worker's Request, filled in for the handler's call: a
+// worker reuses one for every record it handles, so that no work item
+// carries one while it waits.
+func (p *pipeline) process(w *work, req *Request) (d decision, ok bool) {
 	ctx := w.ps.ctx
 	if ctx.Err() != nil || w.ps.share != nil && w.ps.leaving.Load() {
 		// Revoked, past the shutdown grace, or (a share group's record)
@@ -83,8 +87,8 @@ func (p *pipeline) process(w *work) (d decision, ok bool) {
 		}
 	}
 	attempt, _, state := attemptOf(meta)
-	w.req = Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
-	out, d, end := p.callThrough(ctx, w, meta, p.callerFor(w, meta, state), now, tierLabel)
+	*req = Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
+	out, d, end := p.callThrough(ctx, w, req, p.callerFor(w, meta, state), now, tierLabel)
 	switch end {
 	case abandoned:
 		return decision{}, false
@@ -118,7 +122,7 @@ func (p *pipeline) begin(w *work) (meta retry.Meta, tierLabel string, now time.T
 	}
 	tierLabel = "main"
 	if w.ps.tier >= 0 {
-		tierLabel = p.cfg.Schedule.TierName(w.ps.tier)
+		tierLabel = p.pol.sched.TierName(w.ps.tier)
 		if w.decodeErr == nil && !meta.Due.IsZero() && !now.Before(meta.Due) && !w.yielded {
 			p.hot.latenessFor(w.ps.tier, tierLabel).Observe(now.Sub(meta.Due).Seconds())
 		}
@@ -181,7 +185,8 @@ const (
 // callThrough calls the handler for w once the line lets it through, and
 // again while the line holds the record (the outage's failures, pause
 // codes) or the service throttles it. w.at is the time of the outcome.
-func (p *pipeline) callThrough(ctx context.Context, w *work, meta retry.Meta, c caller, now time.Time, tierLabel string) (Outcome, decision, callEnd) {
+func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c caller, now time.Time, tierLabel string) (Outcome, decision, callEnd) {
+	meta := req.Meta
 	for {
 		t, e := p.line.enter(ctx, now, c)
 		switch e {
@@ -205,7 +210,7 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, meta retry.Meta, c 
 				return Outcome{}, d, decidedEarly
 			}
 		}
-		out, ok := p.callOnce(ctx, w, t, now, tierLabel)
+		out, ok := p.callOnce(ctx, w, req, t, now, tierLabel)
 		if !ok {
 			return Outcome{}, decision{}, abandoned // revoked or past the grace: the next owner redoes it
 		}
@@ -232,8 +237,7 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, meta retry.Meta, c 
 
 // callOnce calls the handler with the ticket t and counts the outcome;
 // false when ctx ended meanwhile. w.at becomes the time of the outcome.
-func (p *pipeline) callOnce(ctx context.Context, w *work, t ticket, now time.Time, tierLabel string) (Outcome, bool) {
-	req := &w.req
+func (p *pipeline) callOnce(ctx context.Context, w *work, req *Request, t ticket, now time.Time, tierLabel string) (Outcome, bool) {
 	start := now // no wait for the line: the clock read at the start
 	if t.waited {
 		start = time.Now()

@@ -23,39 +23,73 @@ import (
 // retry or results record too large for its topic is dead-lettered
 // (outputs.build) before it is sent.
 func (p *pipeline) send(ctx context.Context, w *work, d decision) {
-	rec, to := p.outcomeRecord(w, d)
-	p.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
-		if err == nil {
-			if to == toRetry {
-				// Its tier partition learns of it under the same lock
-				// (fetchorder.go).
-				p.completeWith(w, true, r)
-				return
-			}
-			p.finishSent(w, to)
+	or := new(outRec)
+	rec, to := p.outcomeRecordIn(or, w, d)
+	// kgo cancels the record with its Context (the partition's), and
+	// hands it back to the promise, which finds w and to there: one
+	// promise for every record, no closure per record.
+	or.ack = ackCtx{Context: ctx, w: w, to: to}
+	rec.Context = &or.ack
+	p.cl.Produce(ctx, rec, p.sentFn)
+}
+
+// outRec is an outcome record with room for the headers it usually has
+// and what its acknowledgement needs: one allocation per outcome record
+// instead of four (the record, its headers, their values, a closure).
+type outRec struct {
+	rec  kgo.Record
+	ack  ackCtx
+	hs   [14]kgo.RecordHeader // a retry record's redrive-* headers
+	vals [256]byte
+}
+
+// ackCtx is an outcome record's Context: the partition's context, and
+// the work and kind of record the promise finishes.
+type ackCtx struct {
+	context.Context
+	w  *work
+	to outKind
+}
+
+// sent is the promise of every record send produces.
+func (p *pipeline) sent(r *kgo.Record, err error) {
+	ack := r.Context.(*ackCtx)
+	w, to := ack.w, ack.to
+	if err == nil {
+		if to == toRetry {
+			// Its tier partition learns of it under the same lock
+			// (fetchorder.go).
+			p.completeWith(w, true, r)
 			return
 		}
-		go func() {
-			if written, ok := p.write(ctx, w, to, rec, err); ok {
-				p.finishSent(w, written)
-			} else {
-				p.complete(w, false)
-			}
-		}()
-	})
+		p.finishSent(w, to)
+		return
+	}
+	go func() {
+		if written, ok := p.write(ack.Context, w, to, r, err); ok {
+			p.finishSent(w, written)
+		} else {
+			p.complete(w, false)
+		}
+	}()
 }
 
 // outcomeRecord builds d's outcome record for w and counts it (a retry or
 // a dead letter); a retry or results record too large for its topic is a
 // dead letter instead. w.meta becomes the outcome record's headers.
 func (p *pipeline) outcomeRecord(w *work, d decision) (*kgo.Record, outKind) {
+	return p.outcomeRecordIn(new(outRec), w, d)
+}
+
+// outcomeRecordIn is outcomeRecord building in or.
+func (p *pipeline) outcomeRecordIn(or *outRec, w *work, d decision) (*kgo.Record, outKind) {
 	// w.at: the clock read when the decision was made (process); a
 	// second read per record costs more than the microseconds since.
 	at := w.at
 	if at.IsZero() {
 		at = time.Now()
 	}
-	rec, out := p.out.build(w.rec, w.user, d, at)
+	rec, out := p.out.buildIn(or, w.rec, w.user, d, at)
 	if out.to != d.to {
 		// The error names the topic and both sizes (outputs.build).
 		p.log.Warn("outcome record larger than its topic takes; dead-lettering it", "src", srcOf(w), "err", out.meta.Error)

@@ -513,9 +513,20 @@ func appendIf(b []byte, cond bool, v string) []byte {
 // header twice, whatever user holds: known redrive-* headers in user are
 // dropped in favour of m's.
 func Encode(m Meta, user []kgo.RecordHeader) []kgo.RecordHeader {
-	// One buffer holds every value (two allocations per call, not one per
-	// header); the error and the state are the only long ones.
-	buf := make([]byte, 0, 256+min(len(m.Error), MaxErrorBytes)+len(m.State))
+	return EncodeTo(nil, nil, m, user)
+}
+
+// EncodeTo is Encode appending the headers to hs[:0] and their values to
+// buf[:0]: no allocation when both are large enough (a caller that keeps
+// them per record saves two per record). The values are slices of buf.
+func EncodeTo(hs []kgo.RecordHeader, buf []byte, m Meta, user []kgo.RecordHeader) []kgo.RecordHeader {
+	// One buffer holds every value (at most one allocation, not one per
+	// header); the error and the state are the only long ones. The values
+	// are sliced from it once all are written: it may grow meanwhile.
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, 256+min(len(m.Error), MaxErrorBytes)+len(m.State))
+	}
+	buf = buf[:0]
 	mp := scratch.Get().(*Meta)
 	*mp = m
 	var ends [len(headers)]int
@@ -529,7 +540,10 @@ func Encode(m Meta, user []kgo.RecordHeader) []kgo.RecordHeader {
 		}
 	}
 	release(mp)
-	hs := make([]kgo.RecordHeader, 0, n+len(user))
+	if cap(hs) < n+len(user) {
+		hs = make([]kgo.RecordHeader, 0, n+len(user))
+	}
+	hs = hs[:0]
 	start := 0
 	for i, end := range ends {
 		if end > start {
