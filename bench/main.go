@@ -73,8 +73,8 @@ var (
 	logPath     = flag.String("log", filepath.Join(os.TempDir(), "redrive-bench.log"), "where the benchmarks' full output goes")
 	allowFake   = flag.Bool("allow-fake", false, "run without REDRIVE_TEST_BROKERS (embedded kfake: the figures mean little)")
 	only        = flag.String("only", "", "run only these scenarios, comma-separated: "+strings.Join(scenarios, ", ")+" (default: all)")
-	outageRun   = flag.Duration("outage-run", 60*time.Second, "how long the outage scenario offers records")
-	outageLen   = flag.Duration("outage-length", 20*time.Second, "the outage in the middle of the outage scenario")
+	outageRun   = flag.Duration("outage-run", 100*time.Second, "how long the outage scenario offers records")
+	outageLen   = flag.Duration("outage-length", 60*time.Second, "the outage in the middle of the outage scenario")
 	outageRate  = flag.Int("outage-rate", 2000, "records/s offered by the outage scenario")
 	outageOpen  = flag.Duration("outage-open-for", 2*time.Second, "Breaker.OpenFor of the outage scenario's breaker=on run")
 	outageMax   = flag.Duration("outage-max-open", 4*time.Second, "Breaker.MaxOpen of the outage scenario's breaker=on run")
@@ -273,7 +273,7 @@ func main() {
 		fmt.Println()
 	}
 	if selected("outage") {
-		outageTable(outage)
+		outageTable(outage, happyDefault)
 	}
 	if selected("flow") {
 		flowTable(flow)
@@ -285,17 +285,17 @@ func main() {
 }
 
 // outageTable prints scenario 7: BenchmarkOutage's two runs.
-func outageTable(rs map[string]result) {
+func outageTable(rs map[string]result, happy result) {
 	from := (*outageRun - *outageLen) / 2
 	fmt.Printf("7 outage: %s offered at %d rec/s (a batch every 100 ms, 6 partitions), handler concurrency %d, default MaxInflight; the in-process handler answers Retry(\"http_503\") from %s to %s and succeeds otherwise; "+
 		"tiers 1s, 5s, 3 attempts, no jitter (a record's attempts span 6 s, less than the outage); breaker on: OpenFor %s, MaxOpen %s, the rest default (%s)\n\n",
 		*outageRun, *outageRate, *conc, from, from+*outageLen, *outageOpen, *outageMax, breakerTrips())
-	fmt.Println("| # | breaker | offered | results | dead letters | lost | wasted calls | first success after recovery | full rate after recovery | backlog cleared after recovery | longest wait | CPU s / M records | peak RSS MB | other |")
-	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+	fmt.Println("| # | breaker | offered | results | dead letters | lost | wasted calls | first success after recovery | full rate after recovery | backlog cleared after recovery | backlog drained at (records/s; ratio to the happy path) | reopened after recovery | longest wait | CPU s / M records | peak RSS MB | other |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, on := range []string{"off", "on"} {
 		r, ok := rs["BenchmarkOutage/breaker="+on]
 		if !ok {
-			fmt.Printf("| 7 | %s | failed: see the log |||||||||||||\n", on)
+			fmt.Printf("| 7 | %s | failed: see the log |||||||||||||||\n", on)
 			continue
 		}
 		var other []string
@@ -306,13 +306,25 @@ func outageTable(rs map[string]result) {
 		if d := r["duplicates"]; d > 0 {
 			other = append(other, fmt.Sprintf("%s duplicates", n0(d)))
 		}
-		fmt.Printf("| 7 | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", on,
+		drain := "–"
+		if d := r["drain-records/s"]; d > 0 {
+			drain = f0(d)
+			if h := happy["records/s"]; h > 0 {
+				drain += fmt.Sprintf(" (%.2f)", d/h)
+			}
+		}
+		reopened := "–"
+		if v, ok := r["reopens-after"]; ok {
+			reopened = n0(v)
+		}
+		fmt.Printf("| 7 | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", on,
 			n0(r["offered"]), n0(r["results"]), n0(r["dead-letters"]), n0(r["lost"]), n0(r["wasted-calls"]),
-			secs(r, "first-success-s"), secs(r, "full-rate-s"), secs(r, "backlog-s"), secs(r, "max-wait-s"),
+			secs(r, "first-success-s"), secs(r, "full-rate-s"), secs(r, "backlog-s"), drain, reopened, secs(r, "max-wait-s"),
 			f2(r["cpu-s/M"]), f0(r["peak-rss-MB"]), strings.Join(other, "; "))
 	}
 	fmt.Println("\nlost = offered − (results + dead letters), must be 0; wasted calls: handler calls during the outage; first success: the first handler call after the outage that succeeded; " +
 		"full rate: the first 100 ms interval after the outage with results acknowledged at ≥ 90 % of the offered rate; backlog cleared: every record offered before the outage ended has its result or dead letter acknowledged; " +
+		"backlog drained at: the records offered before the outage ended whose outcome came after it, over the time from the first success to the backlog cleared, and its ratio to the happy path's default row of the same run (the steady-state rate of the same handler); reopened: breaker openings after the line ran again past the outage; " +
 		"longest wait: offered → final outcome acknowledged. Times in seconds, from kgo acknowledgements and handler call times.")
 }
 

@@ -689,8 +689,8 @@ func BenchmarkHeaderCodec(b *testing.B) {
 
 // The outage benchmark's settings (BenchmarkOutage).
 var (
-	benchOutageRun  = flag.Duration("bench.outagerun", 60*time.Second, "how long the outage benchmark offers records")
-	benchOutageLen  = flag.Duration("bench.outage", 20*time.Second, "the outage in the middle of the run: the handler answers 503 (Retry)")
+	benchOutageRun  = flag.Duration("bench.outagerun", 100*time.Second, "how long the outage benchmark offers records")
+	benchOutageLen  = flag.Duration("bench.outage", 60*time.Second, "the outage in the middle of the run: the handler answers 503 (Retry)")
 	benchOutageRate = flag.Int("bench.outagerate", 2000, "records/s offered by the outage benchmark (in batches every 100 ms)")
 	benchOpenFor    = flag.Duration("bench.openfor", 2*time.Second, "Breaker.OpenFor of the outage benchmark's breaker=on run")
 	benchMaxOpen    = flag.Duration("bench.maxopen", 4*time.Second, "Breaker.MaxOpen of the outage benchmark's breaker=on run")
@@ -826,6 +826,12 @@ func (o *outageRun) watch(ctx context.Context, pr *processor.Processor) {
 //	  before it had its final outcome (result or dead letter) acknowledged;
 //	max-wait-s: the longest time from offering a record to its final
 //	  outcome's acknowledgement;
+//	drain-records/s: the records offered before the end of the outage
+//	  whose final outcome came after it, over the time from the first
+//	  success to backlog-s (the rate the held backlog drains at, to be
+//	  set beside the happy path's);
+//	reopens-after: breaker openings seen after the line ran again once
+//	  the outage was over (a burst of failures on recovery);
 //	breaker-open-after-s (from the start of the outage), closed-after-s
 //	  (from its end, until the line was running again), breaker-opens and
 //	  stopped-s (time the line was seen stopped), from 100 ms status samples.
@@ -833,7 +839,7 @@ func (o *outageRun) report(b *testing.B, rate float64) {
 	b.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var results, dead int
+	var results, dead, drained int
 	var resAt []time.Duration
 	backlog, maxWait := time.Duration(0), time.Duration(0)
 	for i := range o.n {
@@ -855,6 +861,9 @@ func (o *outageRun) report(b *testing.B, rate float64) {
 		maxWait = max(maxWait, final-o.offeredAt[i])
 		if o.offeredAt[i] < o.to {
 			backlog = max(backlog, final-o.to)
+			if final >= o.to {
+				drained++
+			}
 		}
 	}
 	lost := o.n - o.unique
@@ -877,6 +886,9 @@ func (o *outageRun) report(b *testing.B, rate float64) {
 
 	if o.firstOK >= 0 {
 		b.ReportMetric((o.firstOK - o.to).Seconds(), "first-success-s")
+		if d := backlog - (o.firstOK - o.to); d > 0 && drained > 0 {
+			b.ReportMetric(float64(drained)/d.Seconds(), "drain-records/s")
+		}
 	}
 	// Results per 100 ms interval of the offering grid (each interval
 	// starts with a batch offered).
@@ -916,7 +928,20 @@ func (o *outageRun) report(b *testing.B, rate float64) {
 			closedAfter = s.at - o.to
 		}
 	}
+	reopens, running := 0, false
+	prevSince = time.Time{}
+	for _, s := range o.breakerSamples {
+		if s.at < o.to {
+			continue
+		}
+		running = running || s.state == "running"
+		if running && s.open && !s.since.Equal(prevSince) {
+			reopens++
+			prevSince = s.since
+		}
+	}
 	if opens > 0 {
+		b.ReportMetric(float64(reopens), "reopens-after")
 		b.ReportMetric(float64(opens), "breaker-opens")
 		b.ReportMetric(openAfter.Seconds(), "breaker-open-after-s")
 		b.ReportMetric(stopped.Seconds(), "stopped-s")
