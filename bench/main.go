@@ -80,7 +80,6 @@ var (
 	outageMax   = flag.Duration("outage-max-open", 4*time.Second, "Breaker.MaxOpen of the outage scenario's breaker=on run")
 	slowFail    = flag.Int("slowfail-records", 100000, "records of the failure path with a 5 ms handler at default settings")
 	maxBatch    = flag.Int("maxbatch", 0, "MaxBatch of the exactly-once runs (happy-eos, failure-eos; 0: the default)")
-	eosDefRecs  = flag.Int("eos-default-records", 200000, "records of the exactly-once happy path with the default MaxInflight")
 	flowScale   = flag.Float64("flow-scale", 1, "multiplies the requests offered by the flow scenarios (-bench.flowscale): 0.25 for a quick trial")
 	shareSteady = flag.Duration("share-steady", 15*time.Second, "steady state measured per phase of the share scenario (-share.steady)")
 )
@@ -171,11 +170,13 @@ func main() {
 	happyDefault := one(run("happy", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, defaults...)...))
 	happy := one(run("happy", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", n}, tuned...)...))
 	eos := []string{"-bench.delivery", "exactly-once", "-bench.maxbatch", strconv.Itoa(*maxBatch)}
-	happyEOSDefault := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append([]string{"-bench.records", strconv.Itoa(*eosDefRecs), "-bench.concurrency", strconv.Itoa(*conc), "-bench.maxinflight", "0"}, eos...)...))
+	// Exactly-once beside at-least-once: the same records and settings.
+	happyEOSDefault := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append(append([]string{"-bench.records", n}, defaults...), eos...)...))
 	happyEOS := one(run("happy-eos", procBin, "^BenchmarkHappyPath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
 	failureDefault := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, defaults...)...))
 	failureSlow := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", strconv.Itoa(*slowFail), "-bench.handlerdelay", "5ms"}, defaults...)...))
 	failure := one(run("failure", procBin, "^BenchmarkFailurePath$", append([]string{"-bench.records", n}, tuned...)...))
+	failureEOSDefault := one(run("failure-eos", procBin, "^BenchmarkFailurePath$", append(append([]string{"-bench.records", n}, defaults...), eos...)...))
 	failureEOS := one(run("failure-eos", procBin, "^BenchmarkFailurePath$", append(append([]string{"-bench.records", n}, tuned...), eos...)...))
 	paced := one(run("paced", procBin, "^BenchmarkFailurePaced$", defaults...))
 	slow := one(run("slow", procBin, "^BenchmarkSlowHandler$", "-bench.slowrecords", strconv.Itoa(*slowRecs)))
@@ -235,14 +236,16 @@ func main() {
 	row("ceiling", "1", "ceiling (last run)", ceil2, fmt.Sprintf("mean %s rec/s", f0(ceiling)), fmt.Sprintf("wall %s rec/s", f0(ceil2["wall-records/s"])))
 	row("happy", "2", "happy path: no-op handler + results, default settings (concurrency 64, MaxInflight 4096)", happyDefault, ratio(happyDefault), fmt.Sprintf("wall %s rec/s", f0(happyDefault["wall-records/s"])))
 	row("happy", "2", fmt.Sprintf("happy path, MaxInflight %d", *inflight), happy, ratio(happy), fmt.Sprintf("wall %s rec/s", f0(happy["wall-records/s"])))
-	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, default MaxInflight, MaxBatch %s (%d records)", batch, *eosDefRecs), happyEOSDefault, eosRatio(happyEOSDefault, happyDefault),
+	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, default settings, MaxBatch %s", batch), happyEOSDefault, eosRatio(happyEOSDefault, happyDefault),
 		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOSDefault["wall-records/s"]), txns(happyEOSDefault)))
 	row("happy-eos", "2", fmt.Sprintf("happy path, exactly-once, MaxInflight %d, MaxBatch %s", *inflight, batch), happyEOS, eosRatio(happyEOS, happy),
 		fmt.Sprintf("wall %s rec/s; %s", f0(happyEOS["wall-records/s"]), txns(happyEOS)))
 	row("failure", "3", "failure path: every record fails once into a 1 s tier, default settings", failureDefault, ratio(failureDefault), lateness(failureDefault))
 	row("failure", "3", fmt.Sprintf("failure path, a 5 ms handler (saturated: the handler is the bottleneck), default settings, %d records", *slowFail), failureSlow, "–", lateness(failureSlow))
 	row("failure", "3", fmt.Sprintf("failure path, concurrency %d, MaxInflight %d", *conc, *inflight), failure, ratio(failure), lateness(failure))
-	row("failure-eos", "3", fmt.Sprintf("failure path, exactly-once, MaxBatch %s", batch), failureEOS, eosRatio(failureEOS, failure),
+	row("failure-eos", "3", fmt.Sprintf("failure path, exactly-once, default settings, MaxBatch %s", batch), failureEOSDefault, eosRatio(failureEOSDefault, failureDefault),
+		strings.Join(slices.DeleteFunc([]string{lateness(failureEOSDefault), txns(failureEOSDefault)}, func(s string) bool { return s == "" }), "; "))
+	row("failure-eos", "3", fmt.Sprintf("failure path, exactly-once, concurrency %d, MaxInflight %d, MaxBatch %s", *conc, *inflight, batch), failureEOS, eosRatio(failureEOS, failure),
 		strings.Join(slices.DeleteFunc([]string{lateness(failureEOS), txns(failureEOS)}, func(s string) bool { return s == "" }), "; "))
 	row("paced", "3", fmt.Sprintf("failure path, offered at %s rec/s (below capacity), default settings: the scheduler's lateness", f0(paced["offered-records/s"])), paced, "–", lateness(paced))
 	bound := slow["bound-records/s"]
