@@ -31,13 +31,10 @@ type outputs struct {
 // dead letter with code record_too_large, which the dlq builder cuts to
 // fit. No record build returns is larger than its topic's limit (a dead
 // letter is cut to fit any limit of at least dlq.MinRecordBytes).
-func (o *outputs) build(src *kgo.Record, user []kgo.RecordHeader, d decision, now time.Time) (*kgo.Record, decision) {
-	return o.buildIn(new(outRec), src, user, d, now)
-}
-
-// buildIn is build with the record and its headers in or (a dead letter,
-// which the dlq package builds, excepted).
-func (o *outputs) buildIn(or *outRec, src *kgo.Record, user []kgo.RecordHeader, d decision, now time.Time) (*kgo.Record, decision) {
+//
+// The record and its headers are built in or (a dead letter, which the
+// dlq package builds, excepted).
+func (o *outputs) build(or *outRec, src *kgo.Record, user []kgo.RecordHeader, d decision, now time.Time) (*kgo.Record, decision) {
 	r := &or.rec
 	// The record's timestamp is now, the decision's time: the producer
 	// would otherwise read the clock again for it.

@@ -66,7 +66,6 @@ func (p *pipeline) worker() {
 		}
 		p.mu.Unlock()
 		p.work(w, req)
-		*req = Request{} // nothing of w kept alive by an idle worker
 	}
 }
 

@@ -166,7 +166,7 @@ func FuzzRecordOutcome(f *testing.F) {
 		if d.to == "" {
 			return
 		}
-		r, got := o.build(src, user, d, now)
+		r, got := o.build(new(outRec), src, user, d, now)
 		if n, limit := dlq.EncodedSize(r), o.limit(r.Topic); n > limit {
 			t.Fatalf("%s record of %d bytes for %s, over its limit %d", got.to, n, r.Topic, limit)
 		}

@@ -93,7 +93,7 @@ func newTxnCommitter(p *pipeline, opts []kgo.Opt) (committer, *kgo.Client, error
 func (c *txnCommitter) finish(w *work, d decision) {
 	p := c.p
 	if d.to != "" {
-		w.out, w.outTo = p.outcomeRecord(w, d)
+		w.out, w.outTo = p.outcomeRecord(new(outRec), w, d)
 		if r, ok := c.refusedBefore(w); ok {
 			c.refit(w, r)
 		}

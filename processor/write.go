@@ -24,7 +24,7 @@ import (
 // (outputs.build) before it is sent.
 func (p *pipeline) send(ctx context.Context, w *work, d decision) {
 	or := new(outRec)
-	rec, to := p.outcomeRecordIn(or, w, d)
+	rec, to := p.outcomeRecord(or, w, d)
 	// kgo cancels the record with its Context (the partition's), and
 	// hands it back to the promise, which finds w and to there: one
 	// promise for every record, no closure per record.
@@ -74,22 +74,17 @@ func (p *pipeline) sent(r *kgo.Record, err error) {
 	}()
 }
 
-// outcomeRecord builds d's outcome record for w and counts it (a retry or
+// outcomeRecord builds d's outcome record for w in or and counts it (a retry or
 // a dead letter); a retry or results record too large for its topic is a
 // dead letter instead. w.meta becomes the outcome record's headers.
-func (p *pipeline) outcomeRecord(w *work, d decision) (*kgo.Record, outKind) {
-	return p.outcomeRecordIn(new(outRec), w, d)
-}
-
-// outcomeRecordIn is outcomeRecord building in or.
-func (p *pipeline) outcomeRecordIn(or *outRec, w *work, d decision) (*kgo.Record, outKind) {
+func (p *pipeline) outcomeRecord(or *outRec, w *work, d decision) (*kgo.Record, outKind) {
 	// w.at: the clock read when the decision was made (process); a
 	// second read per record costs more than the microseconds since.
 	at := w.at
 	if at.IsZero() {
 		at = time.Now()
 	}
-	rec, out := p.out.buildIn(or, w.rec, w.user, d, at)
+	rec, out := p.out.build(or, w.rec, w.user, d, at)
 	if out.to != d.to {
 		// The error names the topic and both sizes (outputs.build).
 		p.log.Warn("outcome record larger than its topic takes; dead-lettering it", "src", srcOf(w), "err", out.meta.Error)
