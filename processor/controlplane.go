@@ -73,6 +73,11 @@ func newControlPlane(cfg *Config, pipes []*pipeline) (*controlPlane, error) {
 	c.cl = cl
 	for _, p := range pipes {
 		c.pipes[p.cfg.Name] = p
+		if p.share != nil {
+			p.share.solo.attach(c.writer, func(ctx context.Context, r control.Record) error {
+				return control.Publish(ctx, c.cl, c.cfg.Topic, r)
+			}, c.publish)
+		}
 		if p.cfg.Scope != ScopeProcess {
 			p.line.mu.Lock()
 			p.line.shared = &sharedLine{writer: c.writer, publish: c.publish}
@@ -227,8 +232,14 @@ func (c *controlPlane) apply(r control.Record, now time.Time) {
 	if p == nil {
 		return
 	}
-	if r.Kind == control.KindStatus {
+	switch r.Kind {
+	case control.KindStatus:
 		p.noteMember(r.Instance, r.At, r.Status, now)
+		return
+	case control.KindAlone:
+		if p.share != nil {
+			p.share.solo.note(r)
+		}
 		return
 	}
 	p.line.applyControl(r, r.Instance == c.writer, now)
@@ -243,6 +254,11 @@ func (c *controlPlane) applyState(st *control.State, now time.Time) {
 		}
 	}
 	for name, p := range c.pipes {
+		if p.share != nil {
+			for _, r := range st.Alone(name) {
+				p.share.solo.note(r)
+			}
+		}
 		if r, ok := st.Paused(name); ok {
 			p.line.applyControl(r, false, now)
 		}

@@ -75,8 +75,13 @@ type work struct {
 	size    int64
 	heapIdx int // its place in the waiting room's heap (waitroom.go)
 	// deliveries is the share group's delivery count of a main-topic
-	// record (consume: share), 0 otherwise.
+	// record (consume: share), 0 otherwise. crashed: past max_deliveries
+	// with the evidence (sharesolo.go), dead-lettered without a call;
+	// alone: it has an alone record on the control topic, to end once it
+	// has its outcome.
 	deliveries int
+	crashed    bool
+	alone      bool
 
 	jobWork  // callbacks and polls of a job (callback_match.go)
 	txnWork  // exactly-once (txn.go)

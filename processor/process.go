@@ -61,7 +61,7 @@ func (p *pipeline) process(w *work, req *Request) (d decision, ok bool) {
 		return decision{}, false
 	}
 	meta, tierLabel, now := p.begin(w)
-	if w.deliveries > p.cfg.MaxDeliveries {
+	if w.crashed {
 		d := crashed(meta, w.deliveries, p.cfg.MaxDeliveries, now)
 		p.countEarly(d, tierLabel)
 		return d, true

@@ -37,13 +37,17 @@ import (
 // likely the process died) is a suspect: it may be the one that killed
 // it. Its batch's other records are handled first and their
 // acknowledgements flushed; then the suspects run one at a time, each
-// acknowledged before the next starts. So a record that ends the process
-// takes no record with it but the suspects not started yet, and the
-// delivery count, which counts every acquisition, grows only for those.
-// Suspects run in ascending offsets on odd delivery counts and descending
-// on even ones: the records a killer's crash held back from one side are
-// run before it on its next delivery, so with the default max_deliveries
-// one killer among its batch is dead-lettered alone.
+// acknowledged before the next starts, and each after its alone record
+// is on the control topic (sharesolo.go). A record that ends the process
+// still takes records with it: the suspects not started yet, and the
+// batch franz-go fetched as soon as the suspects' poll took the last
+// records, which the broker counts a delivery of at every death. So the
+// delivery count does not say which record killed the process; a record
+// past max_deliveries is dead-lettered "crashed" only if its last
+// delivery ran alone (or it is two deliveries past it), and otherwise
+// runs alone like any suspect. Suspects run in ascending offsets on odd
+// delivery counts and descending on even ones, so those a crash held
+// back from one side run before the killer on its next delivery.
 
 // shareRenewMax bounds how long a record's lock goes without a renew (and
 // the share connection without a request, which keeps it from being
@@ -72,12 +76,17 @@ type shareReader struct {
 	// renewEvery is a third of the acquisition lock, learned from a poll.
 	renewEvery time.Duration
 
-	warned atomic.Bool
+	// solo is what the control topic says of the records run alone.
+	solo *soloLog
+
+	warned     atomic.Bool
+	soloWarned atomic.Bool
 }
 
 func newShareReader(p *pipeline) (*shareReader, error) {
 	s := &shareReader{p: p, batch: p.cfg.Concurrency, wake: make(chan struct{}, 1),
-		parts: map[int32]*partState{}, held: map[*work]time.Time{}, renewEvery: shareRenewMax}
+		parts: map[int32]*partState{}, held: map[*work]time.Time{}, renewEvery: shareRenewMax,
+		solo: newSoloLog()}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(p.pc.Brokers...),
 		kgo.ClientID("redrive-" + p.pc.Instance),
@@ -195,6 +204,20 @@ func (s *shareReader) runSuspect(ctx context.Context) {
 	}
 	w := s.suspects[0]
 	s.suspects = s.suspects[1:]
+	// The alone record goes first: if w ends the process, its next
+	// delivery knows it was w, not a record merely acquired with it.
+	if err := s.solo.record(ctx, s.p.cfg.Name, w); err != nil {
+		if ctx.Err() != nil {
+			s.suspects = append([]*work{w}, s.suspects...)
+			return
+		}
+		if !s.soloWarned.Swap(true) {
+			s.p.log.Warn("share group: could not write to the control topic that a record delivered again runs alone; if it ends the process, it is dead-lettered crashed one delivery later than max_deliveries says",
+				"partition", w.rec.Partition, "offset", w.rec.Offset, "err", err)
+		}
+	} else {
+		w.alone = true
+	}
 	s.p.mu.Lock()
 	s.p.dispatchLocked(w)
 	s.p.mu.Unlock()
@@ -256,9 +279,18 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 		s.held[w] = now.Add(s.renewEvery)
 		s.mu.Unlock()
 		p.noteOversize(w)
-		// Past max_deliveries it is dead-lettered without a call: no
-		// need to run it alone.
-		if w.deliveries > 1 && w.deliveries <= p.cfg.MaxDeliveries {
+		if w.deliveries > p.cfg.MaxDeliveries {
+			// Past max_deliveries: dead-lettered without a call if its
+			// last delivery ran alone, so it ended the process itself;
+			// two deliveries further (5 at the default, Kafka's delivery
+			// limit: the broker would archive it next), even without.
+			if s.solo.ranAlone(r.Partition, r.Offset, w.deliveries-1) {
+				w.crashed, w.alone = true, true
+			} else {
+				w.crashed = w.deliveries > p.cfg.MaxDeliveries+1
+			}
+		}
+		if w.deliveries > 1 && !w.crashed {
 			s.suspects = append(s.suspects, w)
 			continue
 		}
@@ -276,6 +308,9 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 func (s *shareReader) done(w *work, finished bool) {
 	if finished {
 		w.rec.Ack(kgo.AckAccept)
+		if w.alone {
+			s.solo.forget(s.p.cfg.Name, w)
+		}
 	} else {
 		w.rec.Ack(kgo.AckRelease)
 	}

@@ -157,6 +157,78 @@ func TestShareCrashLoopRecordDeadLettered(t *testing.T) {
 	}
 }
 
+// TestShareRecordChargedWithoutRunningIsHandled: the share group counts a
+// delivery for every record a member acquired, run or not (franz-go
+// fetches the next batch while a record delivered again runs alone, and a
+// death counts it too). A record delivered more than max_deliveries times
+// that never ran alone is no proof of a crash: it runs, alone, and is
+// handled, not dead-lettered "crashed".
+func TestShareRecordChargedWithoutRunningIsHandled(t *testing.T) {
+	e := pipetest.New(t, "share-charged", 1, shareSchedule)
+	e.P.Consume = processor.ConsumeShare
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte("bystander"), Value: []byte("x")})
+
+	// Another member of the group acquires it and gives it back unrun,
+	// max_deliveries times.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	group := e.P.ShareGroupID()
+	if err := topics.EnsureShareGroup(ctx, e.Client, group); err != nil {
+		t.Fatal(err)
+	}
+	// It gives the record back only once no fetch of its is in flight
+	// (paused, and longer than a fetch waits): franz-go fetches again as
+	// soon as a poll takes the last record, and a fetch pending at the
+	// broker would acquire the released record once more.
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.Cluster.Brokers...), kgo.ShareGroup(group),
+		kgo.ConsumeTopics(e.P.Topic), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	max := e.P.WithDefaults().MaxDeliveries
+	for d := 1; d <= max; d++ {
+		other.ResumeFetchTopics(e.P.Topic)
+		var r *kgo.Record
+		for r == nil {
+			fs := other.PollRecords(ctx, 1)
+			if ctx.Err() != nil {
+				t.Fatalf("delivery %d: the record was not acquired: %v", d, ctx.Err())
+			}
+			if recs := fs.Records(); len(recs) > 0 {
+				r = recs[0]
+			}
+		}
+		if got := int(r.DeliveryCount()); got != d {
+			t.Fatalf("acquired with delivery count %d, want %d", got, d)
+		}
+		other.PauseFetchTopics(e.P.Topic)
+		time.Sleep(time.Second)
+		r.Ack(kgo.AckRelease)
+		if err := other.FlushAcks(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other.Close()
+
+	var calls atomic.Int32
+	e.Start(processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		calls.Add(1)
+		return processor.Succeed([]byte("done"))
+	}))
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(g kafkatest.Got) bool {
+		return len(g[e.P.Results])+len(g[e.P.DLQ]) >= 1
+	}, 60*time.Second, time.Second)
+	if len(got[e.P.DLQ]) > 0 {
+		reason, _ := kafkatest.Header(got[e.P.DLQ][0], "redrive-reason")
+		deliveries, _ := kafkatest.Header(got[e.P.DLQ][0], "redrive-deliveries")
+		t.Fatalf("dead-lettered (reason %q, deliveries %q) though it never ran: want it handled", reason, deliveries)
+	}
+	if len(got[e.P.Results]) != 1 || calls.Load() != 1 {
+		t.Fatalf("%d results, %d calls; want 1 and 1", len(got[e.P.Results]), calls.Load())
+	}
+}
+
 // shareSettled waits until every running replica of a share pipeline
 // counts them all (its status names as many members as run) and their
 // shares add up to the whole.

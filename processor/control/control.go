@@ -11,6 +11,7 @@
 //	guard/<pipeline>               the guard's stop and its end
 //	failing/<pipeline>/<instance>  a replica's counted failures in a row, while it has some
 //	status/<pipeline>/<instance>   a replica's status, every few seconds; a tombstone when it leaves
+//	alone/<pipeline>/<part>.<off>  a share group's record about to run alone (a suspect), at which delivery; a tombstone once it has an outcome
 //
 // Values are JSON objects with a version ("v"); a record whose key and
 // value disagree, of a newer version, or not JSON, is refused by Decode
@@ -21,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -48,12 +50,17 @@ const (
 	KindGuard     Kind = "guard"     // the guard's stop
 	KindStatus    Kind = "status"    // one replica's status
 	KindFailing   Kind = "failing"   // one replica's counted failures in a row
+	KindAlone     Kind = "alone"     // a share group's record run alone
 )
 
-var kinds = []Kind{KindPause, KindBreaker, KindPauseCode, KindGuard, KindStatus, KindFailing}
+var kinds = []Kind{KindPause, KindBreaker, KindPauseCode, KindGuard, KindStatus, KindFailing, KindAlone}
 
 // perInstance reports a kind whose key names the replica.
 func perInstance(k Kind) bool { return k == KindStatus || k == KindFailing }
+
+// tombstoned reports a kind a tombstone may end: a replica's records,
+// and a record run alone once it has an outcome.
+func tombstoned(k Kind) bool { return perInstance(k) || k == KindAlone }
 
 // Line states of breaker, pausecode and guard records.
 const (
@@ -73,13 +80,29 @@ type Record struct {
 	Instance string
 	// At is when it was written (the writer's clock).
 	At time.Time
-	// Tombstone: a status record without value, written by a replica that
-	// left cleanly.
+	// Tombstone: a record without value: a status or failing record of
+	// a replica that left cleanly, an alone record of a record that has
+	// its outcome.
 	Tombstone bool
 
 	Pause  *Pause  // KindPause
 	Line   *Line   // KindBreaker, KindPauseCode, KindGuard, KindFailing
 	Status *Status // KindStatus
+	// Alone (KindAlone) names the record in its key: a tombstone has it
+	// too, with no Delivery.
+	Alone *Alone
+}
+
+// Alone says that a share group's main-topic record (partition, offset)
+// was about to run alone at its Delivery: a record delivered again runs
+// alone, and if its delivery ends without an outcome (the process died)
+// the next one finds it here. It is the evidence that the record, not one
+// merely acquired with it, was running when the process died, which
+// max_deliveries counts.
+type Alone struct {
+	Partition int32 `json:"partition"`
+	Offset    int64 `json:"offset"`
+	Delivery  int   `json:"delivery"`
 }
 
 // Pause is an operator's pause (Paused) or resume. A resume also clears
@@ -148,10 +171,11 @@ type wire struct {
 	Pause    *Pause    `json:"pause,omitempty"`
 	Line     *Line     `json:"line,omitempty"`
 	Status   *Status   `json:"status,omitempty"`
+	Alone    *Alone    `json:"alone,omitempty"`
 }
 
 // Key is the record key of kind for pipeline (instance: a status's
-// replica; ignored for the other kinds).
+// replica; ignored for the other kinds; see AloneKey for KindAlone).
 func Key(kind Kind, pipeline, instance string) string {
 	if perInstance(kind) {
 		return string(kind) + "/" + pipeline + "/" + instance
@@ -159,20 +183,34 @@ func Key(kind Kind, pipeline, instance string) string {
 	return string(kind) + "/" + pipeline
 }
 
+// AloneKey is the key of the alone record of pipeline's main-topic record
+// at partition, offset.
+func AloneKey(pipeline string, partition int32, offset int64) string {
+	return string(KindAlone) + "/" + pipeline + "/" + strconv.FormatInt(int64(partition), 10) + "." + strconv.FormatInt(offset, 10)
+}
+
 // Key is r's record key.
-func (r Record) Key() string { return Key(r.Kind, r.Pipeline, r.Instance) }
+func (r Record) Key() string {
+	if r.Kind == KindAlone && r.Alone != nil {
+		return AloneKey(r.Pipeline, r.Alone.Partition, r.Alone.Offset)
+	}
+	return Key(r.Kind, r.Pipeline, r.Instance)
+}
 
 // Encode is r's record key and value (nil value: a tombstone).
 func (r Record) Encode() (key, value []byte, err error) {
 	if err := checkNames(r.Kind, r.Pipeline, r.Instance); err != nil {
 		return nil, nil, err
 	}
+	if r.Kind == KindAlone && (r.Alone == nil || r.Alone.Partition < 0 || r.Alone.Offset < 0) {
+		return nil, nil, fmt.Errorf("an alone record needs a partition and an offset, not %+v", r.Alone)
+	}
 	key = []byte(r.Key())
 	if r.Tombstone {
 		return key, nil, nil
 	}
 	value, err = json.Marshal(wire{V: version, Kind: r.Kind, Pipeline: r.Pipeline, Instance: r.Instance,
-		At: r.At.UTC(), Pause: r.Pause, Line: r.Line, Status: r.Status})
+		At: r.At.UTC(), Pause: r.Pause, Line: r.Line, Status: r.Status, Alone: r.Alone})
 	return key, value, err
 }
 
@@ -184,7 +222,8 @@ func malformed(format string, a ...any) error {
 }
 
 // Decode reads a control record. A nil value is a tombstone, taken only
-// for a replica's key (status, failing). The value's kind, pipeline and instance must be the
+// for a replica's key (status, failing) and an alone record's. The value's
+// kind, pipeline and instance (alone: partition and offset) must be the
 // key's, and its body the kind's.
 func Decode(key, value []byte) (Record, error) {
 	kind, pipeline, instance, err := parseKey(string(key))
@@ -192,9 +231,16 @@ func Decode(key, value []byte) (Record, error) {
 		return Record{}, err
 	}
 	r := Record{Kind: kind, Pipeline: pipeline, Instance: instance}
+	if kind == KindAlone {
+		// The key's third part names the record, not a replica.
+		r.Instance = ""
+		if r.Alone, err = parseAlone(instance); err != nil {
+			return Record{}, malformed("key %q: %v", key, err)
+		}
+	}
 	if value == nil {
-		if !perInstance(kind) {
-			return Record{}, malformed("key %q: only a status or failing record may be a tombstone", key)
+		if !tombstoned(kind) {
+			return Record{}, malformed("key %q: only a status, failing or alone record may be a tombstone", key)
 		}
 		r.Tombstone = true
 		return r, nil
@@ -226,10 +272,21 @@ func Decode(key, value []byte) (Record, error) {
 		r.Pause = w.Pause
 	case KindStatus:
 		r.Status = w.Status
+	case KindAlone:
+		a := w.Alone
+		switch {
+		case a == nil:
+			return Record{}, malformed("key %q: no alone body", key)
+		case a.Partition != r.Alone.Partition || a.Offset != r.Alone.Offset:
+			return Record{}, malformed("key %q: value is about partition %d offset %d", key, a.Partition, a.Offset)
+		case a.Delivery < 1:
+			return Record{}, malformed("key %q: delivery %d, want 1 or more", key, a.Delivery)
+		}
+		r.Alone = a
 	default:
 		r.Line = w.Line
 	}
-	if r.Pause == nil && r.Line == nil && r.Status == nil {
+	if r.Pause == nil && r.Line == nil && r.Status == nil && r.Alone == nil {
 		return Record{}, malformed("key %q: no %s body", key, kind)
 	}
 	if r.Line != nil {
@@ -263,10 +320,10 @@ func parseKey(key string) (kind Kind, pipeline, instance string, err error) {
 		known = known || c == kind
 	}
 	if !ok || !known {
-		return "", "", "", malformed("key %q: want <kind>/<pipeline>, kind one of pause, breaker, pausecode, guard, status, failing", key)
+		return "", "", "", malformed("key %q: want <kind>/<pipeline>, kind one of pause, breaker, pausecode, guard, status, failing, alone", key)
 	}
 	pipeline = rest
-	if perInstance(kind) {
+	if perInstance(kind) || kind == KindAlone {
 		i := strings.LastIndexByte(rest, '/')
 		if i < 0 {
 			return "", "", "", malformed("key %q: want %s/<pipeline>/<instance>", key, kind)
@@ -290,6 +347,17 @@ func checkNames(kind Kind, pipeline, instance string) error {
 		}
 	}
 	return nil
+}
+
+// parseAlone reads an alone key's <partition>.<offset>.
+func parseAlone(s string) (*Alone, error) {
+	ps, os, ok := strings.Cut(s, ".")
+	part, perr := strconv.ParseInt(ps, 10, 32)
+	off, oerr := strconv.ParseInt(os, 10, 64)
+	if !ok || perr != nil || oerr != nil || part < 0 || off < 0 || AloneKey("", int32(part), off) != string(KindAlone)+"//"+s {
+		return nil, fmt.Errorf("record %q: want <partition>.<offset>", s)
+	}
+	return &Alone{Partition: int32(part), Offset: off}, nil
 }
 
 // writable reports a time JSON can carry back: a year from 1 to 9999 in

@@ -43,6 +43,10 @@ func records() []control.Record {
 		// A pipeline name may hold a "/": the instance is after the last one.
 		{Kind: control.KindStatus, Pipeline: "team/solve", Instance: "pod-2", At: at, Status: &control.Status{
 			Line: "stopped", Why: "paused by alice@laptop", Breaker: "open", Scope: "process", Every: "1m", Control: "lagging"}},
+		// The key names the record (partition 3, offset 1042), the value
+		// its writer.
+		{Kind: control.KindAlone, Pipeline: "team/solve", Instance: "pod-2#a1b2", At: at,
+			Alone: &control.Alone{Partition: 3, Offset: 1042, Delivery: 2}},
 	}
 }
 
@@ -56,8 +60,11 @@ func TestEncodeDecodeEveryKind(t *testing.T) {
 			t.Fatalf("Encode(%s): %v", r.Key(), err)
 		}
 		want := string(r.Kind) + "/" + r.Pipeline
-		if r.Kind == control.KindStatus {
+		switch r.Kind {
+		case control.KindStatus:
 			want += "/" + r.Instance
+		case control.KindAlone:
+			want += fmt.Sprintf("/%d.%d", r.Alone.Partition, r.Alone.Offset)
 		}
 		if string(key) != want {
 			t.Errorf("key %q, want %q", key, want)
@@ -74,13 +81,14 @@ func TestEncodeDecodeEveryKind(t *testing.T) {
 		}
 		keys[r.Kind] = true
 	}
-	if len(keys) != 5 {
-		t.Errorf("records() covers %d kinds, want all 5", len(keys))
+	if len(keys) != 6 {
+		t.Errorf("records() covers %d kinds, want all 6", len(keys))
 	}
 }
 
-// A replica that leaves cleanly writes a tombstone for its status; no
-// other kind may be one (a pause must outlive compaction).
+// A replica that leaves cleanly writes a tombstone for its status, and a
+// record run alone has one once it has its outcome; no other kind may be
+// one (a pause must outlive compaction).
 func TestStatusTombstone(t *testing.T) {
 	r := control.Record{Kind: control.KindStatus, Pipeline: "solve", Instance: "pod-1", Tombstone: true}
 	key, value, err := r.Encode()
@@ -90,6 +98,16 @@ func TestStatusTombstone(t *testing.T) {
 	got, err := control.Decode(key, nil)
 	if err != nil || !reflect.DeepEqual(got, r) {
 		t.Fatalf("Decode(tombstone) = %+v, %v; want %+v", got, err, r)
+	}
+	// An alone record ends with a tombstone once its record has an
+	// outcome; the key alone names the record.
+	a := control.Record{Kind: control.KindAlone, Pipeline: "solve", Tombstone: true, Alone: &control.Alone{Partition: 0, Offset: 7}}
+	key, value, err = a.Encode()
+	if err != nil || string(key) != "alone/solve/0.7" || value != nil {
+		t.Fatalf("Encode(alone tombstone) = %q, %q, %v; want alone/solve/0.7 and a nil value", key, value, err)
+	}
+	if got, err := control.Decode(key, nil); err != nil || !reflect.DeepEqual(got, a) {
+		t.Fatalf("Decode(alone tombstone) = %s, %v; want %s", show(got), err, show(a))
 	}
 	for _, key := range []string{"pause/solve", "breaker/solve", "pausecode/solve", "guard/solve"} {
 		if _, err := control.Decode([]byte(key), nil); !errors.Is(err, control.ErrMalformed) || !strings.Contains(err.Error(), "tombstone") {
@@ -115,6 +133,7 @@ func TestDecodeRefuses(t *testing.T) {
 	pause := records()[0]
 	status := records()[9]
 	breaker := records()[2]
+	alone := records()[11]
 	big := bytes.Repeat([]byte(" "), control.MaxValueBytes+1)
 	copy(big, encoded(t, pause))
 	for _, tc := range []struct {
@@ -138,6 +157,14 @@ func TestDecodeRefuses(t *testing.T) {
 		{"no pipeline", "pause/", string(encoded(t, pause)), "pipeline name"},
 		{"status without instance", "status/solve", string(encoded(t, status)), "status/<pipeline>/<instance>"},
 		{"status with an empty instance", "status/solve/", string(encoded(t, status)), "instance"},
+		{"alone key without its kind", "team/solve/3.1043", string(encoded(t, alone)), "kind one of"},
+		{"alone value of another offset", "alone/team/solve/3.1043", string(encoded(t, alone)), "value is about partition 3 offset 1042"},
+		{"alone key with a leading zero", "alone/team/solve/3.01042", string(encoded(t, alone)), "want <partition>.<offset>"},
+		{"alone key without an offset", "alone/team/solve/3", string(encoded(t, alone)), "want <partition>.<offset>"},
+		{"alone key with a negative partition", "alone/team/solve/-1.5", string(encoded(t, alone)), "want <partition>.<offset>"},
+		{"alone without a record", "alone/solve", string(encoded(t, alone)), "alone/<pipeline>/<instance>"},
+		{"alone without a delivery", "alone/team/solve/3.1042", strings.Replace(string(encoded(t, alone)), `"delivery":2`, `"delivery":0`, 1), "delivery 0"},
+		{"alone without a body", "alone/team/solve/3.1042", `{"v":1,"kind":"alone","pipeline":"team/solve","at":"2024-05-01T10:00:00Z"}`, "no alone body"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := control.Decode([]byte(tc.key), []byte(tc.value))
@@ -312,6 +339,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("pause/solve"), []byte(`{"v":1,"kind":"pause","pipeline":"solve","at":"2024-05-01T10:00:00Z","pause":{"paused":true,"reason":"\u00e9\ud800<>&"}}`), false)
 	f.Add([]byte("pausecode/solve"), []byte(`[1,2]`), false)
 	f.Add([]byte("status/solve"), []byte(`{}`), false)
+	f.Add([]byte("alone/solve/0.7"), []byte(nil), true)
+	f.Add([]byte("alone/a/b/2.9"), []byte(`{"v":1,"kind":"alone","pipeline":"a/b","instance":"x/y","at":"2024-05-01T10:00:00Z","alone":{"partition":2,"offset":9,"delivery":3}}`), false)
+	f.Add([]byte("alone/a/2.9"), []byte(`{"v":1,"kind":"alone","pipeline":"a","at":"2024-05-01T10:00:00Z","alone":{"partition":2,"offset":9,"delivery":3},"line":{"state":"on"}}`), false)
 	f.Add([]byte(""), []byte(""), false)
 	f.Add([]byte("\xff/\xfe"), []byte("\x00"), false)
 	f.Fuzz(func(t *testing.T, key, value []byte, tombstone bool) {
@@ -358,6 +388,9 @@ func show(r control.Record) string {
 	}
 	if r.Status != nil {
 		s += fmt.Sprintf(" status %+v", *r.Status)
+	}
+	if r.Alone != nil {
+		s += fmt.Sprintf(" alone %+v", *r.Alone)
 	}
 	return s
 }

@@ -117,3 +117,15 @@ func (s *State) Pipelines() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Alone are pipeline's alone records: the share group's records that
+// were about to run alone and have no outcome known.
+func (s *State) Alone(pipeline string) []Record {
+	var out []Record
+	for _, r := range s.latest {
+		if r.Kind == KindAlone && r.Pipeline == pipeline && r.Alone != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
