@@ -111,9 +111,11 @@ type Pipeline struct {
 	// MaxDeliveries (ConsumeShare): a main-topic record the share group
 	// delivered more than this many times without an outcome (its handling
 	// killed the process each time) is dead-lettered "crashed" before it is
-	// handled again. Default DefaultMaxDeliveries; it must stay below the
-	// broker's group.share.delivery.count.limit (5 by default), which
-	// archives the record silently.
+	// handled again, if its delivery before ran it alone (sharesolo.go;
+	// one delivery later without the control topic's word). Default
+	// DefaultMaxDeliveries; it + 1 must stay below the broker's
+	// group.share.delivery.count.limit (5 by default), which archives the
+	// record silently.
 	MaxDeliveries int
 }
 
@@ -127,8 +129,9 @@ const (
 )
 
 // DefaultMaxDeliveries is Pipeline.MaxDeliveries' default: a record that
-// crashed the process three times is dead-lettered at its fourth delivery,
-// one before Kafka's default delivery count limit archives it.
+// crashed the process three times is dead-lettered at its fourth delivery
+// (its fifth without the control topic's word that it ran alone, the last
+// before Kafka's default delivery count limit archives it).
 const DefaultMaxDeliveries = 3
 
 // Scope is who a pipeline's line and budgets are for.
