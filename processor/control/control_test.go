@@ -2,10 +2,12 @@ package control_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -306,6 +308,29 @@ func TestPublishRead(t *testing.T) {
 	}
 	if reps := s.Replicas(time.Now()); len(reps) != 0 {
 		t.Errorf("Replicas after the tombstone = %+v", reps)
+	}
+}
+
+// State keeps a pipeline's alone records until their tombstones: the
+// records delivered again that ran alone and have no outcome yet.
+func TestStateAlone(t *testing.T) {
+	s := control.NewState()
+	a := records()[11]
+	s.Apply(a)
+	b := a
+	b.Alone = &control.Alone{Partition: 0, Offset: 9, Delivery: 3}
+	s.Apply(b)
+	other := a
+	other.Pipeline = "captcha"
+	s.Apply(other)
+	got := s.Alone("team/solve")
+	slices.SortFunc(got, func(x, y control.Record) int { return cmp.Compare(x.Alone.Offset, y.Alone.Offset) })
+	if len(got) != 2 || *got[0].Alone != *b.Alone || *got[1].Alone != *a.Alone {
+		t.Fatalf("Alone(team/solve) = %d records, want offsets 9 and 1042", len(got))
+	}
+	s.Apply(control.Record{Kind: control.KindAlone, Pipeline: "team/solve", Tombstone: true, Alone: &control.Alone{Partition: 3, Offset: 1042}})
+	if got := s.Alone("team/solve"); len(got) != 1 || got[0].Alone.Offset != 9 {
+		t.Fatalf("Alone after a tombstone = %d records, want offset 9 only", len(got))
 	}
 }
 
