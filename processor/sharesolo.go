@@ -79,8 +79,8 @@ func (l *soloLog) ranAlone(part int32, off int64, delivery int) bool {
 }
 
 // record writes that w is about to run alone at its delivery, and waits
-// for it (at most soloWriteWait). It reports whether the record was
-// written: without it, a death now cannot be told from any other.
+// for it (at most soloWriteWait). An error says it was not written:
+// without it, a death now cannot be told from any other.
 func (l *soloLog) record(ctx context.Context, pipeline string, w *work) error {
 	l.mu.Lock()
 	write, writer := l.write, l.writer
