@@ -249,58 +249,64 @@ func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 // through at once, half of them polled once through a tier (not ready,
 // then done), so that outcome records are built while others are still
 // being written: each result must carry its own request's id, user
-// header, value and poll count, none of another's.
+// header, value and poll count, none of another's. Both deliveries: their
+// outcome records are written and put back at different points.
 func TestFlowOutcomeRecordsKeepTheirOwnHeaders(t *testing.T) {
-	e := newEnv(t, []time.Duration{time.Second}, 3)
-	s := newScript()
-	e.Start(s)
+	for _, d := range []processor.Delivery{processor.AtLeastOnce, processor.ExactlyOnce} {
+		t.Run(string(d), func(t *testing.T) {
+			e := newEnv(t, []time.Duration{time.Second}, 3)
+			e.P.Delivery = d
+			e.Start(newScript())
 
-	const n = 4000
-	recs := make([]*kgo.Record, 0, n)
-	polls := map[string]int{}
-	for i := range n {
-		id := fmt.Sprintf("load-%d", i)
-		script := "ok"
-		if i%2 == 1 {
-			script = "notready:1"
-			polls[id] = 1
-		} else {
-			polls[id] = 0
-		}
-		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(id), Value: []byte(script), Headers: []kgo.RecordHeader{
-			{Key: "idempotency-key", Value: []byte(id)},
-			{Key: "req", Value: []byte("user-" + id)},
-		}})
-	}
-	e.Produce(recs...)
-	got := e.CollectN(e.P.Results, n, 60*time.Second, 2*time.Second)
+			const n = 4000
+			recs := make([]*kgo.Record, 0, n)
+			polls := map[string]int{}
+			for i := range n {
+				id := fmt.Sprintf("load-%d", i)
+				script := "ok"
+				if i%2 == 1 {
+					script = "notready:1"
+				}
+				polls[id] = i % 2
+				recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: []byte(id), Value: []byte(script), Headers: []kgo.RecordHeader{
+					{Key: "idempotency-key", Value: []byte(id)},
+					{Key: "req", Value: []byte("user-" + id)},
+				}})
+			}
+			e.Produce(recs...)
+			// read_committed: what an exactly-once pipeline promises.
+			got := collectCommitted(t, e, []string{e.P.Results}, func(g kafkatest.Got) bool {
+				return len(g[e.P.Results]) >= n
+			}, 60*time.Second, 2*time.Second)[e.P.Results]
 
-	seen := map[string]bool{}
-	for _, r := range got {
-		id, _ := kafkatest.Header(r, retry.HeaderID)
-		want, ok := polls[id]
-		switch {
-		case !ok:
-			t.Errorf("result with unknown id %q (key %q)", id, r.Key)
-			continue
-		case seen[id]:
-			t.Errorf("%s: more than one result", id)
-		}
-		seen[id] = true
-		if string(r.Key) != id {
-			t.Errorf("%s: key %q", id, r.Key)
-		}
-		if string(r.Value) != "done:"+id {
-			t.Errorf("%s: value %q", id, r.Value)
-		}
-		if u, _ := kafkatest.Header(r, "req"); u != "user-"+id {
-			t.Errorf("%s: user header req=%q", id, u)
-		}
-		if p, _ := kafkatest.Header(r, retry.HeaderPolls); p != strconv.Itoa(want) && (want != 0 || p != "") {
-			t.Errorf("%s: redrive-polls %q, want %d", id, p, want)
-		}
-	}
-	if len(seen) != n {
-		t.Errorf("%d of %d requests have a result", len(seen), n)
+			seen := map[string]bool{}
+			for _, r := range got {
+				id, _ := kafkatest.Header(r, retry.HeaderID)
+				want, ok := polls[id]
+				switch {
+				case !ok:
+					t.Errorf("result with unknown id %q (key %q)", id, r.Key)
+					continue
+				case seen[id]:
+					t.Errorf("%s: more than one result", id)
+				}
+				seen[id] = true
+				if string(r.Key) != id {
+					t.Errorf("%s: key %q", id, r.Key)
+				}
+				if string(r.Value) != "done:"+id {
+					t.Errorf("%s: value %q", id, r.Value)
+				}
+				if u, _ := kafkatest.Header(r, "req"); u != "user-"+id {
+					t.Errorf("%s: user header req=%q", id, u)
+				}
+				if p, _ := kafkatest.Header(r, retry.HeaderPolls); p != strconv.Itoa(want) && (want != 0 || p != "") {
+					t.Errorf("%s: redrive-polls %q, want %d", id, p, want)
+				}
+			}
+			if len(seen) != n {
+				t.Errorf("%d of %d requests have a result", len(seen), n)
+			}
+		})
 	}
 }

@@ -106,11 +106,13 @@ type jobWork struct {
 
 // txnWork is the outcome record held for the next transaction (nil: none,
 // the record only commits its offset), its kind, and whether it is in the
-// transaction being written.
+// transaction being written; pooled is the pooled record it was built in,
+// put back once its transaction commits.
 type txnWork struct {
-	out   *kgo.Record
-	outTo outKind
-	inTxn bool
+	out    *kgo.Record
+	outTo  outKind
+	inTxn  bool
+	pooled *outRec
 }
 
 // lineWork: held says the record failed transiently while the breaker was

@@ -93,7 +93,8 @@ func newTxnCommitter(p *pipeline, opts []kgo.Opt) (committer, *kgo.Client, error
 func (c *txnCommitter) finish(w *work, d decision) {
 	p := c.p
 	if d.to != "" {
-		w.out, w.outTo = p.outcomeRecord(new(outRec), w, d)
+		w.pooled = outRecs.Get().(*outRec)
+		w.out, w.outTo = p.outcomeRecord(w.pooled, w, d)
 		if r, ok := c.refusedBefore(w); ok {
 			c.refit(w, r)
 		}
@@ -370,6 +371,14 @@ func (c *txnCommitter) committed(b txnBatch) {
 		}
 	}
 	p.mu.Unlock()
+	// Committed: every outcome record of b was acknowledged (a failed
+	// write aborts), so kgo is done with them.
+	for _, w := range b.works {
+		if w.pooled != nil {
+			w.pooled.recycle()
+			w.pooled = nil
+		}
+	}
 	c.settle(b.works, true)
 	c.setErr(nil)
 }

@@ -51,9 +51,10 @@ type outRec struct {
 // allocated bytes and what drove its GC cycles.
 var outRecs = sync.Pool{New: func() any { return new(outRec) }}
 
-// recycle puts or back for another outcome record. Only once kgo has
-// called the promise with success and the promise is done with the
-// record: a failed record goes on in write, and stays its own. The
+// recycle puts or back for another outcome record. Only once kgo is done
+// with it: its promise was called with success and is done with it
+// (send), or its transaction committed (txn.go). A failed record goes on
+// in write, or is dropped with its aborted transaction: never pooled. The
 // headers are cleared so that a pooled record keeps no consumed record's
 // bytes (user header values point into the fetch buffer).
 func (or *outRec) recycle() {
