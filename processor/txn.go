@@ -329,34 +329,51 @@ type txnWrite struct {
 
 // produce writes b's outcome records into the open transaction.
 func (c *txnCommitter) produce(ctx context.Context, b txnBatch) txnWrite {
+	// One promise for every record, no closure per record: it notes the
+	// records refused as too large, matched to their works once the flush
+	// is over (failures are rare; the map is built only then).
 	var mu sync.Mutex
 	var wr txnWrite
+	var big []*kgo.Record
 	var perr error
-	for _, w := range b.works {
-		if w.out == nil {
-			continue
+	promise := func(r *kgo.Record, err error) {
+		if err == nil {
+			return
 		}
-		c.p.cl.Produce(ctx, w.out, func(r *kgo.Record, err error) {
-			if err == nil {
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if perr == nil {
-				perr = fmt.Errorf("writing to %s: %w", r.Topic, err)
-			}
-			if isTooLarge(err) {
-				wr.big = append(wr.big, w)
-			}
-			if errors.Is(err, kerr.UnknownTopicID) {
-				wr.gone = append(wr.gone, r.Topic)
-			}
-		})
+		mu.Lock()
+		defer mu.Unlock()
+		if perr == nil {
+			perr = fmt.Errorf("writing to %s: %w", r.Topic, err)
+		}
+		if isTooLarge(err) {
+			big = append(big, r)
+		}
+		if errors.Is(err, kerr.UnknownTopicID) {
+			wr.gone = append(wr.gone, r.Topic)
+		}
+	}
+	for _, w := range b.works {
+		if w.out != nil {
+			c.p.cl.Produce(ctx, w.out, promise)
+		}
 	}
 	ferr := c.p.cl.Flush(ctx)
 	mu.Lock()
 	defer mu.Unlock()
 	wr.err = errors.Join(perr, ferr)
+	if len(big) > 0 {
+		byRec := make(map[*kgo.Record]*work, len(b.works))
+		for _, w := range b.works {
+			if w.out != nil {
+				byRec[w.out] = w
+			}
+		}
+		for _, r := range big {
+			if w := byRec[r]; w != nil {
+				wr.big = append(wr.big, w)
+			}
+		}
+	}
 	return wr
 }
 
