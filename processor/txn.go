@@ -23,16 +23,21 @@ import (
 // (txnCommitter.finish) and moves on. The poll loop, between polls (franz-go's
 // GroupTransactSession forbids polling while a transaction begins or
 // ends), writes a transaction every CommitInterval or once MaxBatch
-// outcomes are held (cycle, from beforePoll): per partition it takes the held outcomes
+// outcomes are held (from beforePoll): per partition it takes the held outcomes
 // from the lowest unfinished offset up to the first record still being
 // handled (a commit covers a contiguous prefix), produces them and
-// commits those offsets in the same transaction. Committed: the entries
+// commits those offsets in the same transaction. Only its Begin and End
+// stop polling: the poll loop begins it and hands its records to the
+// producer (open), polls on while a goroutine waits for them to be
+// acknowledged (the flush: half a transaction's time), and ends it at the
+// first beforePoll after (end). At shutdown, drain and final write
+// transactions start to end (cycle). Committed: the entries
 // are finished. Aborted (a rebalance since it began, a zombie's stale
 // generation, a failed write): the session rewinds consumption to the
 // committed offsets, so every partition's state is started over (resetAll)
 // and the records are handled again.
 //
-// Ownership of a held work: cycle settles the works of the transaction
+// Ownership of a held work: end settles the works of the transaction
 // it writes (inTxn); a revoke (dropped) or resetAll settles the other held
 // works of the partitions it drops. Each held work is settled once.
 
@@ -64,9 +69,11 @@ type txnCommitter struct {
 	nheld      atomic.Int64
 	kick       chan struct{}
 	pollCancel atomic.Pointer[context.CancelFunc]
-	// lastTxn is when the poll loop last wrote a transaction (poll loop
-	// only).
+	// lastTxn is when the poll loop last wrote a transaction; open is
+	// the transaction begun and not ended yet (poll loop only, or drain
+	// and final once it has stopped).
 	lastTxn time.Time
+	open    *openTxn
 
 	errMu sync.Mutex
 	err   error // the last transaction failure (readiness)
@@ -121,28 +128,52 @@ func (c *txnCommitter) finish(w *work, d decision) {
 // GroupTransactSession forbids polling while one begins or ends).
 func (c *txnCommitter) loop(context.Context) {}
 
-// beforePoll writes a transaction when CommitInterval has passed since the
-// last or MaxBatch outcomes are held; the poll after it may wait until the
-// next is due.
+// beforePoll ends the open transaction once its records are
+// acknowledged, and begins one when CommitInterval has passed since the
+// last or MaxBatch outcomes are held; the poll after it may wait until
+// the next is due, or its records are acknowledged (kick).
 func (c *txnCommitter) beforePoll() (time.Duration, <-chan struct{}, error) {
 	interval := c.p.pc.CommitInterval
+	if c.open != nil {
+		select {
+		case <-c.open.flushed:
+		default:
+			return interval, c.kick, nil
+		}
+		if err := c.end(); err != nil {
+			return 0, nil, err
+		}
+		c.lastTxn = time.Now()
+	}
 	if time.Since(c.lastTxn) >= interval || c.nheld.Load() >= c.batchAt() {
 		select {
 		case <-c.kick:
 		default:
 		}
-		if err := c.cycle(); err != nil {
+		if err := c.begin(); err != nil {
 			return 0, nil, err
+		}
+		if c.open != nil {
+			return interval, c.kick, nil
 		}
 		c.lastTxn = time.Now()
 	}
 	return max(time.Millisecond, interval-time.Since(c.lastTxn)), c.kick, nil
 }
 
-// pollContext lets kickNow cut a poll short.
+// pollContext lets kickNow cut a poll short. A poll that starts after
+// the open transaction's records were acknowledged is cut at once: the
+// kick that said so may have come before it could cancel the poll.
 func (c *txnCommitter) pollContext(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	c.pollCancel.Store(&cancel)
+	if o := c.open; o != nil {
+		select {
+		case <-o.flushed:
+			cancel()
+		default:
+		}
+	}
 	return pctx, func() {
 		c.pollCancel.Store(nil)
 		cancel()
@@ -166,7 +197,7 @@ func (c *txnCommitter) dropped(_ context.Context, states []*partState, _, _ bool
 	return false
 }
 
-// final writes the last transaction (its own timeout).
+// final writes the last transaction, after ending the open one.
 func (c *txnCommitter) final() error { return c.cycle() }
 
 func (c *txnCommitter) held() int64 { return c.nheld.Load() }
@@ -283,11 +314,43 @@ func (b *txnBatch) collectPart(ps *partState) kgo.EpochOffset {
 	return kgo.EpochOffset{Offset: -1}
 }
 
-// cycle writes the held prefix of every partition and commits its
-// offsets in one transaction. It returns an error only when transactions
-// cannot go on (the producer is fenced or failed for good): the pipeline
-// then stops, and the process with it.
+// openTxn is a transaction begun and not ended: its batch, and the
+// write of its records, done when flushed is closed.
+type openTxn struct {
+	b       txnBatch
+	ctx     context.Context
+	cancel  context.CancelFunc
+	start   time.Time
+	wr      txnWrite
+	flushed chan struct{}
+}
+
+// cycle writes a transaction start to end (drain, final): the open one
+// is ended first. It returns an error only when transactions cannot go
+// on (the producer is fenced or failed for good): the pipeline then
+// stops, and the process with it.
 func (c *txnCommitter) cycle() error {
+	if c.open != nil {
+		<-c.open.flushed
+		if err := c.end(); err != nil {
+			return err
+		}
+	}
+	if err := c.begin(); err != nil {
+		return err
+	}
+	if c.open == nil {
+		return nil
+	}
+	<-c.open.flushed
+	return c.end()
+}
+
+// begin takes the held prefix of every partition, begins a transaction
+// and hands its records to the producer; a goroutine waits for them to be
+// acknowledged, closes flushed and kicks the poll loop to end it. Nothing
+// held: no transaction. An error stops the pipeline (see cycle).
+func (c *txnCommitter) begin() error {
 	p := c.p
 	p.mu.Lock()
 	b := c.collectLocked()
@@ -298,21 +361,39 @@ func (c *txnCommitter) cycle() error {
 	// Never the run's context: cancelling End leaves the transaction in
 	// an unknown state.
 	ctx, cancel := context.WithTimeout(context.Background(), txnTimeout)
-	defer cancel()
 	start := time.Now()
 	if err := c.sess.Begin(); err != nil {
+		cancel()
 		c.settle(b.works, false)
 		return c.fatal(c.fencedHint(fmt.Errorf("begin transaction: %w", err)))
 	}
-	wr := c.produce(ctx, b)
-	commitCtx := kgo.PreTxnCommitFnContext(ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
+	o := &openTxn{b: b, ctx: ctx, cancel: cancel, start: start, flushed: make(chan struct{})}
+	flush := c.produce(ctx, b)
+	c.open = o
+	go func() {
+		o.wr = flush()
+		close(o.flushed)
+		c.kickNow()
+	}()
+	return nil
+}
+
+// end commits the open transaction, whose records the producer has
+// acknowledged (or failed), with its offsets; or aborts it. See cycle for
+// the error.
+func (c *txnCommitter) end() error {
+	o := c.open
+	c.open = nil
+	defer o.cancel()
+	b, wr := o.b, o.wr
+	commitCtx := kgo.PreTxnCommitFnContext(o.ctx, func(req *kmsg.TxnOffsetCommitRequest) error {
 		// franz-go fills req with the polled positions, which run ahead
 		// of the records finished: commit exactly the held prefix.
 		txnoffsets.CommitExactly(req, b.offsets, nil)
 		return nil
 	})
 	committed, err := c.sess.End(commitCtx, kgo.TransactionEndTry(wr.err == nil))
-	p.hot.txnSeconds.Observe(time.Since(start).Seconds())
+	c.p.hot.txnSeconds.Observe(time.Since(o.start).Seconds())
 	if committed {
 		c.committed(b)
 		return nil
@@ -327,8 +408,11 @@ type txnWrite struct {
 	gone []string // topics deleted and recreated (forgetRecreated, after End)
 }
 
-// produce writes b's outcome records into the open transaction.
-func (c *txnCommitter) produce(ctx context.Context, b txnBatch) txnWrite {
+// produce hands b's outcome records to the producer in the open
+// transaction; the function it returns waits until they are acknowledged
+// (or failed) and says how they were written. It may run beside a poll,
+// never beside Begin or End.
+func (c *txnCommitter) produce(ctx context.Context, b txnBatch) func() txnWrite {
 	// One promise for every record, no closure per record: it notes the
 	// records refused as too large, matched to their works once the flush
 	// is over (failures are rare; the map is built only then).
@@ -357,24 +441,26 @@ func (c *txnCommitter) produce(ctx context.Context, b txnBatch) txnWrite {
 			c.p.cl.Produce(ctx, w.out, promise)
 		}
 	}
-	ferr := c.p.cl.Flush(ctx)
-	mu.Lock()
-	defer mu.Unlock()
-	wr.err = errors.Join(perr, ferr)
-	if len(big) > 0 {
-		byRec := make(map[*kgo.Record]*work, len(b.works))
-		for _, w := range b.works {
-			if w.out != nil {
-				byRec[w.out] = w
+	return func() txnWrite {
+		ferr := c.p.cl.Flush(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		wr.err = errors.Join(perr, ferr)
+		if len(big) > 0 {
+			byRec := make(map[*kgo.Record]*work, len(b.works))
+			for _, w := range b.works {
+				if w.out != nil {
+					byRec[w.out] = w
+				}
+			}
+			for _, r := range big {
+				if w := byRec[r]; w != nil {
+					wr.big = append(wr.big, w)
+				}
 			}
 		}
-		for _, r := range big {
-			if w := byRec[r]; w != nil {
-				wr.big = append(wr.big, w)
-			}
-		}
+		return wr
 	}
-	return wr
 }
 
 // committed finishes the works of b's committed transaction.
