@@ -330,15 +330,18 @@ type openTxn struct {
 // on (the producer is fenced or failed for good): the pipeline then
 // stops, and the process with it.
 func (c *txnCommitter) cycle() error {
-	if c.open != nil {
-		<-c.open.flushed
-		if err := c.end(); err != nil {
-			return err
-		}
+	if err := c.endOpen(); err != nil {
+		return err
 	}
 	if err := c.begin(); err != nil {
 		return err
 	}
+	return c.endOpen()
+}
+
+// endOpen waits until the open transaction's records are flushed and
+// ends it; with none open it does nothing.
+func (c *txnCommitter) endOpen() error {
 	if c.open == nil {
 		return nil
 	}
