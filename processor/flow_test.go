@@ -30,13 +30,14 @@ type call struct {
 	polls   int
 	state   string
 	due     time.Time
+	headers string // the record's headers as the handler saw them
 }
 
 func newScript() *script { return &script{calls: map[string][]call{}} }
 
 func (s *script) Handle(_ context.Context, req *processor.Request) processor.Outcome {
 	s.mu.Lock()
-	s.calls[req.ID] = append(s.calls[req.ID], call{at: time.Now(), attempt: req.Attempt, polls: req.Polls, state: string(req.State), due: req.Meta.Due})
+	s.calls[req.ID] = append(s.calls[req.ID], call{at: time.Now(), attempt: req.Attempt, polls: req.Polls, state: string(req.State), due: req.Meta.Due, headers: headerList(req.Record.Headers)})
 	n := len(s.calls[req.ID])
 	s.mu.Unlock()
 	kind, arg, _ := strings.Cut(string(req.Record.Value), ":")
@@ -60,6 +61,15 @@ func (s *script) Handle(_ context.Context, req *processor.Request) processor.Out
 		return processor.Outcome{Kind: processor.Transient, Code: "ERROR_NO_SLOT_AVAILABLE"}
 	}
 	return processor.Outcome{Kind: processor.Invalid, Code: "unknown_script"}
+}
+
+// headerList is hs as "key=value" pairs in order.
+func headerList(hs []kgo.RecordHeader) string {
+	var b strings.Builder
+	for _, h := range hs {
+		fmt.Fprintf(&b, "%s=%s;", h.Key, h.Value)
+	}
+	return b.String()
 }
 
 // flowCase is one kind of request of the flow test and where it must end.
@@ -185,6 +195,19 @@ func TestFlowOutcomesHeadersAndSchedule(t *testing.T) {
 				t.Errorf("%s: origin topic %q", id, ot)
 			}
 		})
+	})
+
+	t.Run("the handler sees the user's headers only, at every attempt and poll", func(t *testing.T) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for id, c := range wants {
+			want := "idempotency-key=" + id + ";trace=t1;trace=t2;"
+			for i, call := range s.calls[id] {
+				if call.headers != want {
+					t.Errorf("%s (%s) call %d: headers %q, want %q", id, c.script, i+1, call.headers, want)
+				}
+			}
+		}
 	})
 
 	t.Run("user headers arrive in order and redrive headers once", func(t *testing.T) {

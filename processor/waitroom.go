@@ -196,6 +196,15 @@ func (w *work) decode() {
 	w.decoded = true
 	// The record's header bytes are never changed and live as long as w.
 	w.meta, w.user, w.decodeErr = retry.DecodeView(w.rec.Headers)
+	if w.decodeErr == nil && len(w.user) != len(w.rec.Headers) {
+		// From here on the record carries its user headers only: the
+		// redrive-* ones are in w.meta (their values still shared), so
+		// the full slice and kgo's string per header key are not kept
+		// alive by a tier record while it waits, and the handler's record
+		// is w.rec itself (userRecord copies nothing). A record whose
+		// headers did not decode keeps them all for its dead letter.
+		w.rec.Headers = w.user
+	}
 }
 
 // resumeLead is how long before its last held record is due a paused tier
