@@ -92,6 +92,7 @@ func TestNotReadyDeadlineExpires(t *testing.T) {
 type retryAfter struct {
 	mu    sync.Mutex
 	calls []time.Time
+	dues  []time.Time // each call's redrive-due
 	min   time.Duration
 }
 
@@ -99,6 +100,7 @@ func (h *retryAfter) Handle(_ context.Context, r *processor.Request) processor.O
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.calls = append(h.calls, time.Now())
+	h.dues = append(h.dues, r.Meta.Due)
 	if len(h.calls) == 1 {
 		return processor.Outcome{Kind: processor.Transient, Code: "http_429", MinDelay: h.min}
 	}
@@ -123,7 +125,12 @@ func TestRetryAfterLongerThanTiersHopsWithoutSpendingAttempts(t *testing.T) {
 		t.Fatalf("%d handler calls, want 2", len(h.calls))
 	}
 	if gap := h.calls[1].Sub(h.calls[0]); gap < h.min {
-		t.Errorf("second call %v after the first, want at least the Retry-After %v", gap, h.min)
+		// Due times are wall-clock times (every process reads them), the
+		// gap is measured on the monotonic clock: the wall-clock gap and
+		// the due time tell a clock step from an early retry.
+		t.Errorf("second call %v after the first, want at least the Retry-After %v (wall clock: %v after; redrive-due %s, called at %s)",
+			gap, h.min, h.calls[1].Round(0).Sub(h.calls[0].Round(0)),
+			h.dues[1].Format(time.RFC3339Nano), h.calls[1].Round(0).Format(time.RFC3339Nano))
 	}
 	// It went through the 2s tier more than once (the hop).
 	hops := e.CollectN(e.P.TierTopics()[1], 2, 10*time.Second, 0)
