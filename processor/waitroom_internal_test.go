@@ -8,7 +8,7 @@ import (
 // purge drops exactly the records of dropped partitions and keeps the
 // rest in due order.
 func TestSchedulerPurgeKeepsOrder(t *testing.T) {
-	s := newWaitRoom(func(*work) {})
+	s := newWaitRoom(func(*work) {}, wallClock{})
 	kept, gone := &partState{}, &partState{gone: true}
 	base := time.Now()
 	var want []*work
