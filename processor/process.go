@@ -69,7 +69,7 @@ func (p *pipeline) process(w *work, req *Request) (d decision, ok bool) {
 	// A callback may have come while the record sat in the run queue
 	// (or since it was due): then it is not polled.
 	p.takeCallback(w)
-	d, call := p.screen(w, meta, w.decodeErr, now)
+	d, call := p.screen(w, &meta, w.decodeErr, now)
 	if !call {
 		if w.cb != nil {
 			w.cbFate = fateUsed // expired or invalid all the same
@@ -130,8 +130,8 @@ func (p *pipeline) begin(w *work) (meta retry.Meta, tierLabel string, now time.T
 // record is called only while that clock says it is due. One whose
 // callback came is due: it was not due only because it waited for its
 // callback.
-func (p *pipeline) screen(w *work, meta retry.Meta, decodeErr error, now time.Time) (d decision, call bool) {
-	d, call = screen(meta, decodeErr, w.ps.tier, p.pol, now)
+func (p *pipeline) screen(w *work, meta *retry.Meta, decodeErr error, now time.Time) (d decision, call bool) {
+	d, call = screen(*meta, decodeErr, w.ps.tier, p.pol, now)
 	if w.cb != nil && !call && d.hop {
 		call = true
 	}
@@ -215,7 +215,7 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 			// expired, or a step back of the wall clock made it not due.
 			now = p.clk.Now()
 			w.at = now
-			if d, call := p.screen(w, meta, nil, now); !call {
+			if d, call := p.screen(w, &meta, nil, now); !call {
 				t.abandon(p.line)
 				p.countEarly(d, tierLabel)
 				return Outcome{}, d, decidedEarly
