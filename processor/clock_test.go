@@ -14,11 +14,11 @@ import (
 	"github.com/redrive/redrive/retry"
 )
 
-// steppingHandler fails the first attempt, steps the wall clock back while
-// its retry waits, answers the retry's first call with a 429 and steps the
-// clock back (and then forward, less) during the 429's wait, and succeeds
-// on the next call. It notes every call made before its redrive-due by the
-// wall clock the pipeline reads.
+// steppingHandler fails the first attempt and steps the wall clock back,
+// then forward, while its retry waits; answers the retry's first call with
+// a 429 and steps the clock back over the 429's wait; and succeeds on the
+// next call. It notes every call made before its redrive-due by the wall
+// clock the pipeline reads.
 type steppingHandler struct {
 	c     *processor.SteppedClock
 	mu    sync.Mutex
@@ -37,14 +37,15 @@ func (h *steppingHandler) Handle(_ context.Context, r *processor.Request) proces
 	}
 	switch h.calls {
 	case 1:
-		// The retry is due in 1 s; 300 ms on, the wall clock steps back 3 s.
+		// The retry is due in 1 s: 300 ms on, the wall clock steps back
+		// 3 s, 300 ms later forward 1 s.
 		time.AfterFunc(300*time.Millisecond, func() { h.c.Step(-3 * time.Second) })
+		time.AfterFunc(600*time.Millisecond, func() { h.c.Step(time.Second) })
 		return processor.Retry("busy", nil)
 	case 2:
-		// Due now; the 429's wait (1 to 1.5 s) ends 3 s before it by the
-		// wall clock.
-		h.c.Step(-4 * time.Second)
-		time.AfterFunc(500*time.Millisecond, func() { h.c.Step(time.Second) })
+		// Due now; the 429's wait (1 to 1.5 s) ends 1.5 to 2 s before it
+		// by the wall clock: the rest fits the 2 s tier, one hop.
+		h.c.Step(-3 * time.Second)
 		return processor.Throttled("http_429", nil, time.Second)
 	}
 	return processor.Succeed(nil)
