@@ -335,6 +335,10 @@ type Config struct {
 	// Control is the control topic the processes of a pipeline share
 	// (controlplane.go).
 	Control Control
+
+	// clock is the wall clock due times are compared with (clock.go);
+	// nil: the system's. Set only by tests.
+	clock clock
 }
 
 // Control configures the control topic (package control): every process

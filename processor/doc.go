@@ -18,6 +18,7 @@
 //	how records are polled, the in-flight bound      poll.go
 //	how a retry is scheduled (tier, due time)        decide.go, then retry/schedule.go
 //	how a tier record waits until it is due          waitroom.go
+//	which clock a due time is compared with          clock.go
 //	how due tier records are fetched ahead of fresh  fetchorder.go
 //	which queued record a worker takes next          runqueue.go
 //	workers, key lanes, the end of a record          dispatch.go

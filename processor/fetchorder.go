@@ -206,7 +206,7 @@ func (p *pipeline) tierEndsLoop(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		now := time.Now()
+		now := p.clk.Now()
 		p.mu.Lock()
 		ends.Each(func(o kadm.ListedOffset) {
 			if o.Err == nil {

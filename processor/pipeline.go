@@ -153,6 +153,7 @@ type pipeline struct {
 	tierOf map[string]int
 	tiers  []string
 
+	clk     clock     // the wall clock of due times (clock.go)
 	room    *waitRoom // tier records until due
 	line    *line     // whether a handler call may start
 	commits committer // how outcomes are written and offsets committed
@@ -252,7 +253,11 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	p.hot.init(m, cfg.Name)
 	p.hot.precreate(cfg, p.tiers)
 	p.hctx, p.hstop = context.WithCancel(context.Background())
-	p.room = newWaitRoom(p.onDue)
+	p.clk = pc.clock
+	if p.clk == nil {
+		p.clk = wallClock{}
+	}
+	p.room = newWaitRoom(p.onDue, p.clk)
 	p.line = newLine(cfg, p.log, m, p.pauseFetch)
 	p.line.freshQueued = p.disp.runq.freshWaiting
 	p.disp.runq.freshFirst = &p.line.notClosed
@@ -477,7 +482,7 @@ func (p *pipeline) beat() {
 func (p *pipeline) space() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.holdMainLocked(time.Now())
+	p.holdMainLocked(p.clk.Now())
 	limit, limitBytes := p.cfg.MaxInflight, p.cfg.MaxInflightBytes
 	if p.fetch.held {
 		limit += max(1, limit/4)

@@ -99,7 +99,7 @@ func (p *pipeline) pollOnce(ctx context.Context, n int, wait time.Duration) erro
 	if fatal != nil {
 		return fatal
 	}
-	now := time.Now()
+	now := p.clk.Now()
 	fs.EachPartition(func(f kgo.FetchTopicPartition) {
 		if len(f.Records) > 0 {
 			// What can be fetched ends at the last stable offset:

@@ -69,11 +69,7 @@ func (p *pipeline) process(w *work, req *Request) (d decision, ok bool) {
 	// A callback may have come while the record sat in the run queue
 	// (or since it was due): then it is not polled.
 	p.takeCallback(w)
-	d, call := screen(meta, w.decodeErr, w.ps.tier, p.pol, now)
-	if w.cb != nil && !call && d.hop {
-		// Not due only because it waited for its callback, which came.
-		call = true
-	}
+	d, call := p.screen(w, &meta, w.decodeErr, now)
 	if !call {
 		if w.cb != nil {
 			w.cbFate = fateUsed // expired or invalid all the same
@@ -114,7 +110,7 @@ func (p *pipeline) begin(w *work) (meta retry.Meta, tierLabel string, now time.T
 	if w.ps.tier < 0 && len(w.meta.State) > 0 {
 		p.dropForeignState(w)
 	}
-	now = time.Now()
+	now = p.clk.Now()
 	w.at = now
 	meta = identify(w.meta, w.rec)
 	if c := clampFuture(&meta, now); c != 0 && !w.yielded {
@@ -128,6 +124,18 @@ func (p *pipeline) begin(w *work) (meta retry.Meta, tierLabel string, now time.T
 		}
 	}
 	return meta, tierLabel, now
+}
+
+// screen is screen (decide.go) for w at now, the pipeline's clock: a
+// record is called only while that clock says it is due. One whose
+// callback came is due: it was not due only because it waited for its
+// callback.
+func (p *pipeline) screen(w *work, meta *retry.Meta, decodeErr error, now time.Time) (d decision, call bool) {
+	d, call = screen(*meta, decodeErr, w.ps.tier, p.pol, now)
+	if w.cb != nil && !call && d.hop {
+		call = true
+	}
+	return d, call
 }
 
 // hearCallback lets the line hear the callback attached to w: it is the
@@ -185,9 +193,11 @@ const (
 // callThrough calls the handler for w once the line lets it through, and
 // again while the line holds the record (the outage's failures, pause
 // codes) or the service throttles it. w.at is the time of the outcome.
+// Every call but the first that process screened at now is screened
+// again when it comes.
 func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c caller, now time.Time, tierLabel string) (Outcome, decision, callEnd) {
 	meta := req.Meta
-	for {
+	for again := false; ; again = true {
 		t, e := p.line.enter(ctx, now, c)
 		switch e {
 		case enterAbandon:
@@ -200,11 +210,12 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 			fm.Failovers++
 			return Outcome{}, decision{to: toFailover, meta: fm}, decidedEarly
 		}
-		if t.waited {
-			// Waiting for the line took time: the record may have expired.
-			now = time.Now()
+		if t.waited || again {
+			// Waiting for the line or a 429 took time: the record may have
+			// expired, or a step back of the wall clock made it not due.
+			now = p.clk.Now()
 			w.at = now
-			if d, call := screen(meta, nil, w.ps.tier, p.pol, now); !call {
+			if d, call := p.screen(w, &meta, nil, now); !call {
 				t.abandon(p.line)
 				p.countEarly(d, tierLabel)
 				return Outcome{}, d, decidedEarly
@@ -231,7 +242,7 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 		if !ok {
 			return Outcome{}, decision{}, abandoned // revoked, shutdown: redelivered as it was
 		}
-		now = time.Now()
+		now = p.clk.Now()
 	}
 }
 
@@ -240,7 +251,7 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 func (p *pipeline) callOnce(ctx context.Context, w *work, req *Request, t ticket, now time.Time, tierLabel string) (Outcome, bool) {
 	start := now // no wait for the line: the clock read at the start
 	if t.waited {
-		start = time.Now()
+		start = p.clk.Now()
 	}
 	if len(req.State) > 0 {
 		p.polls.Add(1)
@@ -251,7 +262,7 @@ func (p *pipeline) callOnce(ctx context.Context, w *work, req *Request, t ticket
 		t.abandon(p.line)
 		return out, false
 	}
-	now = time.Now()
+	now = p.clk.Now()
 	w.at = now
 	out, mistake := checked(out)
 	if mistake {

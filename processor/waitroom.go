@@ -20,16 +20,18 @@ import (
 // then: a heap by due time under its own lock, one goroutine and one timer
 // per pipeline; nothing sleeps in the poll loop. What the pipeline counts
 // of it (waiting per partition, max_waiting's pauses) is under
-// pipeline.mu.
+// pipeline.mu. Due times are wall-clock times, its timer a monotonic one
+// (clock.go).
 type waitRoom struct {
 	mu    sync.Mutex
 	h     workHeap
 	wake  chan struct{}
 	onDue func(*work)
+	clk   clock
 }
 
-func newWaitRoom(onDue func(*work)) *waitRoom {
-	return &waitRoom{wake: make(chan struct{}, 1), onDue: onDue}
+func newWaitRoom(onDue func(*work), clk clock) *waitRoom {
+	return &waitRoom{wake: make(chan struct{}, 1), onDue: onDue, clk: clk}
 }
 
 func (s *waitRoom) push(w *work) {
@@ -86,12 +88,17 @@ func (s *waitRoom) len() int {
 	return len(s.h)
 }
 
+// run hands each record to onDue once the wall clock reaches its
+// waitUntil. The timer is armed for the wall-clock time left and runs on
+// the monotonic clock: when it fires, the wall clock is read again, so a
+// record whose time a step back of the wall clock put off is not handed
+// over but waited for again.
 func (s *waitRoom) run(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var due []*work
 	for {
-		now := time.Now()
+		now := s.clk.Now()
 		next := now.Add(time.Hour)
 		s.mu.Lock()
 		for len(s.h) > 0 && !s.h[0].waitUntil.After(now) {
@@ -106,7 +113,7 @@ func (s *waitRoom) run(ctx context.Context) {
 			due[i] = nil
 		}
 		due = due[:0]
-		timer.Reset(time.Until(next))
+		timer.Reset(next.Sub(s.clk.Now()))
 		select {
 		case <-ctx.Done():
 			return
@@ -231,7 +238,7 @@ func (p *pipeline) dueLocked(w *work) {
 	p.waiting--
 	p.hot.waiting.Set(float64(p.waiting))
 	p.dispatchLocked(w)
-	if ps.paused && (ps.waiting <= p.cfg.MaxWaiting/2 || time.Until(ps.lastWait) < resumeLead) {
+	if ps.paused && (ps.waiting <= p.cfg.MaxWaiting/2 || ps.lastWait.Sub(p.clk.Now()) < resumeLead) {
 		ps.paused = false
 		p.cl.ResumeFetchPartitions(map[string][]int32{ps.tp.topic: {ps.tp.partition}})
 		p.m.pausedParts.WithLabelValues(p.cfg.Name).Dec()

@@ -106,7 +106,7 @@ func (p *pipeline) outcomeRecord(or *outRec, w *work, d decision) (*kgo.Record, 
 	// second read per record costs more than the microseconds since.
 	at := w.at
 	if at.IsZero() {
-		at = time.Now()
+		at = p.clk.Now()
 	}
 	rec, out := p.out.build(or, w.rec, w.user, d, at)
 	if out.to != d.to {
