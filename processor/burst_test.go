@@ -3,6 +3,7 @@ package processor_test
 import (
 	"fmt"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,14 +23,19 @@ import (
 // burst held when it opened; once they close it, the held burst goes on
 // through its tiers without opening it again. Every bad request gets its
 // result through the tiers, none is dead-lettered, no retry comes early.
-// The subtests run in parallel: together they cost about one open_for.
+// The subtests run at once, each with its own broker, so that together
+// they cost about one open_for: t.Parallel would run only -parallel
+// (GOMAXPROCS) of them at a time.
 func TestBurstLargerThanConcurrencyCostsHealthyOneOpenFor(t *testing.T) {
+	var wg sync.WaitGroup
 	for _, conc := range []int{1, 8, 32, 256} {
-		t.Run(fmt.Sprintf("concurrency-%d", conc), func(t *testing.T) {
-			t.Parallel()
-			burstThenHealthy(t, conc)
-		})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.Run(fmt.Sprintf("concurrency-%d", conc), func(t *testing.T) { burstThenHealthy(t, conc) })
+		}()
 	}
+	wg.Wait()
 }
 
 func burstThenHealthy(t *testing.T, conc int) {
