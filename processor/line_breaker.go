@@ -29,19 +29,24 @@ import (
 // started while others were answered is not an outage. Open, no call
 // starts until OpenFor (doubled at every reopening, up to MaxOpen) is
 // over. Half-open, Probes calls go through; the line gives those slots to
-// work with no failure history first (fresh main-topic records), and to
-// retries only when none waits. It opens again once FailureRatio of the
-// Probes have failed (3 of the default 5), and closes once enough have
-// succeeded that this cannot happen; outcomes not counted give their slot
-// back. When fresh probes fail while records that failed before wait, the
+// work with no failure history dispatched since it opened first (fresh
+// main-topic records, newest first), and to retries and the records that
+// were in the pipeline when it opened only when none waits: a burst of
+// bad requests larger than the concurrency leaves part of itself queued
+// when it opens the breaker, and those must not be its probes. It opens
+// again once FailureRatio of the Probes have failed (3 of the default 5),
+// and closes once enough have succeeded that this cannot happen; outcomes
+// not counted give their slot back. When fresh probes fail while records that failed before wait, the
 // breaker asks those before it opens again (a second round of probes, for
 // them first): if they succeed the service is up, and it is the new
 // requests that fail, for their own reasons. It then closes having learned
 // the codes the fresh probes failed with: until it opens again, a new
 // request failing with one of them is not counted, and a retry failing
 // with it again is (so an outage answering with that code is still caught,
-// by the retries). Outcomes of calls started in an earlier state or round
-// are ignored: each starts a new generation.
+// by the retries). Once closed, a failure of a record that was in the
+// pipeline when it last opened is not counted either (suspect). Outcomes
+// of calls started in an earlier state or round are ignored: each starts
+// a new generation.
 type breaker struct {
 	cfg Breaker
 	// others: the counted failures in a row of the pipeline's other
