@@ -73,6 +73,8 @@ func burstThenHealthy(t *testing.T, conc int) {
 		id, _ := kafkatest.Header(r, retry.HeaderID)
 		results[id] = r
 	}
+	// A result's timestamp is the time of its decision (the handler's
+	// answer), just before it is written.
 	var late, missing, worst = 0, 0, time.Duration(0)
 	for i := range healthy {
 		r := results[fmt.Sprintf("ok-%d", i)]
@@ -105,7 +107,7 @@ func burstThenHealthy(t *testing.T, conc int) {
 		t.Errorf("%d of %d bad requests without a result (they succeed on their third call)", badMissing, bad)
 	}
 	checkNoEarlyRetry(t, s, tiers)
-	t.Logf("concurrency %d: healthy results within %v of being produced (bound %v); breaker opened %v times", conc, worst.Round(time.Millisecond), bound, opened)
+	t.Logf("concurrency %d: %d of %d healthy results, the last %v after they were produced (bound %v); breaker opened %v times", conc, healthy-missing, healthy, worst.Round(time.Millisecond), bound, opened)
 }
 
 // checkNoEarlyRetry fails t for a call of attempt n+1 that started less

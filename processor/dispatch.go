@@ -87,7 +87,7 @@ func (p *pipeline) work(w *work, req *Request) {
 	case !ok && w.yieldNow:
 		w.yieldNow = false
 		p.mu.Lock()
-		p.disp.runq.pushDue(w) // not fresh work: it failed before, or it would not yield
+		p.disp.runq.pushDue(w) // not probe material: it failed before, or came before the breaker opened
 		p.mu.Unlock()
 	case !ok:
 		p.complete(w, false)

@@ -53,7 +53,9 @@ func (q *runQueue) noteFresh() {
 }
 
 // pushDue queues w as due work whatever its topic: a record the line gave
-// back (enterYield) because it failed before.
+// back (enterYield) because it failed before, or was in the pipeline when
+// the breaker opened; behind fresh work while the breaker is not closed,
+// ahead of it after.
 func (q *runQueue) pushDue(w *work) { q.due.push(w) }
 
 // freshWaiting reports fresh work waiting for a worker; safe without
