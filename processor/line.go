@@ -80,7 +80,8 @@ type line struct {
 	freshNewest func() uint64
 	dispatched  func() uint64
 	// notClosed is set while the breaker is open or half-open: the run
-	// queue then hands out fresh work first, so that probes are fresh.
+	// queue then hands out fresh work first, newest first, so that probes
+	// are fresh.
 	notClosed atomic.Bool
 	// started counts handler calls let through (the status's calls/s).
 	started atomic.Int64

@@ -36,10 +36,10 @@ import (
 // when it opens the breaker, and those must not be its probes. It opens
 // again once FailureRatio of the Probes have failed (3 of the default 5),
 // and closes once enough have succeeded that this cannot happen; outcomes
-// not counted give their slot back. When fresh probes fail while records that failed before wait, the
-// breaker asks those before it opens again (a second round of probes, for
-// them first): if they succeed the service is up, and it is the new
-// requests that fail, for their own reasons. It then closes having learned
+// not counted give their slot back. When fresh probes fail while records
+// that failed before wait, the breaker asks those before it opens again
+// (a second round of probes, for them first): if they succeed the service
+// is up, and it is the new requests that fail, for their own reasons. It then closes having learned
 // the codes the fresh probes failed with: until it opens again, a new
 // request failing with one of them is not counted, and a retry failing
 // with it again is (so an outage answering with that code is still caught,
