@@ -392,6 +392,9 @@ var flowRows = []struct {
 	{"fail-twice-then-healthy", func(_ time.Duration, lead, healthy int) string {
 		return fmt.Sprintf("%d requests whose first two calls get 503, produced at once; 1 s later %d healthy ones, at once", lead, healthy)
 	}},
+	{"burst-then-healthy", func(_ time.Duration, lead, healthy int) string {
+		return fmt.Sprintf("as above with %d requests failing twice, more than the concurrency; 1 s later %d healthy ones, at once", lead, healthy)
+	}},
 	{"mix-40", func(time.Duration, int, int) string {
 		return "10 % each get 503, 500, 429 (Retry-After: 1) or 400 ERROR_BAD_PARAMETERS on the first call; a transient failure fails the second call too one time in four; a 400 stays a 400; the rest 200"
 	}},

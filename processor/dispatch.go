@@ -1,6 +1,8 @@
 package processor
 
 import (
+	"sync/atomic"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -17,12 +19,18 @@ type dispatcher struct {
 	// lanes holds, per key in flight, the records of that key waiting
 	// behind it.
 	lanes map[string]*lane
+	// dispatched counts the work dispatched: each work's seq is its
+	// number in that order. The line reads it (without pipeline.mu) when
+	// its breaker opens: work dispatched until then was in the pipeline
+	// when it opened.
+	dispatched atomic.Uint64
 }
 
 type lane struct{ queue []*work }
 
 // dispatchLocked starts w, or queues it behind its key's lane. p.mu held.
 func (p *pipeline) dispatchLocked(w *work) {
+	w.seq = p.disp.dispatched.Add(1)
 	p.inflight++
 	p.bytes += w.size
 	w.ps.inflight++
@@ -79,7 +87,7 @@ func (p *pipeline) work(w *work, req *Request) {
 	case !ok && w.yieldNow:
 		w.yieldNow = false
 		p.mu.Lock()
-		p.disp.runq.pushDue(w) // not fresh work: it failed before, or it would not yield
+		p.disp.runq.pushDue(w) // not probe material: it failed before, or came before the breaker opened
 		p.mu.Unlock()
 	case !ok:
 		p.complete(w, false)

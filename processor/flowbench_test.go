@@ -64,8 +64,9 @@ import (
 //	              (only when every request has one)
 //	healthy-s     until every request the script lets succeed at some
 //	              point is in results (ten-percent: all but the 10 %;
-//	              mix-40: all but the 400s; fail-twice-then-healthy: the
-//	              healthy ones, timed from their batch)
+//	              mix-40: all but the 400s; fail-twice-then-healthy and
+//	              burst-then-healthy: the healthy ones, timed from their
+//	              batch)
 //	breaker-opens transitions into open seen by a 100 ms status sampler
 //	              (a new open-since counts a reopening between samples)
 //	guard-stopped 1 if a sample showed the line stopped by the guard
@@ -142,6 +143,19 @@ func flowMix(id string) (class int, again bool) {
 	return int(h % 100 / 10), (h/100)%4 == 0
 }
 
+// flowFailTwice answers the lead requests' first two calls 503, the rest 200.
+func flowFailTwice(_ time.Duration, lead int) func(time.Duration, int, string, int) flowReply {
+	return func(_ time.Duration, i int, _ string, call int) flowReply {
+		if i < lead && call <= 2 {
+			return flowReply{status: http.StatusServiceUnavailable}
+		}
+		return flowOK
+	}
+}
+
+// flowAfterLead selects the requests after the lead (the healthy ones).
+func flowAfterLead(i, lead int, _ string) bool { return i >= lead }
+
 // flowRateLimit is the rate-limit-429 service's capacity: calls per second,
 // and a tenth of a second's worth at once.
 const flowRateLimit = 100
@@ -187,15 +201,14 @@ var flowScenarios = []*flowScenario{
 	{
 		name: "fail-twice-then-healthy", about: "the lead requests' first two calls get 503; 1 s later the n healthy requests are produced at once",
 		n: 2000, lead: 60, timeout: 10 * time.Second,
-		service: func(_ time.Duration, lead int) func(time.Duration, int, string, int) flowReply {
-			return func(_ time.Duration, i int, _ string, call int) flowReply {
-				if i < lead && call <= 2 {
-					return flowReply{status: http.StatusServiceUnavailable}
-				}
-				return flowOK
-			}
-		},
-		healthy: func(i, lead int, _ string) bool { return i >= lead },
+		service: flowFailTwice, healthy: flowAfterLead,
+	},
+	{
+		// More bad requests than the concurrency (64): part of the burst
+		// is fetched and not yet called when it opens the breaker.
+		name: "burst-then-healthy", about: "as fail-twice-then-healthy with more lead requests than the concurrency",
+		n: 2000, lead: 200, timeout: 10 * time.Second,
+		service: flowFailTwice, healthy: flowAfterLead,
 	},
 	{
 		name: "mix-40", about: "by id hash 10 % each get 503, 500, 429 (Retry-After: 1) and 400 ERROR_BAD_PARAMETERS on the first call; a transient failure fails the second call again one time in four; a 400 stays a 400; otherwise 200",

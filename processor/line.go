@@ -44,12 +44,15 @@ var stopReasons = []string{stopBreaker, stopPauseCode, stopGuard, stopManual}
 //     service alone (breaker, pause code), and an open breaker alone keeps
 //     the main topic fetched: its half-open probes are fresh records.
 //   - The breaker's half-open probes prefer fresh work (no failure
-//     history), which fails only if the service does: notClosed tells the
-//     run queue to hand out fresh work first, and a caller that failed
-//     before gives its worker to fresh work queued behind it (enterYield)
+//     history, dispatched after the breaker last opened), which fails
+//     only if the service does: notClosed tells the run queue to hand out
+//     fresh work first, newest first, and a caller that failed before, or
+//     that was in the pipeline when the breaker opened (the rest of a
+//     burst that may have opened it), gives its worker to fresh work
+//     queued behind it (enterYield; newer fresh work, for the latter)
 //     while a probe slot is kept for that work. enter asks the run queue
-//     (freshQueued) before taking line.mu: pipeline.mu is never taken
-//     under line.mu.
+//     (freshQueued, freshNewest) before taking line.mu: pipeline.mu is
+//     never taken under line.mu.
 //   - leave hands every outcome to every stage, a callback's too (heard):
 //     a pause code is counted there (it pauses the line; the breaker and
 //     the guard do not count it), the breaker judges transient failures,
@@ -70,10 +73,15 @@ type line struct {
 	// fetched; called from run only.
 	pauseFetch func(main, tiers bool)
 	// freshQueued reports main-topic records waiting in the run queue for
-	// a worker (the half-open breaker gives them its probes first).
+	// a worker (the half-open breaker gives them its probes first), and
+	// freshNewest the seq of the newest of them (0: none); dispatched is
+	// how many records were dispatched (the last seq).
 	freshQueued func() bool
+	freshNewest func() uint64
+	dispatched  func() uint64
 	// notClosed is set while the breaker is open or half-open: the run
-	// queue then hands out fresh work first, so that probes are fresh.
+	// queue then hands out fresh work first, newest first, so that probes
+	// are fresh.
 	notClosed atomic.Bool
 	// started counts handler calls let through (the status's calls/s).
 	started atomic.Int64
@@ -89,8 +97,10 @@ type line struct {
 	pauseCode pauseCode
 	br        *breaker // nil: disabled; a new one on resume
 	// freshWaiting and failedWaiting count callers with no failure
-	// history, and callers whose record failed before, waiting in enter:
-	// a half-open probe slot goes to the first kind first.
+	// history dispatched after the breaker last opened, and the others
+	// (their record failed before, or was in the pipeline when it opened),
+	// waiting in enter: a half-open probe slot goes to the first kind
+	// first (probeClassLocked).
 	freshWaiting, failedWaiting int
 
 	// calls is the bound on handler calls in flight (MaxCallsInFlight,
@@ -111,6 +121,8 @@ type line struct {
 func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, tiers bool)) *line {
 	l := &line{name: cfg.Name, cfg: cfg, log: log, m: m, pauseFetch: pauseFetch,
 		freshQueued: func() bool { return false },
+		freshNewest: func() uint64 { return 0 },
+		dispatched:  func() uint64 { return 0 },
 		failover:    failover{to: cfg.Breaker.FailoverTo, retries: cfg.Breaker.FailoverRetries},
 		rate:        newRateLimit(cfg.RateLimit, cfg.RateBurst, m.rateLimited.WithLabelValues(cfg.Name)),
 		guard:       newGuard(cfg.Guard),
@@ -202,6 +214,8 @@ type caller struct {
 	fresh bool
 	// prevCode is the code of its last transient failure ("" if none).
 	prevCode string
+	// seq is the record's number in the order of dispatch (0: unknown).
+	seq uint64
 	// canForward: it may be forwarded to breaker.failover_to.
 	canForward bool
 	// abandoned reports its partition is being revoked.
@@ -228,6 +242,7 @@ type ticket struct {
 	gen    uint64   // its generation then
 	probe  bool     // a half-open probe
 	waited bool     // the record waited for the line or a token
+	seq    uint64   // the caller's
 	start  time.Time
 }
 
@@ -249,12 +264,17 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 			now = time.Now()
 		}
 		// Read before l.mu: the run queue is guarded by pipeline.mu.
-		freshQueued := !c.fresh && l.notClosed.Load() && l.freshQueued()
+		var queued bool
+		var newest uint64
+		if l.notClosed.Load() {
+			queued, newest = l.freshQueued(), l.freshNewest()
+		}
 		l.mu.Lock()
 		if l.stopped {
 			l.mu.Unlock()
 			return t, enterAbandon
 		}
+		fresh, better := l.probeClassLocked(c, queued, newest)
 		// Stages 1-4: is the line stopped, and if so, may the record go
 		// elsewhere?
 		reasons, wake := l.blockedLocked(now)
@@ -271,13 +291,13 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 		if len(reasons) == 0 {
 			// Not stopped: a half-open breaker still hands out its probe
 			// slots one by one.
-			allow, probe, yield := l.admitLocked(now, c.fresh, freshQueued)
+			allow, probe, yield := l.admitLocked(now, fresh, better)
 			if yield {
 				l.mu.Unlock()
 				return t, enterYield
 			}
 			if allow {
-				t = ticket{br: l.br, probe: probe, waited: t.waited, start: now, slot: true}
+				t = ticket{br: l.br, probe: probe, waited: t.waited, seq: c.seq, start: now, slot: true}
 				if l.br != nil {
 					t.gen = l.br.gen
 				}
@@ -298,7 +318,7 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 			wake = time.Time{}
 		}
 		n := &l.failedWaiting
-		if c.fresh {
+		if fresh {
 			n = &l.freshWaiting
 		}
 		*n++

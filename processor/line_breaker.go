@@ -29,19 +29,24 @@ import (
 // started while others were answered is not an outage. Open, no call
 // starts until OpenFor (doubled at every reopening, up to MaxOpen) is
 // over. Half-open, Probes calls go through; the line gives those slots to
-// work with no failure history first (fresh main-topic records), and to
-// retries only when none waits. It opens again once FailureRatio of the
-// Probes have failed (3 of the default 5), and closes once enough have
-// succeeded that this cannot happen; outcomes not counted give their slot
-// back. When fresh probes fail while records that failed before wait, the
-// breaker asks those before it opens again (a second round of probes, for
-// them first): if they succeed the service is up, and it is the new
-// requests that fail, for their own reasons. It then closes having learned
+// work with no failure history dispatched since it opened first (fresh
+// main-topic records, newest first), and to retries and the records that
+// were in the pipeline when it opened only when none waits: a burst of
+// bad requests larger than the concurrency leaves part of itself queued
+// when it opens the breaker, and those must not be its probes. It opens
+// again once FailureRatio of the Probes have failed (3 of the default 5),
+// and closes once enough have succeeded that this cannot happen; outcomes
+// not counted give their slot back. When fresh probes fail while records
+// that failed before wait, the breaker asks those before it opens again
+// (a second round of probes, for them first): if they succeed the service
+// is up, and it is the new requests that fail, for their own reasons. It then closes having learned
 // the codes the fresh probes failed with: until it opens again, a new
 // request failing with one of them is not counted, and a retry failing
 // with it again is (so an outage answering with that code is still caught,
-// by the retries). Outcomes of calls started in an earlier state or round
-// are ignored: each starts a new generation.
+// by the retries). Once closed, a failure of a record that was in the
+// pipeline when it last opened is not counted either (suspect). Outcomes
+// of calls started in an earlier state or round are ignored: each starts
+// a new generation.
 type breaker struct {
 	cfg Breaker
 	// others: the counted failures in a row of the pipeline's other
@@ -72,6 +77,10 @@ type breaker struct {
 	// with; learned, those a second round's success showed to be the new
 	// requests' own (until it opens again).
 	probeCodes, learned map[string]bool
+	// openedSeq is the seq of the last record dispatched when it last
+	// opened (set by the line): records up to it were in the pipeline
+	// then, the rest of what opened it among them.
+	openedSeq uint64
 }
 
 type breakerState int
@@ -102,6 +111,7 @@ const (
 	skipRequest                  // not counted: a request-fault code
 	skipLearned                  // not counted: a new request failing with a learned code
 	skipThrottled                // not counted: the service asked to slow down (429)
+	skipSuspect                  // not counted: in the pipeline when it opened, failing after it closed
 	skipNone                     // not counted, not a call (pause code, abandoned)
 )
 
@@ -113,6 +123,7 @@ var verdicts = [...]struct{ counted, outcome string }{
 	skipRequest:   {"no", "request_fault"},
 	skipLearned:   {"no", "learned"},
 	skipThrottled: {"no", "throttled"},
+	skipSuspect:   {"no", "suspect"},
 	skipNone:      {}, // not a call the breaker judges: no series
 }
 
@@ -156,8 +167,9 @@ func (b *breaker) follow(until time.Time, why string, now time.Time) *transition
 // judge says how an outcome of a call counts. prevCode is the code
 // the record failed with before ("" when it has no failure history); probe
 // says the call was a half-open probe, whose failures count whatever the
-// record did before (a probe is asked whether the service is back).
-func (b *breaker) judge(out Outcome, prevCode string, probe bool) verdict {
+// record did before (a probe is asked whether the service is back); seq
+// is the record's number in the order of dispatch (0: unknown).
+func (b *breaker) judge(out Outcome, prevCode string, probe bool, seq uint64) verdict {
 	switch out.Kind {
 	case Paused:
 		return skipNone
@@ -176,10 +188,23 @@ func (b *breaker) judge(out Outcome, prevCode string, probe bool) verdict {
 			return countFailure // the request failed before: now it is the service
 		case prevCode != "" && prevCode == out.Code && !b.lastOK.IsZero():
 			return skipRepeat
+		case b.suspect(seq):
+			return skipSuspect
 		}
 		return countFailure
 	}
 	return countSuccess
+}
+
+// suspect says the record numbered seq was in the pipeline when the
+// breaker last opened, and it has closed since: the failures of that time
+// were judged (they opened it), and probes of newer records found the
+// service up. A record of that time failing now is most likely the rest
+// of what opened it: counted, it would open the breaker again at once,
+// and the traffic behind it would wait another open_for. Records
+// dispatched since still count, so an outage that comes back opens it.
+func (b *breaker) suspect(seq uint64) bool {
+	return b.state == breakerClosed && seq != 0 && seq <= b.openedSeq
 }
 
 // noteProbe remembers the code a fresh probe of the first round failed
@@ -253,7 +278,7 @@ func (b *breaker) record(gen uint64, probe bool, start time.Time, v verdict, now
 		return nil // a call of an earlier state: it says nothing of this one
 	}
 	switch v {
-	case skipRepeat, skipRequest, skipLearned, skipThrottled:
+	case skipRepeat, skipRequest, skipLearned, skipThrottled, skipSuspect:
 		b.skipped.add(now, false)
 		if probe {
 			b.release(gen)
@@ -370,20 +395,37 @@ func (b *breaker) counts(now time.Time) BreakerCounts {
 // The line's side of the breaker: the line asks it for calls, tells it
 // outcomes, and logs, counts and shows what it did. l.mu held throughout.
 
+// probeClassLocked says how c stands for a half-open breaker's probe
+// slots, given what waits in the run queue (queued: fresh work; newest:
+// the seq of the newest). fresh: c's record has no failure history and
+// was dispatched after the breaker last opened, so there is nothing to
+// suspect it of. better: work with a better claim waits in the run queue:
+// any fresh work, for a record that failed before; newer fresh work, for
+// one that was in the pipeline when the breaker opened (its probes are
+// then the newest records, not the rest of a burst that opened it).
+func (l *line) probeClassLocked(c caller, queued bool, newest uint64) (fresh, better bool) {
+	switch {
+	case !c.fresh:
+		return false, queued
+	case l.br == nil || c.seq == 0 || c.seq > l.br.openedSeq:
+		return true, false
+	}
+	return false, newest > c.seq
+}
+
 // admitLocked asks the breaker whether a caller may call at now, the other
-// stages letting it. fresh: its record has no failure history;
-// freshQueued: fresh work waits in the run queue for a worker. yield: no,
-// and a probe slot is kept for that work, which no worker has taken: give
-// this worker to it.
-func (l *line) admitLocked(now time.Time, fresh, freshQueued bool) (allow, probe, yield bool) {
+// stages letting it. fresh and better are probeClassLocked's. yield: no,
+// and a probe slot is kept for the better work, which no worker has
+// taken: give this worker to it.
+func (l *line) admitLocked(now time.Time, fresh, better bool) (allow, probe, yield bool) {
 	b := l.br
 	if b == nil {
 		return true, false, false
 	}
 	var tr *transition
-	allow, probe, tr = b.admit(now, fresh, waiters{fresh: l.freshWaiting > 0 || freshQueued, failed: l.failedWaiting > 0})
+	allow, probe, tr = b.admit(now, fresh, waiters{fresh: l.freshWaiting > 0 || better, failed: l.failedWaiting > 0})
 	l.onBreakerLocked(tr)
-	yield = !allow && freshQueued && l.freshWaiting == 0 && b.slotFree()
+	yield = !allow && better && l.freshWaiting == 0 && b.slotFree()
 	return allow, probe, yield
 }
 
@@ -395,7 +437,7 @@ func (l *line) countBreakerLocked(t ticket, out Outcome, prevCode string, now ti
 	if b == nil || b != l.br {
 		return
 	}
-	v := b.judge(out, prevCode, t.probe)
+	v := b.judge(out, prevCode, t.probe, t.seq)
 	if t.probe && v == countFailure && prevCode == "" {
 		b.noteProbe(t.gen, out.Code)
 	}
@@ -429,6 +471,9 @@ func (l *line) onBreakerLocked(tr *transition) {
 		l.log.Info("breaker half-open: probing, fresh requests first", "probes", l.cfg.Breaker.Probes)
 	case breakerClosed:
 		l.log.Info("breaker closed: handler calls resume", "was", tr.from.String())
+	}
+	if tr.to == breakerOpen {
+		b.openedSeq = l.dispatched()
 	}
 	l.notClosed.Store(tr.to != breakerClosed)
 	l.m.breakerState.WithLabelValues(l.name).Set(float64(tr.to))

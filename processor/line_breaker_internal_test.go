@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,12 +17,12 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 	repeat := Retry("http_500", errDown)
 	// No success seen yet (a replica starting in an outage): a repeated
 	// failure counts.
-	if v := b.judge(repeat, "http_500", false); v != countFailure {
+	if v := b.judge(repeat, "http_500", false, 0); v != countFailure {
 		t.Fatalf("a repeat with no success seen: %v, want counted", v)
 	}
 	b.record(b.gen, false, now, countSuccess, now, false) // the service answers
 	for i := range 500 {
-		if tr := b.record(b.gen, false, now, b.judge(repeat, "http_500", false), now, false); tr != nil {
+		if tr := b.record(b.gen, false, now, b.judge(repeat, "http_500", false, 0), now, false); tr != nil {
 			t.Fatalf("retry %d failing with its earlier code opened the breaker: %v", i, b.why)
 		}
 	}
@@ -29,22 +30,22 @@ func TestBreakerRepeatedFailuresAreTheRequests(t *testing.T) {
 		t.Fatalf("counts %+v, want 1 counted, 500 not counted", c)
 	}
 	// A retry failing with another code than before counts: something changed.
-	if v := b.judge(Retry("connect", errDown), "http_500", false); v != countFailure {
+	if v := b.judge(Retry("connect", errDown), "http_500", false, 0); v != countFailure {
 		t.Fatalf("a new code on a retry: %v, want counted as a failure", v)
 	}
 	// A request-fault code never counts, fresh or not, probe or not.
 	for _, probe := range []bool{false, true} {
-		if v := b.judge(RetryRequestFault("ERROR_CAPTCHA_UNSOLVABLE", errDown), "", probe); v != skipRequest {
+		if v := b.judge(RetryRequestFault("ERROR_CAPTCHA_UNSOLVABLE", errDown), "", probe, 0); v != skipRequest {
 			t.Fatalf("request fault (probe %v): %v, want not counted", probe, v)
 		}
 	}
 	// A 429 is the service asking to slow down: never counted.
-	if v := b.judge(Throttled("http_429", errDown, time.Second), "", false); v != skipThrottled {
+	if v := b.judge(Throttled("http_429", errDown, time.Second), "", false, 0); v != skipThrottled {
 		t.Fatalf("a 429: %v, want not counted", v)
 	}
 	// A probe's failure counts even with its earlier code: a probe asks
 	// whether the service is back.
-	if v := b.judge(repeat, "http_500", true); v != countFailure {
+	if v := b.judge(repeat, "http_500", true, 0); v != countFailure {
 		t.Fatalf("a probe failing with its earlier code: %v, want counted", v)
 	}
 }
@@ -398,7 +399,12 @@ func TestBreakerJudge(t *testing.T) {
 		probe    bool
 		answered bool   // the service has answered since the start
 		learned  string // a code a second round of probes taught it
-		want     verdict
+		// state is the breaker's state at the outcome; seq the record's
+		// number in the order of dispatch (0: unknown), opened the last
+		// one dispatched when the breaker last opened.
+		state       breakerState
+		seq, opened uint64
+		want        verdict
 	}{
 		{name: "success", out: Succeed(nil), want: countSuccess},
 		{name: "not ready: the service answers", out: Poll(nil, 0), want: countSuccess},
@@ -417,6 +423,16 @@ func TestBreakerJudge(t *testing.T) {
 		{name: "a new request failing with a learned code", out: Retry("http_503", errDown), learned: "http_503", answered: true, want: skipLearned},
 		{name: "a retry failing with a learned code", out: Retry("http_503", errDown), prevCode: "http_503", learned: "http_503", answered: true, want: countFailure},
 		{name: "a probe failing with a learned code", out: Retry("http_503", errDown), probe: true, learned: "http_503", want: countFailure},
+		{name: "in the pipeline when it opened, failing after it closed", out: Retry("http_503", errDown), answered: true, seq: 40, opened: 100, want: skipSuspect},
+		{name: "the last record in the pipeline when it opened", out: Retry("http_503", errDown), answered: true, seq: 100, opened: 100, want: skipSuspect},
+		{name: "dispatched after it opened: counted", out: Retry("http_503", errDown), answered: true, seq: 101, opened: 100, want: countFailure},
+		{name: "never opened: counted", out: Retry("http_503", errDown), answered: true, seq: 40, want: countFailure},
+		{name: "dispatched when unknown: counted", out: Retry("http_503", errDown), answered: true, opened: 100, want: countFailure},
+		{name: "in the pipeline when it opened, a probe: asked about the service", out: Retry("http_503", errDown), probe: true, state: breakerHalfOpen, answered: true, seq: 40, opened: 100, want: countFailure},
+		{name: "in the pipeline when it opened, its own failure again: a repeat", out: Retry("http_503", errDown), prevCode: "http_503", answered: true, seq: 40, opened: 100, want: skipRepeat},
+		{name: "in the pipeline when it opened, a new request with a learned code", out: Retry("http_503", errDown), learned: "http_503", answered: true, seq: 40, opened: 100, want: skipLearned},
+		{name: "in the pipeline when it opened, succeeding: the service answers", out: Succeed(nil), seq: 40, opened: 100, want: countSuccess},
+		{name: "in the pipeline when it opened, failing while it is open (a call in flight)", out: Retry("http_503", errDown), state: breakerOpen, answered: true, seq: 40, opened: 100, want: countFailure},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			now := time.Now()
@@ -427,7 +443,8 @@ func TestBreakerJudge(t *testing.T) {
 			if c.learned != "" {
 				b.learned = map[string]bool{c.learned: true}
 			}
-			if got := b.judge(c.out, c.prevCode, c.probe); got != c.want {
+			b.state, b.openedSeq = c.state, c.opened
+			if got := b.judge(c.out, c.prevCode, c.probe, c.seq); got != c.want {
 				t.Errorf("verdict %v (%s), want %v (%s)", got, verdicts[got].outcome, c.want, verdicts[c.want].outcome)
 			}
 		})
@@ -475,5 +492,76 @@ func TestRatioWindow(t *testing.T) {
 				t.Errorf("after reset: %d calls", calls)
 			}
 		})
+	}
+}
+
+// After a burst opened the breaker, its half-open probes are records
+// dispatched since, newest first: a fresh record that was in the pipeline
+// when it opened gives its worker to newer fresh work (enterYield), and
+// one dispatched since is the probe. Once closed, the burst's records
+// failing are not counted (suspect) and go to their tiers (not held), so
+// they do not open it again; records dispatched since still count.
+func TestBurstHeldWhenOpenedNeitherProbesNorReopens(t *testing.T) {
+	tl := newTestLine(t, Pipeline{Breaker: Breaker{Consecutive: 3, OpenFor: 100 * time.Millisecond, Probes: 1}})
+	var mu sync.Mutex
+	var dispatched, newest uint64
+	set := func(d, n uint64) { mu.Lock(); dispatched, newest = d, n; mu.Unlock() }
+	tl.dispatched = func() uint64 { mu.Lock(); defer mu.Unlock(); return dispatched }
+	tl.freshNewest = func() uint64 { mu.Lock(); defer mu.Unlock(); return newest }
+	tl.freshQueued = func() bool { return tl.freshNewest() > 0 }
+	record := func(seq uint64) caller { return caller{fresh: true, seq: seq, abandoned: never} }
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fail := func(c caller) (hold bool) {
+		t.Helper()
+		tk, ok := tl.try(ctx, c)
+		if !ok {
+			t.Fatalf("record %d: no call", c.seq)
+		}
+		return tl.leave(tk, Retry("http_503", errDown), "", time.Now())
+	}
+
+	// 100 records of a burst dispatched; three fail: it opens.
+	set(100, 100)
+	for seq := uint64(1); seq <= 3; seq++ {
+		fail(record(seq))
+	}
+	if st := tl.status(time.Now()); st.Breaker != "open" {
+		t.Fatalf("after 3 failures in a row: %+v, want open", st)
+	}
+	// Half-open, newer records queued: the burst's record yields.
+	set(150, 150)
+	if _, e := tl.enter(ctx, time.Now(), record(4)); e != enterYield {
+		t.Fatalf("a record of the burst at half-open, newer work queued: %v, want yield", e)
+	}
+	// Nothing newer than it queued (it is the newest): it is the probe.
+	set(150, 130)
+	if tk, e := tl.enter(ctx, time.Now(), record(140)); e != enterCall || !tk.probe {
+		t.Fatalf("a record dispatched after the opening: %v probe %v, want the probe", e, tk.probe)
+	} else {
+		tl.leave(tk, Succeed(nil), "", time.Now())
+	}
+	if st := tl.status(time.Now()); st.Breaker != "closed" {
+		t.Fatalf("after the good probe: %+v, want closed", st)
+	}
+	// Closed: the rest of the burst fails, not counted, not held.
+	set(150, 0)
+	for seq := uint64(5); seq <= 50; seq++ {
+		if fail(record(seq)) {
+			t.Fatalf("record %d of the burst held after the breaker closed: it goes to its tier", seq)
+		}
+	}
+	if st := tl.status(time.Now()); st.Breaker != "closed" {
+		t.Fatalf("after 46 failures of the burst: %+v, want closed", st)
+	}
+	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "no", "suspect")); got != 46 {
+		t.Fatalf("redrive_breaker_calls_total{counted=no,outcome=suspect} = %v, want 46", got)
+	}
+	// Records dispatched after the opening failing: an outage again.
+	for seq := uint64(101); seq <= 103; seq++ {
+		fail(record(seq))
+	}
+	if st := tl.status(time.Now()); st.Breaker != "open" {
+		t.Fatalf("after 3 failures of records dispatched since it opened: %+v, want open", st)
 	}
 }

@@ -137,7 +137,7 @@ func (m *metrics) newLine() []prometheus.Collector {
 		Name: "redrive_breaker_transitions_total", Help: "Circuit breaker transitions by the state entered (closed, half-open, open).",
 	}, []string{"pipeline", "to"})
 	m.breakerCalls = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "redrive_breaker_calls_total", Help: "Handler calls the circuit breaker judged: counted=yes outcome=success|failure (the service answered, or failed), counted=no outcome=repeat (the record failed with the same code before) or request_fault (a handler.codes.request_fault code).",
+		Name: "redrive_breaker_calls_total", Help: "Handler calls the circuit breaker judged: counted=yes outcome=success|failure (the service answered, or failed), counted=no outcome=repeat (the record failed with the same code before), request_fault (a handler.codes.request_fault code), learned (a new request failing with a code a second round of probes showed to be the requests'), throttled (a 429) or suspect (a record fetched before the breaker last opened, failing after it closed).",
 	}, []string{"pipeline", "counted", "outcome"})
 	m.throttleWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redrive_throttle_waits_total", Help: "Waits records took in their worker because the service answered 429 (Retry-After, at most 5s, at most 10 per record), before calling again with the same attempt.",

@@ -120,12 +120,14 @@ type txnWork struct {
 // yielded says it was given back to the run queue (enterYield) and is
 // processed again from the start (counted once), yieldNow that process
 // just did so; throttles counts the waits a 429 made it take in its
-// worker (Outcome.Throttled), at most MaxThrottleWaits.
+// worker (Outcome.Throttled), at most MaxThrottleWaits; seq is its
+// number in the order of dispatch (dispatchLocked), which tells the
+// breaker whether it was in the pipeline when the breaker last opened.
 type lineWork struct {
-	held              bool
-	heldCode          string
-	yielded, yieldNow bool
-	throttles         int
+	heldCode                string
+	seq                     uint64
+	throttles               int
+	held, yielded, yieldNow bool
 }
 
 // pipeline runs one Pipeline: a consumer group over the main topic and the
@@ -260,6 +262,8 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 	p.room = newWaitRoom(p.onDue, p.clk)
 	p.line = newLine(cfg, p.log, m, p.pauseFetch)
 	p.line.freshQueued = p.disp.runq.freshWaiting
+	p.line.freshNewest = p.disp.runq.freshNewest
+	p.line.dispatched = p.disp.dispatched.Load
 	p.disp.runq.freshFirst = &p.line.notClosed
 	opts := append(p.clientOpts(), pc.ClientOpts...)
 	opts = append(opts, extra...)

@@ -169,6 +169,7 @@ func (p *pipeline) callerFor(w *work, meta retry.Meta, state []byte) caller {
 	c := caller{
 		canForward: b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers && len(state) == 0,
 		abandoned:  w.ps.leaving.Load,
+		seq:        w.seq,
 		// The breaker puts a failure with the code the record failed
 		// with before on the request (line_breaker.go): its last transient
 		// failure, in this process (held by the line) or in its headers.

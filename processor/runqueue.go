@@ -20,11 +20,16 @@ type runQueue struct {
 	due, fresh queue[*work]
 	// streak counts due picks in a row while fresh work waited.
 	streak int
-	// freshN is fresh.len(), read without pipeline.mu (freshWaiting).
+	// freshN is fresh.len(), and newest the seq of the last fresh work
+	// queued (0: none), read without pipeline.mu (freshWaiting,
+	// freshNewest).
 	freshN atomic.Int64
+	newest atomic.Uint64
 	// freshFirst, while set (the breaker is open or half-open), hands out
-	// fresh work first: a half-open breaker probes with work that has no
-	// failure history (line.go). nil: never.
+	// fresh work first and newest first: a half-open breaker probes with
+	// work that has no failure history and came after it opened, not with
+	// the rest of the burst that opened it (line.go). Key order holds: a
+	// key lane queues one record of a key at a time. nil: never.
 	freshFirst *atomic.Bool
 }
 
@@ -34,23 +39,41 @@ func (q *runQueue) push(w *work) {
 		return
 	}
 	q.fresh.push(w)
+	q.noteFresh()
+}
+
+// noteFresh updates what is read of the fresh class without pipeline.mu.
+func (q *runQueue) noteFresh() {
 	q.freshN.Store(int64(q.fresh.len()))
+	var newest uint64
+	if q.fresh.len() > 0 {
+		newest = (*q.fresh.back()).seq
+	}
+	q.newest.Store(newest)
 }
 
 // pushDue queues w as due work whatever its topic: a record the line gave
-// back (enterYield) because it failed before.
+// back (enterYield) because it failed before, or was in the pipeline when
+// the breaker opened; behind fresh work while the breaker is not closed,
+// ahead of it after.
 func (q *runQueue) pushDue(w *work) { q.due.push(w) }
 
 // freshWaiting reports fresh work waiting for a worker; safe without
 // pipeline.mu.
 func (q *runQueue) freshWaiting() bool { return q.freshN.Load() > 0 }
 
+// freshNewest is the seq of the newest fresh work waiting (0: none); safe
+// without pipeline.mu.
+func (q *runQueue) freshNewest() uint64 { return q.newest.Load() }
+
 func (q *runQueue) len() int { return q.due.len() + q.fresh.len() }
 
 // pop takes the next work for a worker, nil when empty.
 func (q *runQueue) pop() *work {
 	if q.fresh.len() > 0 && q.freshFirst != nil && q.freshFirst.Load() {
-		return q.popFresh()
+		w := q.fresh.popBack()
+		q.noteFresh()
+		return w
 	}
 	switch {
 	case q.due.len() > 0 && (q.fresh.len() == 0 || q.streak < dueBurst):
@@ -69,7 +92,7 @@ func (q *runQueue) pop() *work {
 
 func (q *runQueue) popFresh() *work {
 	w := q.fresh.pop()
-	q.freshN.Store(int64(q.fresh.len()))
+	q.noteFresh()
 	return w
 }
 
@@ -113,6 +136,22 @@ func (q *queue[T]) pop() T {
 		n := copy(q.s, q.s[q.head:])
 		clear(q.s[n:])
 		q.s, q.head = q.s[:n], 0
+	}
+	return v
+}
+
+// popBack takes the last element (the zero value when empty).
+func (q *queue[T]) popBack() T {
+	var zero T
+	if q.head == len(q.s) {
+		return zero
+	}
+	n := len(q.s) - 1
+	v := q.s[n]
+	q.s[n] = zero
+	q.s = q.s[:n]
+	if q.head == n {
+		q.s, q.head = q.s[:0], 0
 	}
 	return v
 }

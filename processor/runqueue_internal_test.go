@@ -140,3 +140,83 @@ func TestRunQueueFreshFirstWhileBreakerNotClosed(t *testing.T) {
 		t.Fatal("the yielded record was lost")
 	}
 }
+
+// While the breaker is not closed, fresh work is handed out newest first:
+// the half-open probes are the records that came last, not the oldest,
+// which may be the rest of the burst that opened it. freshNewest follows
+// the newest waiting. Closed again, the rest goes oldest first.
+func TestRunQueueFreshNewestFirstWhileBreakerNotClosed(t *testing.T) {
+	var notClosed atomic.Bool
+	q := runQueue{freshFirst: &notClosed}
+	mainPS, tierPS := &partState{tier: -1}, &partState{tier: 0}
+	var fresh []*work
+	for seq := uint64(1); seq <= 5; seq++ {
+		w := &work{ps: mainPS}
+		w.seq = seq
+		fresh = append(fresh, w)
+		q.push(w)
+	}
+	retry1 := &work{ps: tierPS}
+	retry1.seq = 6
+	q.push(retry1)
+	if n := q.freshNewest(); n != 5 {
+		t.Fatalf("freshNewest %d, want 5", n)
+	}
+	notClosed.Store(true)
+	for _, want := range []uint64{5, 4} {
+		if w := q.pop(); w != fresh[want-1] {
+			t.Fatalf("breaker not closed: took seq %d, want the newest fresh record, %d", w.seq, want)
+		}
+	}
+	if n := q.freshNewest(); n != 3 {
+		t.Fatalf("freshNewest %d after taking the two newest, want 3", n)
+	}
+	late := &work{ps: mainPS}
+	late.seq = 7
+	q.push(late)
+	if w := q.pop(); w != late {
+		t.Fatalf("took seq %d, want the record that came last, 7", w.seq)
+	}
+	notClosed.Store(false)
+	var got []uint64
+	for w := q.pop(); w != nil; w = q.pop() {
+		got = append(got, w.seq)
+	}
+	if fmt.Sprint(got) != "[6 1 2 3]" {
+		t.Fatalf("closed: order %v, want the due record, then the fresh ones oldest first [6 1 2 3]", got)
+	}
+	if q.freshWaiting() || q.freshNewest() != 0 {
+		t.Fatal("fresh work reported waiting in an empty queue")
+	}
+}
+
+// popBack takes the last element, and the queue stays usable from both
+// ends, as its compaction moves elements.
+func TestQueuePopBack(t *testing.T) {
+	var q queue[int]
+	for i := range 200 {
+		q.push(i)
+	}
+	for i := range 100 {
+		if v := q.pop(); v != i {
+			t.Fatalf("pop %d, want %d", v, i)
+		}
+	}
+	for i := 199; i >= 150; i-- {
+		if v := q.popBack(); v != i {
+			t.Fatalf("popBack %d, want %d", v, i)
+		}
+	}
+	for i := 100; i < 150; i++ {
+		if v := q.pop(); v != i {
+			t.Fatalf("pop %d, want %d", v, i)
+		}
+	}
+	if q.len() != 0 || q.popBack() != 0 {
+		t.Fatal("queue not empty")
+	}
+	q.push(7)
+	if v := q.popBack(); v != 7 || q.len() != 0 {
+		t.Fatalf("popBack %d len %d, want 7 and empty", v, q.len())
+	}
+}
