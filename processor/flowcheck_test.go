@@ -125,6 +125,11 @@ func runFlowCheckSeed(t *testing.T, seed uint64) {
 	}{{"breaker off", base, baseVs}, {"defaults", run, runVs}} {
 		t.Logf("seed %d, %s: %d calls, %d outcome records, %d breaker openings, %d violations; ended at %v",
 			seed, r.name, len(r.f.calls), len(r.f.outs), r.f.openCount(), len(r.vs), r.f.end)
+		if os.Getenv("FLOWCHECK_VERBOSE") != "" {
+			for _, line := range flowcheck.Stories(r.f.run(0, "")) {
+				t.Logf("seed %d, %s: %s", seed, r.name, line)
+			}
+		}
 		if len(r.vs) > 0 {
 			t.Errorf("flowcheck seed %d (%s) broke invariants:\n%s\nscenario: %s\nreplay: %s",
 				seed, r.name, flowcheck.Summary(r.vs, 3), sc, flowCheckReplay(seed))
@@ -169,6 +174,7 @@ type flowCheckRun struct {
 
 type flowCheckReplica struct {
 	name   string
+	pr     *processor.Processor
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -236,7 +242,7 @@ func (f *flowCheckRun) startReplica(slot int) error {
 		return fmt.Errorf("replica %s: processor.New: %w", name, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &flowCheckReplica{name: name, cancel: cancel, done: make(chan error, 1)}
+	r := &flowCheckReplica{name: name, pr: pr, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- pr.Run(ctx) }()
 	go sampleStatus(ctx, pr, func(p processor.PipelineStatus) {
 		if p.Line.Breaker == "open" {
@@ -330,6 +336,36 @@ func (f *flowCheckRun) known(id string) bool {
 	return err == nil && strings.HasPrefix(id, "r") && i >= 0 && i < len(f.sc.Requests)
 }
 
+// settled waits until every replica has joined and the partitions they
+// own have stayed the same for a second: the run starts after the
+// replicas' first rebalances, not in one.
+func (f *flowCheckRun) settled() bool {
+	last, same := -1, 0
+	ok := kafkatest.Eventually(60*time.Second, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		sum := 0
+		for _, r := range f.replicas {
+			st := r.pr.Status()
+			if len(st.Pipelines) == 0 || !st.Pipelines[0].Joined {
+				last, same = -1, 0
+				return false
+			}
+			sum += st.Pipelines[0].Partitions
+		}
+		if sum == last && sum > 0 {
+			same++
+		} else {
+			last, same = sum, 0
+		}
+		return same >= 20 // 50 ms apart
+	})
+	if !ok {
+		f.fail("the replicas did not settle within 60s")
+	}
+	return ok
+}
+
 // warmUp writes a request to every partition and waits for their
 // outcomes: the replicas consume before the clock starts.
 func (f *flowCheckRun) warmUp(ctx context.Context) bool {
@@ -375,7 +411,7 @@ func (f *flowCheckRun) drive(baseline <-chan time.Duration) time.Duration {
 		f.calls, f.foreignCalls = f.svc.Calls()
 		f.end = f.svc.Since()
 	}()
-	if !f.warmUp(ctx) {
+	if !f.settled() || !f.warmUp(ctx) {
 		return 0
 	}
 	f.svc.Start()
@@ -465,10 +501,15 @@ func (f *flowCheckRun) check(bound time.Duration, why string) []flowcheck.Violat
 	if len(f.errs) > 0 && f.end == 0 {
 		return nil // it did not run: the errors say why
 	}
-	return flowcheck.Check(flowcheck.Run{
+	return flowcheck.Check(f.run(bound, why))
+}
+
+// run is what the run left, for flowcheck (f.mu held or the run over).
+func (f *flowCheckRun) run(bound time.Duration, why string) flowcheck.Run {
+	return flowcheck.Run{
 		Scenario: f.sc, Calls: f.calls, Outcomes: f.outs,
 		ForeignCalls: f.foreignCalls, ForeignOutcomes: f.foreign,
 		Opens: len(f.opens), Probes: processor.DefaultBreakerProbes,
 		Bound: bound, BoundWhy: why,
-	})
+	}
 }

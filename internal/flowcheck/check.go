@@ -249,6 +249,27 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 	return vs
 }
 
+// Stories is every request's story (its script, calls and outcomes), a
+// line each, for a verbose report.
+func Stories(r Run) []string {
+	calls := map[string][]Call{}
+	for _, c := range r.Calls {
+		calls[c.ID] = append(calls[c.ID], c)
+	}
+	outs := map[string][]Outcome{}
+	for _, o := range r.Outcomes {
+		outs[o.ID] = append(outs[o.ID], o)
+	}
+	var lines []string
+	for i := range r.Scenario.Requests {
+		req := &r.Scenario.Requests[i]
+		cs := calls[req.ID]
+		slices.SortStableFunc(cs, func(a, b Call) int { return cmp.Compare(a.At, b.At) })
+		lines = append(lines, req.ID+": "+describe(req, cs, outs[req.ID]))
+	}
+	return lines
+}
+
 // describe is one request's story for a report: its script, its calls
 // and its outcomes.
 func describe(req *Request, cs []Call, os []Outcome) string {
