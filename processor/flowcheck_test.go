@@ -2,7 +2,9 @@ package processor_test
 
 import (
 	"context"
+	"bytes"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"strconv"
@@ -131,8 +133,8 @@ func runFlowCheckSeed(t *testing.T, seed uint64) {
 			}
 		}
 		if len(r.vs) > 0 {
-			t.Errorf("flowcheck seed %d (%s) broke invariants:\n%s\nscenario: %s\nreplay: %s",
-				seed, r.name, flowcheck.Summary(r.vs, 3), sc, flowCheckReplay(seed))
+			t.Errorf("flowcheck seed %d (%s) broke invariants:\n%s\nscenario: %s\nreplay: %s\nthe replicas' log (the line, rebalances):\n%s",
+				seed, r.name, flowcheck.Summary(r.vs, 3), sc, flowCheckReplay(seed), r.f.logTail(40))
 		}
 	}
 	for _, f := range []*flowCheckRun{base, run} {
@@ -153,6 +155,10 @@ type flowCheckRun struct {
 	h        processor.Handler
 	reader   *kgo.Client
 	producer *kgo.Client
+
+	// logs is every replica's log: the line's changes, rebalances.
+	logMu sync.Mutex
+	logs  bytes.Buffer
 
 	mu       sync.Mutex
 	replicas map[int]*flowCheckReplica // by slot
@@ -231,6 +237,7 @@ func (f *flowCheckRun) startReplica(slot int) error {
 	f.mu.Unlock()
 	cfg := f.e.Config()
 	cfg.Instance = name
+	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &f.logs, mu: &f.logMu}, nil)).With("replica", name)
 	cfg.Control.StatusInterval = flowcheck.Scaled(control.DefaultStatusInterval)
 	if len(f.sc.Kills) > 0 {
 		// A kill gives no grace: in-flight calls are abandoned, their
@@ -290,6 +297,18 @@ func (f *flowCheckRun) stopAll() {
 		go func() { defer wg.Done(); f.stopReplica(s) }()
 	}
 	wg.Wait()
+}
+
+// logTail is the last n lines of the replicas' log that are not about
+// single records.
+func (f *flowCheckRun) logTail(n int) string {
+	f.logMu.Lock()
+	lines := strings.Split(strings.TrimSpace(f.logs.String()), "\n")
+	f.logMu.Unlock()
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("… %d lines before", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (f *flowCheckRun) fail(format string, args ...any) {
@@ -510,6 +529,6 @@ func (f *flowCheckRun) run(bound time.Duration, why string) flowcheck.Run {
 		Scenario: f.sc, Calls: f.calls, Outcomes: f.outs,
 		ForeignCalls: f.foreignCalls, ForeignOutcomes: f.foreign,
 		Opens: len(f.opens), Probes: processor.DefaultBreakerProbes,
-		Bound: bound, BoundWhy: why,
+		Bound: bound, BoundWhy: why, End: f.end,
 	}
 }

@@ -35,6 +35,8 @@ type Run struct {
 	Bound time.Duration
 	// BoundWhy says how Bound was made, for the report.
 	BoundWhy string
+	// End is when the run stopped reading outcomes.
+	End time.Duration
 }
 
 // Invariants, as violations name them.
@@ -97,7 +99,7 @@ func Check(r Run) []Violation {
 		// Nothing lost; nothing written twice.
 		switch {
 		case len(os) == 0:
-			bad(Lost, req.ID, "no result and no dead letter; %s", log())
+			bad(Lost, req.ID, "no result and no dead letter by the run's end at %v; %s", r.End.Round(time.Millisecond), log())
 		case len(os) > 1 && !sc.TwiceAllowed():
 			bad(WrittenTwice, req.ID, "%d outcome records (%s, no rebalance can explain one); %s", len(os), sc.Delivery, log())
 		}
@@ -149,8 +151,8 @@ func Check(r Run) []Violation {
 		allowed += len(sc.Requests) * replicas
 	}
 	if extra > allowed {
-		bad(ExtraCalls, "", "%d calls beyond one per attempt and poll; at most %d are explained (%d answers 429, %d breaker openings × (concurrency %d + %d probes) × %d replicas)",
-			extra, allowed, throttles, r.Opens+1, sc.Concurrency, r.Probes, replicas)
+		bad(ExtraCalls, "", "%d calls beyond one per attempt and poll; at most %d are explained (%d answers 429, (%d breaker openings + 1) × (concurrency %d + %d probes) × %d replicas)",
+			extra, allowed, throttles, r.Opens, sc.Concurrency, r.Probes, replicas)
 	}
 	return vs
 }

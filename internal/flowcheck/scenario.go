@@ -135,7 +135,7 @@ func Generate(seed uint64) *Scenario {
 		s.Consume = "share"
 	}
 	s.Delivery = "at-least-once"
-	if r.IntN(10) < 3 {
+	if r.IntN(10) < 3 && s.Consume == "group" { // share groups have no transactions
 		s.Delivery = "exactly-once"
 	}
 	switch x := r.IntN(20); {
