@@ -133,8 +133,8 @@ func runFlowCheckSeed(t *testing.T, seed uint64) {
 			}
 		}
 		if len(r.vs) > 0 {
-			t.Errorf("flowcheck seed %d (%s) broke invariants:\n%s\nscenario: %s\nreplay: %s\nthe replicas' log (the line, rebalances):\n%s",
-				seed, r.name, flowcheck.Summary(r.vs, 3), sc, flowCheckReplay(seed), r.f.logTail(40))
+			t.Errorf("flowcheck seed %d (%s) broke invariants:\n%s\nscenario: %s\nreplay: %s\nevery request's calls and the replicas' whole log: %s\nthe log's end:\n%s",
+				seed, r.name, flowcheck.Summary(r.vs, 3), sc, flowCheckReplay(seed), r.f.dump(seed, r.vs), r.f.logTail(30))
 		}
 	}
 	for _, f := range []*flowCheckRun{base, run} {
@@ -309,6 +309,34 @@ func (f *flowCheckRun) logTail(n int) string {
 		lines = append([]string{fmt.Sprintf("… %d lines before", len(lines)-n)}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
+}
+
+// dump writes the run's violations, every request's story and the
+// replicas' log to a file kept after the test, for the one who debugs it;
+// it returns the file's name.
+func (f *flowCheckRun) dump(seed uint64, vs []flowcheck.Violation) string {
+	name := "breaker-off"
+	if f.defaults {
+		name = "defaults"
+	}
+	fh, err := os.CreateTemp("", fmt.Sprintf("flowcheck-seed-%d-%s-*.log", seed, name))
+	if err != nil {
+		return err.Error()
+	}
+	defer fh.Close()
+	fmt.Fprintf(fh, "seed %d, %s: %s\n\n", seed, name, f.sc)
+	for _, v := range vs {
+		fmt.Fprintln(fh, v)
+	}
+	fmt.Fprintln(fh)
+	for _, line := range flowcheck.Stories(f.run(0, "")) {
+		fmt.Fprintln(fh, line)
+	}
+	fmt.Fprintln(fh)
+	f.logMu.Lock()
+	_, _ = fh.Write(f.logs.Bytes())
+	f.logMu.Unlock()
+	return fh.Name()
 }
 
 func (f *flowCheckRun) fail(format string, args ...any) {

@@ -199,6 +199,17 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 		vs = append(vs, Violation{Invariant: inv, ID: req.ID, Detail: fmt.Sprintf(format, args...) + "; " + log()})
 	}
 	seq := !sc.RepeatsAllowed()
+	// When a failing call came back to the processor, at the earliest.
+	// The service answers before the handler reads the answer, but it
+	// notices a hangup after the handler's timeout fired: a timed-out call
+	// came back by its arrival + the timeout (less a little for the
+	// request's way to the service).
+	back := func(p *Call) time.Duration {
+		if p.Kind == Hangup {
+			return min(p.End, p.At+sc.Timeout-10*time.Millisecond)
+		}
+		return p.End
+	}
 	for j, c := range cs {
 		if c.Attempt >= 2 {
 			var prev *Call
@@ -219,9 +230,9 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 			switch {
 			case !called:
 				bad(SkippedAttempt, "attempt %d called at %v, attempt %d never before", c.Attempt, c.At, c.Attempt-1)
-			case prev != nil && c.At-prev.End < sc.Tier(prev.Attempt):
+			case prev != nil && c.At-back(prev) < sc.Tier(prev.Attempt):
 				bad(EarlyRetry, "attempt %d at %v, %v after attempt %d failed (%s) at %v; tier %v",
-					c.Attempt, c.At, c.At-prev.End, prev.Attempt, prev.Kind, prev.End, sc.Tier(prev.Attempt))
+					c.Attempt, c.At, c.At-back(prev), prev.Attempt, prev.Kind, back(prev), sc.Tier(prev.Attempt))
 			}
 		}
 		if !seq || j == 0 {
@@ -238,10 +249,10 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 		if p == nil {
 			continue
 		}
-		gap := c.At - p.End
+		gap := c.At - back(p)
 		switch {
 		case p.Kind == OK:
-			bad(CallAfterSuccess, "called at %v (attempt %d) after a 200 at %v", c.At, c.Attempt, p.End)
+			bad(CallAfterSuccess, "called at %v (attempt %d) after a 200 at %v", c.At, c.Attempt, back(p))
 		case p.RetryAfter > 0 && gap < time.Duration(p.RetryAfter)*time.Second:
 			bad(BeforeRetryAfter, "called at %v, %v after a %s with Retry-After: %d", c.At, gap, p.Kind, p.RetryAfter)
 		case p.Kind == NotReady && c.Attempt == p.Attempt && gap < sc.Tier(1):
