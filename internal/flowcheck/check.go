@@ -185,6 +185,10 @@ func unearned(sc *Scenario, o *Outcome, cs []Call) string {
 	return "no answer of the service leads to this reason"
 }
 
+// hangupSlack is how much later than the handler the service may notice
+// that a call was given up.
+const hangupSlack = 50 * time.Millisecond
+
 // timing checks the gaps between the calls of one request, in arrival
 // order: attempt n+1 not before tier n's delay after attempt n failed
 // (attempt n called at all), a call not before the Retry-After of the
@@ -201,12 +205,11 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 	seq := !sc.RepeatsAllowed()
 	// When a failing call came back to the processor, at the earliest.
 	// The service answers before the handler reads the answer, but it
-	// notices a hangup after the handler's timeout fired: a timed-out call
-	// came back by its arrival + the timeout (less a little for the
-	// request's way to the service).
+	// notices a hangup (a timeout, a cancelled call) only after the
+	// handler gave up: 50 ms covers that on a loaded machine.
 	back := func(p *Call) time.Duration {
 		if p.Kind == Hangup {
-			return min(p.End, p.At+sc.Timeout-10*time.Millisecond)
+			return p.End - hangupSlack
 		}
 		return p.End
 	}
