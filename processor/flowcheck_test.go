@@ -119,6 +119,7 @@ func runFlowCheckSeed(t *testing.T, seed uint64) {
 	}
 
 	baseVs := base.check(0, "")
+	run.succeeded = base.results()
 	runVs := run.check(max(run.bound, 0), run.boundWhy)
 	for _, r := range []struct {
 		name string
@@ -176,6 +177,7 @@ type flowCheckRun struct {
 	end          time.Duration
 	bound        time.Duration
 	boundWhy     string
+	succeeded    map[string]bool // the baseline's results
 }
 
 type flowCheckReplica struct {
@@ -541,6 +543,19 @@ func (f *flowCheckRun) setBound(b time.Duration) {
 	f.boundWhy = fmt.Sprintf("the breaker-off run's last result %v × 1.25 + open_for %v + 5s", b.Round(time.Millisecond), openFor)
 }
 
+// results are the requests with a result.
+func (f *flowCheckRun) results() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := map[string]bool{}
+	for _, o := range f.outs {
+		if !o.DeadLetter {
+			ids[o.ID] = true
+		}
+	}
+	return ids
+}
+
 // check judges the run; bound 0: no latency bound (the baseline).
 func (f *flowCheckRun) check(bound time.Duration, why string) []flowcheck.Violation {
 	f.mu.Lock()
@@ -557,6 +572,6 @@ func (f *flowCheckRun) run(bound time.Duration, why string) flowcheck.Run {
 		Scenario: f.sc, Calls: f.calls, Outcomes: f.outs,
 		ForeignCalls: f.foreignCalls, ForeignOutcomes: f.foreign,
 		Opens: len(f.opens), Probes: processor.DefaultBreakerProbes,
-		Bound: bound, BoundWhy: why, End: f.end,
+		Bound: bound, BoundWhy: why, End: f.end, Succeeded: f.succeeded,
 	}
 }

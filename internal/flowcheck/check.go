@@ -35,6 +35,11 @@ type Run struct {
 	Bound time.Duration
 	// BoundWhy says how Bound was made, for the report.
 	BoundWhy string
+	// Succeeded are the requests the service let succeed: those with a
+	// result in the breaker-off run. Bound holds for them; nil: for all.
+	// (A request that run dead-lettered in an outage, which the breaker
+	// saves, is not one the service let succeed.)
+	Succeeded map[string]bool
 	// End is when the run stopped reading outcomes.
 	End time.Duration
 }
@@ -123,7 +128,7 @@ func Check(r Run) []Violation {
 		}
 
 		// The healthy finish within the bound.
-		if r.Bound > 0 && result != nil && result.At > r.Bound {
+		if r.Bound > 0 && result != nil && result.At > r.Bound && (r.Succeeded == nil || r.Succeeded[req.ID]) {
 			bad(Late, req.ID, "result at %v, bound %v (%s); %s", result.At, r.Bound, r.BoundWhy, log())
 		}
 

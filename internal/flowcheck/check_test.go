@@ -49,6 +49,17 @@ func TestCheckCleanRunPasses(t *testing.T) {
 	}
 }
 
+// The bound holds for the requests the breaker-off run finished, not for
+// those it dead-lettered.
+func TestCheckBoundsOnlyWhatTheBaselineFinished(t *testing.T) {
+	r := clean()
+	r.Outcomes[0].At = 11 * time.Second
+	r.Succeeded = map[string]bool{"r1": true}
+	if vs := Check(r); len(vs) > 0 {
+		t.Fatalf("r0 not finished by the baseline: %s", Summary(vs, 3))
+	}
+}
+
 // Each invariant, broken on purpose, is reported, and only it.
 func TestCheckFindsEachBrokenInvariant(t *testing.T) {
 	for _, c := range []struct {
@@ -74,6 +85,7 @@ func TestCheckFindsEachBrokenInvariant(t *testing.T) {
 		{UnearnedDead, func(r *Run) { r.Outcomes[0] = Outcome{ID: "r0", DeadLetter: true, Reason: "exhausted", At: ms(1200)} }},
 		{UnearnedDead, func(r *Run) { r.Outcomes[1] = Outcome{ID: "r1", DeadLetter: true, Reason: "crashed", At: ms(100)} }},
 		{Late, func(r *Run) { r.Outcomes[0].At = 11 * time.Second }},
+		{Late, func(r *Run) { r.Outcomes[0].At = 11 * time.Second; r.Succeeded = map[string]bool{"r0": true} }},
 		{ExtraCalls, func(r *Run) {
 			for i := range 20 {
 				at := ms(3000 + 10*i)
