@@ -1,8 +1,8 @@
 package processor_test
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
@@ -153,7 +153,7 @@ type flowCheckRun struct {
 	defaults bool
 	e        *pipetest.Env
 	svc      *flowcheck.Service
-	h        processor.Handler
+	url      string // the service's
 	reader   *kgo.Client
 	producer *kgo.Client
 
@@ -164,6 +164,8 @@ type flowCheckRun struct {
 	mu       sync.Mutex
 	replicas map[int]*flowCheckReplica // by slot
 	started  int
+	closed   bool            // the run is over: no replica starts again
+	crashing map[string]bool // replicas a crash is stopping
 	opens    map[time.Time]bool
 	outs     []flowcheck.Outcome
 	foreign  int
@@ -207,14 +209,11 @@ func newFlowCheckRun(t *testing.T, sc *flowcheck.Scenario, defaults bool) *flowC
 		e.P.Breaker = processor.Breaker{Disabled: true}
 	}
 	f := &flowCheckRun{t: t, sc: sc, defaults: defaults, e: e, svc: flowcheck.NewService(sc),
-		replicas: map[int]*flowCheckReplica{}, opens: map[time.Time]bool{}, has: map[string]bool{}}
+		replicas: map[int]*flowCheckReplica{}, crashing: map[string]bool{}, opens: map[time.Time]bool{}, has: map[string]bool{}}
+	f.svc.Crash = f.crash
 	srv := httptest.NewServer(f.svc)
 	t.Cleanup(srv.Close)
-	h, err := httphandler.New(httphandler.Options{URL: srv.URL, Timeout: sc.Timeout, Concurrency: sc.Concurrency})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.h = h
+	f.url = srv.URL
 	f.producer = e.Cluster.Client(t, kgo.ProducerLinger(time.Millisecond), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	level := kgo.ReadUncommitted()
 	if sc.Delivery == string(processor.ExactlyOnce) {
@@ -231,9 +230,37 @@ func newFlowCheckRun(t *testing.T, sc *flowcheck.Scenario, defaults bool) *flowC
 	return f
 }
 
+// crash stops the replica named (a crash loop's call killed it) and
+// starts a new one in its place 300 ms later.
+func (f *flowCheckRun) crash(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	slot := -1
+	for s, r := range f.replicas {
+		if r.name == name {
+			slot = s
+		}
+	}
+	if slot < 0 || f.crashing[name] {
+		return
+	}
+	f.crashing[name] = true
+	go func() {
+		f.stopReplica(slot)
+		time.Sleep(300 * time.Millisecond)
+		if err := f.startReplica(slot); err != nil {
+			f.fail("%v", err)
+		}
+	}()
+}
+
 // startReplica runs a new replica in slot.
 func (f *flowCheckRun) startReplica(slot int) error {
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
 	f.started++
 	name := fmt.Sprintf("replica-%d", f.started)
 	f.mu.Unlock()
@@ -241,12 +268,17 @@ func (f *flowCheckRun) startReplica(slot int) error {
 	cfg.Instance = name
 	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &f.logs, mu: &f.logMu}, nil)).With("replica", name)
 	cfg.Control.StatusInterval = flowcheck.Scaled(control.DefaultStatusInterval)
-	if len(f.sc.Kills) > 0 {
+	if len(f.sc.Kills) > 0 || f.sc.Crashes() {
 		// A kill gives no grace: in-flight calls are abandoned, their
 		// records redelivered.
 		cfg.ShutdownGrace = time.Millisecond
 	}
-	pr, err := processor.New(cfg, f.h)
+	h, err := httphandler.New(httphandler.Options{URL: f.url, Timeout: f.sc.Timeout, Concurrency: f.sc.Concurrency,
+		Headers: map[string]string{flowcheck.HeaderReplica: name}})
+	if err != nil {
+		return err
+	}
+	pr, err := processor.New(cfg, h)
 	if err != nil {
 		return fmt.Errorf("replica %s: processor.New: %w", name, err)
 	}
@@ -288,6 +320,7 @@ func (f *flowCheckRun) stopReplica(slot int) {
 
 func (f *flowCheckRun) stopAll() {
 	f.mu.Lock()
+	f.closed = true
 	var slots []int
 	for s := range f.replicas {
 		slots = append(slots, s)

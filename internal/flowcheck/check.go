@@ -93,7 +93,7 @@ func Check(r Run) []Violation {
 	for _, o := range r.Outcomes {
 		outs[o.ID] = append(outs[o.ID], o)
 	}
-	extra, throttles := 0, 0
+	extra, throttles, crashes := 0, 0, 0
 	for i := range sc.Requests {
 		req := &sc.Requests[i]
 		cs := calls[req.ID]
@@ -137,8 +137,11 @@ func Check(r Run) []Violation {
 		keys := map[string]int{}
 		for _, c := range cs {
 			keys[fmt.Sprintf("%d/%s", c.Attempt, c.State)]++
-			if c.Kind == Throttle {
+			switch c.Kind {
+			case Throttle:
 				throttles++
+			case Crash:
+				crashes++
 			}
 		}
 		for _, n := range keys {
@@ -150,7 +153,7 @@ func Check(r Run) []Violation {
 	// a record the breaker held when it opened (at most the concurrency
 	// per replica per opening), a probe, or a rebalance handing records in
 	// flight to another replica.
-	replicas := sc.Replicas + len(sc.Kills)
+	replicas := sc.Replicas + len(sc.Kills) + crashes
 	allowed := throttles + (r.Opens+1)*(sc.Concurrency+r.Probes)*replicas
 	if sc.RepeatsAllowed() {
 		allowed += len(sc.Requests) * replicas
@@ -166,8 +169,8 @@ func Check(r Run) []Violation {
 // when it is. Permanent: a call answered 400. Exhausted: max_attempts
 // attempts, each with a failure that is not a 429 (a 429 is the service
 // asking to slow down, not the request failing: it keeps its attempt).
-// Nothing else is justified: no scenario has a TTL, runs past the
-// not-ready deadline or crashes the process.
+// Crashed: a call of it crashed a replica. Nothing else is justified: no
+// scenario has a TTL or runs past the not-ready deadline.
 func unearned(sc *Scenario, o *Outcome, cs []Call) string {
 	switch o.Reason {
 	case "permanent":
@@ -175,6 +178,11 @@ func unearned(sc *Scenario, o *Outcome, cs []Call) string {
 			return ""
 		}
 		return "no call was answered 400"
+	case "crashed":
+		if slices.ContainsFunc(cs, func(c Call) bool { return c.Kind == Crash && c.At <= o.At }) {
+			return ""
+		}
+		return "no call of it crashed a replica"
 	case "exhausted":
 		failed := map[int]bool{}
 		for _, c := range cs {
@@ -213,7 +221,7 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 	// notices a hangup (a timeout, a cancelled call) only after the
 	// handler gave up: 50 ms covers that on a loaded machine.
 	back := func(p *Call) time.Duration {
-		if p.Kind == Hangup {
+		if p.Kind == Hangup || p.Kind == Crash {
 			return p.End - hangupSlack
 		}
 		return p.End

@@ -63,7 +63,7 @@ func TestCheckBoundsOnlyWhatTheBaselineFinished(t *testing.T) {
 // Each invariant, broken on purpose, is reported, and only it.
 func TestCheckFindsEachBrokenInvariant(t *testing.T) {
 	for _, c := range []struct {
-		want  string
+		want    string
 		breakIt func(r *Run)
 	}{
 		{Lost, func(r *Run) { r.Outcomes = r.Outcomes[:1] }},
@@ -183,7 +183,7 @@ func TestGenerateIsDeterministicAndCoversTheSpace(t *testing.T) {
 	for _, want := range []string{"consume group", "consume share", "delivery at-least-once", "delivery exactly-once",
 		"replicas 1", "replicas 2", "replicas 3", "kill", "outage", "limit", "concurrency 1", "concurrency > 200",
 		"a bad burst larger than the concurrency", "a burst smaller than the concurrency",
-		"ok", "transient", "permanent", "always", "429x1", "429x2", "notready", "slow-once"} {
+		"ok", "transient", "permanent", "always", "429x1", "429x2", "notready", "slow-once", "crash"} {
 		if !seen[want] {
 			t.Errorf("500 seeds never drew %s", want)
 		}

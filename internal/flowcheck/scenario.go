@@ -31,9 +31,10 @@ const (
 	NotReady              // 202 with a new Redrive-State (a job still running)
 	Slow                  // held past the handler's timeout, then 200 to no one
 	Hangup                // the caller hung up before the answer (a kill, a timeout)
+	Crash                 // the call kills the replica that made it (a crash loop)
 )
 
-var kindNames = [...]string{"ok", "503", "permanent", "429", "not-ready", "slow", "hangup"}
+var kindNames = [...]string{"ok", "503", "permanent", "429", "not-ready", "slow", "hangup", "crash"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -188,6 +189,15 @@ func Generate(seed uint64) *Scenario {
 			s.addBurst(r, s.Outage.To+500*time.Millisecond, 100, "healthy")
 		}
 	}
+	if s.Consume == "share" && r.IntN(3) == 0 {
+		// A crash loop: a request that kills the replica calling it, every
+		// time. Share mode only: there the share group counts its
+		// deliveries, and it is dead-lettered "crashed"; a consumer group
+		// has no such count and would crash for ever.
+		b := s.Bursts[r.IntN(len(s.Bursts))]
+		i := b.From + r.IntN(b.To-b.From)
+		s.Requests[i].Class, s.Requests[i].Steps = "crash", []Step{{Kind: Crash}}
+	}
 	return s
 }
 
@@ -258,7 +268,17 @@ func (s *Scenario) draw(r *rand.Rand, profile string) Request {
 // RepeatsAllowed: the scenario has kills or several replicas, so a
 // rebalance may hand a record in flight to another replica, which calls
 // it again (the handler's call is at least once).
-func (s *Scenario) RepeatsAllowed() bool { return len(s.Kills) > 0 || s.Replicas > 1 }
+func (s *Scenario) RepeatsAllowed() bool { return len(s.Kills) > 0 || s.Replicas > 1 || s.Crashes() }
+
+// Crashes: a request of the scenario kills the replica that calls it.
+func (s *Scenario) Crashes() bool {
+	for _, q := range s.Requests {
+		if q.Class == "crash" {
+			return true
+		}
+	}
+	return false
+}
 
 // TwiceAllowed: an outcome may be written twice (at-least-once, across a
 // rebalance). Exactly-once never writes one twice.

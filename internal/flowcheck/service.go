@@ -21,6 +21,9 @@ const (
 	headerState          = "Redrive-State"
 	headerErrorCode      = "Redrive-Error-Code"
 	headerRetryAfter     = "Retry-After"
+	// HeaderReplica names the replica that calls (each replica's handler
+	// sends it): a crash kills that one.
+	HeaderReplica = "Flowcheck-Replica"
 )
 
 // WarmUp starts the ids of the requests a run writes before its clock
@@ -39,6 +42,8 @@ type Call struct {
 	RetryAfter int
 	// Cause is why it got that answer: script, outage, limit.
 	Cause string
+	// Replica is the replica that called (HeaderReplica).
+	Replica string
 }
 
 // Service is the scripted service of one run: it answers each request by
@@ -54,6 +59,9 @@ type Service struct {
 	calls    []Call
 	scripted map[string]int // calls the script answered, per request
 	foreign  int            // calls with an id not in the scenario
+
+	// Crash is told the replica a Crash answer kills; nil: none is.
+	Crash func(replica string)
 }
 
 // NewService is sc's service.
@@ -102,7 +110,7 @@ func (s *Service) ScriptedCalls() map[string]int {
 func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := s.Since()
 	_, _ = io.Copy(io.Discard, r.Body)
-	c := Call{ID: r.Header.Get(headerIdempotencyKey), State: r.Header.Get(headerState), At: at}
+	c := Call{ID: r.Header.Get(headerIdempotencyKey), State: r.Header.Get(headerState), At: at, Replica: r.Header.Get(HeaderReplica)}
 	c.Attempt, _ = strconv.Atoi(r.Header.Get(headerAttempt))
 	req := s.byID[c.ID]
 	if req == nil {
@@ -157,6 +165,18 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		w.Header().Set(headerState, c.ID+"-job-"+strconv.Itoa(n))
 		w.WriteHeader(http.StatusAccepted)
+	case Crash:
+		if s.Crash != nil {
+			s.Crash(c.Replica)
+		}
+		// No answer: the replica dies with the call in flight.
+		t := time.NewTimer(s.sc.Timeout + time.Second)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(http.StatusInternalServerError)
 	case Slow:
 		t := time.NewTimer(s.sc.Timeout + time.Second)
 		defer t.Stop()
