@@ -26,12 +26,12 @@ import (
 
 // flowCheckSeeds are the seeds `make test` runs. Together they draw group
 // and share, both deliveries, one to three replicas, kills, a crash loop,
-// an outage, the service's rate limit, concurrency 1 to 132, and bursts of
+// an outage, the service's rate limit, concurrency 2 to 132, and bursts of
 // failures larger than the concurrency before healthy traffic. Of them 4
 // and 15 (probes taken from the burst that opened the breaker), 42 (429s
 // spending attempts) and 47 (a 429 during half-open called again at once)
-// failed on the code they were chosen on; 1, 3, 5 and 56 passed.
-var flowCheckSeeds = []uint64{1, 3, 4, 5, 15, 42, 47, 56}
+// failed on the code they were chosen on; 1, 5, 33 and 56 passed.
+var flowCheckSeeds = []uint64{1, 4, 5, 15, 33, 42, 47, 56}
 
 // TestFlowCheck is the randomized checker of the invariants (package
 // internal/flowcheck): each seed draws a scenario, runs it twice at once on

@@ -198,8 +198,8 @@ func unearned(sc *Scenario, o *Outcome, cs []Call) string {
 	return "no answer of the service leads to this reason"
 }
 
-// hangupSlack is how much later than the handler the service may notice
-// that a call was given up.
+// hangupSlack is how much later than the handler the service may see a
+// call given up, or a timed-out call arrive after the handler sent it.
 const hangupSlack = 50 * time.Millisecond
 
 // timing checks the gaps between the calls of one request, in arrival
@@ -217,11 +217,16 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 	}
 	seq := !sc.RepeatsAllowed()
 	// When a failing call came back to the processor, at the earliest.
-	// The service answers before the handler reads the answer, but it
-	// notices a hangup (a timeout, a cancelled call) only after the
-	// handler gave up: 50 ms covers that on a loaded machine.
+	// The service answers before the handler reads the answer; but it
+	// notices a hangup only after the handler gave up, tens of ms later on
+	// a loaded machine, and a timed-out call was given up by its arrival +
+	// the timeout (the handler's clock started before it arrived): from
+	// the earlier of the two, less hangupSlack for the request's way.
 	back := func(p *Call) time.Duration {
-		if p.Kind == Hangup || p.Kind == Crash {
+		switch p.Kind {
+		case Hangup:
+			return min(p.End, p.At+sc.Timeout) - hangupSlack
+		case Crash:
 			return p.End - hangupSlack
 		}
 		return p.End
