@@ -8,7 +8,7 @@
 // beyond those some answer explains.
 //
 // It knows nothing of Kafka or of the processor: processor's
-// flowcheck_test.go runs the scenarios (make flowcheck). Everything here
+// processor/flowcheck_test.go runs the scenarios (make flowcheck). Everything here
 // is pure or in-memory, so the checker itself has unit tests.
 //
 // It is imported only by tests.
