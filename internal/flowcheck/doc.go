@@ -7,9 +7,9 @@
 // did not earn, healthy requests finished within the bound, and no calls
 // beyond those some answer explains.
 //
-// It knows nothing of Kafka or of the processor: processor's
-// processor/flowcheck_test.go runs the scenarios (make flowcheck). Everything here
-// is pure or in-memory, so the checker itself has unit tests.
+// It knows nothing of Kafka or of the processor: processor/flowcheck_test.go
+// runs the scenarios (make flowcheck). Everything here is pure or
+// in-memory, so the checker itself has unit tests.
 //
 // It is imported only by tests.
 package flowcheck
