@@ -178,12 +178,16 @@ func TestGenerateIsDeterministicAndCoversTheSpace(t *testing.T) {
 		}
 		for _, q := range s.Requests {
 			seen[strings.SplitN(q.Class, ":", 2)[0]] = true
+			if strings.HasSuffix(q.Class, ":ra6") {
+				seen["Retry-After longer than the tiers"] = true
+			}
 		}
 	}
 	for _, want := range []string{"consume group", "consume share", "delivery at-least-once", "delivery exactly-once",
 		"replicas 1", "replicas 2", "replicas 3", "kill", "outage", "limit", "concurrency 1", "concurrency > 200",
 		"a bad burst larger than the concurrency", "a burst smaller than the concurrency",
-		"ok", "transient", "permanent", "always", "429x1", "429x2", "notready", "slow-once", "crash"} {
+		"ok", "transient", "permanent", "always", "429x1", "429x2", "notready", "slow-once", "crash",
+		"Retry-After longer than the tiers"} {
 		if !seen[want] {
 			t.Errorf("500 seeds never drew %s", want)
 		}

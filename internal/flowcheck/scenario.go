@@ -189,6 +189,7 @@ func Generate(seed uint64) *Scenario {
 			s.addBurst(r, s.Outage.To+500*time.Millisecond, 100, "healthy")
 		}
 	}
+	s.longRetryAfter(seed)
 	if s.Consume == "share" && r.IntN(3) == 0 {
 		// A crash loop: a request that kills the replica calling it, every
 		// time. Share mode only: there the share group counts its
@@ -199,6 +200,27 @@ func Generate(seed uint64) *Scenario {
 		s.Requests[i].Class, s.Requests[i].Steps = "crash", []Step{{Kind: Crash}}
 	}
 	return s
+}
+
+// longRetryAfter makes one 429 request in five that asks for 2 s ask for
+// 6 s: longer than any tier and than the 5 s a worker waits out, so the
+// record hops to a tier with a due time from the Retry-After. It draws from
+// a stream of its own, so the rest of a seed's scenario stays as it was
+// before this was drawn.
+func (s *Scenario) longRetryAfter(seed uint64) {
+	r := rand.New(rand.NewPCG(seed^0x5deece66d, seed))
+	for i := range s.Requests {
+		q := &s.Requests[i]
+		if !strings.HasSuffix(q.Class, ":ra2") || r.IntN(5) != 0 {
+			continue
+		}
+		for j := range q.Steps {
+			if q.Steps[j].Kind == Throttle {
+				q.Steps[j].RetryAfter = 6
+			}
+		}
+		q.Class = strings.TrimSuffix(q.Class, "2") + "6"
+	}
 }
 
 // addBurst appends n requests of profile, produced at at.
