@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GO ?= go
 PKGS := ./...
 
-.PHONY: build image deploy-check test test-oldest test-fast dev kafka-up kafka-down lint fuzz bench soak image-oci image-check clean
+.PHONY: build image deploy-check test test-oldest test-fast dev kafka-up kafka-down lint fuzz flowcheck bench soak image-oci image-check clean
 
 # The same command the Dockerfile runs.
 build:
@@ -120,6 +120,25 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# The randomized checker of the processor's invariants (docs/testing.md,
+# "The flow checker"): SEEDS new scenarios from FLOWCHECK_FIRST (default:
+# drawn from the clock and printed), FLOWCHECK_PARALLEL at a time, with
+# -race, against the real broker (started and stopped like `make test`'s).
+# A failure prints its seed and the command that replays it. `make test`
+# runs the fixed seeds of processor/flowcheck_test.go.
+SEEDS ?= 20
+FLOWCHECK_PARALLEL ?= 4
+flowcheck:
+	@set -o pipefail; \
+	started=1; bash scripts/kafka.sh status >/dev/null 2>&1 && started=0; \
+	line=$$(bash scripts/kafka.sh up | tail -1) || exit 1; \
+	eval "$$line"; \
+	REDRIVE_TEST_BROKERS=$$KAFKA_BROKERS FLOWCHECK_SEEDS=$(SEEDS) FLOWCHECK_FIRST=$(FLOWCHECK_FIRST) \
+	  $(GO) test -race -count=1 -timeout 60m -parallel $(FLOWCHECK_PARALLEL) -run '^TestFlowCheck$$' ./processor/; \
+	rc=$$?; \
+	if [ $$started = 1 ]; then bash scripts/kafka.sh down; fi; \
+	exit $$rc
 
 # Benchmarks against the real broker, side by side with the raw franz-go
 # ceiling measured in the same run: one table (see BENCHMARKS.md). Each
