@@ -39,15 +39,22 @@ import (
 // acknowledgements flushed; then the suspects run one at a time, each
 // acknowledged before the next starts, and each after its alone record
 // is on the control topic (sharesolo.go). A record that ends the process
-// still takes records with it: the suspects not started yet, and the
-// batch franz-go fetched as soon as the suspects' poll took the last
-// records, which the broker counts a delivery of at every death. So the
-// delivery count does not say which record killed the process; a record
-// past max_deliveries is dead-lettered "crashed" only if its last
-// delivery ran alone (or it is two deliveries past it), and otherwise
-// runs alone like any suspect. Suspects run in ascending offsets on odd
-// delivery counts and descending on even ones, so those a crash held
-// back from one side run before the killer on its next delivery.
+// still takes the suspects not started yet with it, which the broker
+// counts a delivery of. So the delivery count does not say which record
+// killed the process; a record past max_deliveries is dead-lettered
+// "crashed" only if its last delivery ran alone (or it is two deliveries
+// past it), and otherwise runs alone like any suspect. Suspects run in
+// ascending offsets on odd delivery counts and descending on even ones,
+// so those a crash held back from one side run before the killer on its
+// next delivery.
+//
+// Nothing else is held while suspects run (holdFetches): the main topic
+// is paused in the share client, so franz-go fetches nothing more, and
+// what a fetch still open when the suspects' poll returned acquired is
+// released before the first suspect runs (a hook sees every record
+// franz-go buffers). A released record comes back with its count one
+// up; the reader remembers what it released (unrun), and does not count
+// those deliveries against the record when it takes it again.
 
 // shareRenewMax bounds how long a record's lock goes without a renew (and
 // the share connection without a request, which keeps it from being
@@ -79,14 +86,38 @@ type shareReader struct {
 	// solo is what the control topic says of the records run alone.
 	solo *soloLog
 
+	// hmu guards what the share client's hook (shareHook, franz-go's
+	// fetch goroutine) and the reader share: a leaf lock.
+	hmu sync.Mutex
+	// holding: suspects are pending; the main topic is paused, and any
+	// record franz-go buffers is released at once.
+	holding bool
+	// buffered are records franz-go acquired and buffered, not polled yet.
+	buffered map[*kgo.Record]struct{}
+	// stale are released records still in franz-go's buffer: skipped when
+	// a poll returns them (the group delivers them again).
+	stale map[*kgo.Record]struct{}
+	// unrun counts, per record, the deliveries just before its next one
+	// that this reader released without a call.
+	unrun map[soloKey]unrunMark
+
 	warned     atomic.Bool
 	soloWarned atomic.Bool
 }
 
+// unrunMark: a record released unrun at delivery last, and at the n
+// deliveries up to it in a row.
+type unrunMark struct{ last, n int }
+
+// unrunMax bounds the records remembered as released unrun; past it
+// the memory starts over (those records then run alone once more).
+const unrunMax = 1 << 14
+
 func newShareReader(p *pipeline) (*shareReader, error) {
 	s := &shareReader{p: p, batch: p.cfg.Concurrency, wake: make(chan struct{}, 1),
 		parts: map[int32]*partState{}, held: map[*work]time.Time{}, renewEvery: shareRenewMax,
-		solo: newSoloLog()}
+		solo: newSoloLog(), buffered: map[*kgo.Record]struct{}{}, stale: map[*kgo.Record]struct{}{},
+		unrun: map[soloKey]unrunMark{}}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(p.pc.Brokers...),
 		kgo.ClientID("redrive-" + p.pc.Instance),
@@ -100,7 +131,7 @@ func newShareReader(p *pipeline) (*shareReader, error) {
 		kgo.FetchMaxPartitionBytes(fetchPartitionBytes),
 		kgo.ShareAckCallback(s.acked),
 		kgo.MetadataMaxAge(metadataMaxAge),
-		kgo.WithHooks(&brokerLog{log: p.log}),
+		kgo.WithHooks(&brokerLog{log: p.log}, shareHook{s}),
 	}
 	cl, err := kgo.NewClient(append(opts, p.pc.ClientOpts...)...)
 	if err != nil {
@@ -148,6 +179,7 @@ func (s *shareReader) run(ctx context.Context) {
 			s.runSuspect(ctx)
 			continue
 		}
+		s.fetchAgain()
 		n := min(s.p.space(), s.batch)
 		if n == 0 || s.p.mainStopped() {
 			s.sleep(ctx, time.Second)
@@ -168,7 +200,111 @@ func (s *shareReader) run(ctx context.Context) {
 		if recs := fs.Records(); len(recs) > 0 {
 			s.admit(recs, time.Now())
 		}
+		if len(s.suspects) > 0 {
+			s.holdFetches()
+		}
 	}
+}
+
+// holdFetches stops taking records while suspects are pending: the main
+// topic is paused (franz-go builds no fetch of it from now on), and the
+// records a fetch already open acquired are released, now if buffered,
+// else as the hook sees them land. A death then counts a delivery only
+// of the suspects.
+func (s *shareReader) holdFetches() {
+	s.cl.PauseFetchTopics(s.p.cfg.Topic)
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	s.holding = true
+	for r := range s.buffered {
+		s.releaseUnrunLocked(r)
+	}
+	clear(s.buffered)
+}
+
+// fetchAgain resumes the main topic once no suspect is pending.
+func (s *shareReader) fetchAgain() {
+	s.hmu.Lock()
+	was := s.holding
+	s.holding = false
+	s.hmu.Unlock()
+	if was {
+		s.cl.ResumeFetchTopics(s.p.cfg.Topic)
+	}
+}
+
+// releaseUnrunLocked gives r back to the group without a call, and
+// remembers it so that its next delivery is not counted against it.
+// s.hmu held.
+func (s *shareReader) releaseUnrunLocked(r *kgo.Record) {
+	r.Ack(kgo.AckRelease)
+	s.stale[r] = struct{}{}
+	d := int(r.DeliveryCount())
+	if len(s.unrun) >= unrunMax {
+		clear(s.unrun)
+	}
+	k := soloKey{r.Partition, r.Offset}
+	m := s.unrun[k]
+	if m.n > 0 && m.last == d-1 {
+		m.n++
+	} else {
+		m.n = 1
+	}
+	m.last = d
+	s.unrun[k] = m
+}
+
+// takeUnrun reports whether r is a released copy to skip, else how many
+// deliveries just before r's this reader released it unrun (forgotten
+// now: r is taken).
+func (s *shareReader) takeUnrun(r *kgo.Record) (stale bool, n int) {
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if _, ok := s.stale[r]; ok {
+		delete(s.stale, r)
+		return true, 0
+	}
+	k := soloKey{r.Partition, r.Offset}
+	m, ok := s.unrun[k]
+	if !ok {
+		return false, 0
+	}
+	delete(s.unrun, k)
+	return false, unrunBefore(m, int(r.DeliveryCount()))
+}
+
+// unrunBefore is how many of the deliveries just before delivery d
+// ended released unrun, as m says.
+func unrunBefore(m unrunMark, d int) int {
+	if m.last != d-1 {
+		return 0
+	}
+	return min(m.n, d-1)
+}
+
+// shareHook is the share client's hook: it tracks the records franz-go
+// buffers, and releases them at once while suspects are pending.
+type shareHook struct{ s *shareReader }
+
+func (h shareHook) OnFetchRecordBuffered(r *kgo.Record) {
+	s := h.s
+	if r.Topic != s.p.cfg.Topic {
+		return
+	}
+	s.hmu.Lock()
+	defer s.hmu.Unlock()
+	if s.holding {
+		s.releaseUnrunLocked(r)
+		return
+	}
+	s.buffered[r] = struct{}{}
+}
+
+func (h shareHook) OnFetchRecordUnbuffered(r *kgo.Record, _ bool) {
+	s := h.s
+	s.hmu.Lock()
+	delete(s.buffered, r)
+	s.hmu.Unlock()
 }
 
 // waitHeld waits until at most n records of the last poll are held (its
@@ -193,6 +329,10 @@ func (s *shareReader) waitHeld(ctx context.Context, n int) bool {
 // runSuspect starts the next suspect alone, once the broker has every
 // acknowledgement sent so far (a crash now costs the others nothing).
 func (s *shareReader) runSuspect(ctx context.Context) {
+	// A renew queued makes the flush wait for franz-go's fetch loop,
+	// which sends acknowledgements only once a fetch in flight has
+	// landed (and its records, released by the hook, are in the flush).
+	s.suspects[0].rec.Ack(kgo.AckRenew)
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := s.cl.FlushAcks(fctx)
 	cancel()
@@ -258,6 +398,18 @@ func (s *shareReader) signal() {
 // admit dispatches polled records as main-topic work.
 func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 	p := s.p
+	unrun := make([]int, 0, len(recs))
+	fresh := recs[:0:0]
+	for _, r := range recs {
+		if stale, n := s.takeUnrun(r); !stale {
+			fresh = append(fresh, r)
+			unrun = append(unrun, n)
+		}
+	}
+	recs = fresh
+	if len(recs) == 0 {
+		return
+	}
 	p.hot.consumedFor(p.cfg.Topic).Add(float64(len(recs)))
 	if d := recs[0].AcquisitionDeadline(); !d.IsZero() {
 		if lock := d.Sub(now); lock > 0 {
@@ -268,7 +420,7 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, r := range recs {
+	for i, r := range recs {
 		ps := s.parts[r.Partition]
 		if ps == nil {
 			ps = &partState{tp: tp{r.Topic, r.Partition}, tier: -1, ctx: p.hctx, share: s}
@@ -279,18 +431,22 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 		s.held[w] = now.Add(s.renewEvery)
 		s.mu.Unlock()
 		p.noteOversize(w)
-		if w.deliveries > p.cfg.MaxDeliveries {
+		// The deliveries this reader released unrun are no attempts:
+		// charged are the others, and the last that could have run is
+		// the one before them.
+		charged := w.deliveries - unrun[i]
+		if charged > p.cfg.MaxDeliveries {
 			// Past max_deliveries: dead-lettered without a call if its
 			// last delivery ran alone, so it ended the process itself;
 			// two deliveries further (5 at the default, Kafka's delivery
 			// limit: the broker would archive it next), even without.
-			if s.solo.ranAlone(r.Partition, r.Offset, w.deliveries-1) {
+			if s.solo.ranAlone(r.Partition, r.Offset, charged-1) {
 				w.crashed, w.alone = true, true
 			} else {
-				w.crashed = w.deliveries > p.cfg.MaxDeliveries+1
+				w.crashed = charged > p.cfg.MaxDeliveries+1
 			}
 		}
-		if w.deliveries > 1 && !w.crashed {
+		if charged > 1 && !w.crashed {
 			s.suspects = append(s.suspects, w)
 			continue
 		}

@@ -229,6 +229,122 @@ func TestShareRecordChargedWithoutRunningIsHandled(t *testing.T) {
 	}
 }
 
+// TestShareSuspectRunsWithNothingElseHeld: while a record delivered
+// again runs alone, its process holds no other record of the main topic,
+// so its death would count a delivery of that record only. A hook keeps
+// the poll that returns the suspect open a moment, so franz-go fetches
+// the next batch then, every time (without it, only now and then): that
+// batch is released before the suspect runs, and another member takes
+// it while the suspect still runs.
+func TestShareSuspectRunsWithNothingElseHeld(t *testing.T) {
+	e := pipetest.New(t, "share-held", 1, shareSchedule)
+	e.P.Consume = processor.ConsumeShare
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	group := e.P.ShareGroupID()
+	if err := topics.EnsureShareGroup(ctx, e.Client, group); err != nil {
+		t.Fatal(err)
+	}
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte("suspect"), Value: []byte("x")})
+
+	// A member takes the record and gives it back unrun: it comes back
+	// with delivery count 2, a suspect.
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.Cluster.Brokers...), kgo.ShareGroup(group),
+		kgo.ConsumeTopics(e.P.Topic), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	for taken := false; !taken; {
+		for _, r := range other.PollRecords(ctx, 1).Records() {
+			other.PauseFetchTopics(e.P.Topic) // nothing more fetched: the release is the record's only one
+			time.Sleep(time.Second)
+			r.Ack(kgo.AckRelease)
+			taken = true
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the record was not acquired")
+		}
+	}
+	if err := other.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A batch (Concurrency) with the suspect, and as many behind it.
+	batch := e.P.WithDefaults().Concurrency
+	var recs []*kgo.Record
+	for i := range 2 * batch {
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: fmt.Appendf(nil, "g%d", i), Value: []byte("x")})
+	}
+	e.Produce(recs...)
+
+	running, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		if string(req.Record.Key) == "suspect" {
+			once.Do(func() { close(running) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return processor.Succeed(req.Record.Key)
+	})
+	e.Start(h, func(c *processor.Config) {
+		c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(&slowSuspectPoll{topic: e.P.Topic}))
+	})
+	select {
+	case <-running:
+	case <-ctx.Done():
+		t.Fatal("the suspect did not run")
+	}
+	// The other member takes what is left while the suspect runs: all of
+	// it, unless the suspect's process holds some.
+	other.ResumeFetchTopics(e.P.Topic)
+	took := map[string]bool{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(took) < batch && time.Now().Before(deadline) {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		for _, r := range other.PollRecords(pctx, 0).Records() {
+			took[string(r.Key)] = true
+			r.Ack(kgo.AckAccept)
+		}
+		pcancel()
+	}
+	if err := other.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if len(took) < batch {
+		t.Errorf("while the suspect ran alone, another member could take %d of the %d records behind its batch: its process held the others", len(took), batch)
+	}
+
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(g kafkatest.Got) bool {
+		return len(g[e.P.Results])+len(g[e.P.DLQ])+len(took) >= 2*batch+1
+	}, 60*time.Second, time.Second)
+	if len(got[e.P.DLQ]) > 0 {
+		t.Errorf("%d dead letters, want none", len(got[e.P.DLQ]))
+	}
+	for _, r := range got[e.P.Results] {
+		took[string(r.Key)] = true
+	}
+	if len(took) != 2*batch+1 {
+		t.Errorf("%d of %d records handled", len(took), 2*batch+1)
+	}
+}
+
+// slowSuspectPoll holds open the poll that returns a record delivered
+// again: franz-go fetches the next batch while a poll is open.
+type slowSuspectPoll struct {
+	topic string
+	once  sync.Once
+}
+
+func (h *slowSuspectPoll) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if polled && r.Topic == h.topic && r.DeliveryCount() > 1 {
+		h.once.Do(func() { time.Sleep(500 * time.Millisecond) })
+	}
+}
+
 // shareSettled waits until every running replica of a share pipeline
 // counts them all (its status names as many members as run) and their
 // shares add up to the whole.
