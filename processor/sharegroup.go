@@ -86,38 +86,17 @@ type shareReader struct {
 	// solo is what the control topic says of the records run alone.
 	solo *soloLog
 
-	// hmu guards what the share client's hook (shareHook, franz-go's
-	// fetch goroutine) and the reader share: a leaf lock.
-	hmu sync.Mutex
-	// holding: suspects are pending; the main topic is paused, and any
-	// record franz-go buffers is released at once.
-	holding bool
-	// buffered are records franz-go acquired and buffered, not polled yet.
-	buffered map[*kgo.Record]struct{}
-	// stale are released records still in franz-go's buffer: skipped when
-	// a poll returns them (the group delivers them again).
-	stale map[*kgo.Record]struct{}
-	// unrun counts, per record, the deliveries just before its next one
-	// that this reader released without a call.
-	unrun map[soloKey]unrunMark
+	// hold is what the reader holds back while suspects run.
+	hold *shareHold
 
 	warned     atomic.Bool
 	soloWarned atomic.Bool
 }
 
-// unrunMark: a record released unrun at delivery last, and at the n
-// deliveries up to it in a row.
-type unrunMark struct{ last, n int }
-
-// unrunMax bounds the records remembered as released unrun; past it
-// the memory starts over (those records then run alone once more).
-const unrunMax = 1 << 14
-
 func newShareReader(p *pipeline) (*shareReader, error) {
 	s := &shareReader{p: p, batch: p.cfg.Concurrency, wake: make(chan struct{}, 1),
 		parts: map[int32]*partState{}, held: map[*work]time.Time{}, renewEvery: shareRenewMax,
-		solo: newSoloLog(), buffered: map[*kgo.Record]struct{}{}, stale: map[*kgo.Record]struct{}{},
-		unrun: map[soloKey]unrunMark{}}
+		solo: newSoloLog(), hold: newShareHold(p.cfg.Topic)}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(p.pc.Brokers...),
 		kgo.ClientID("redrive-" + p.pc.Instance),
@@ -131,7 +110,7 @@ func newShareReader(p *pipeline) (*shareReader, error) {
 		kgo.FetchMaxPartitionBytes(fetchPartitionBytes),
 		kgo.ShareAckCallback(s.acked),
 		kgo.MetadataMaxAge(metadataMaxAge),
-		kgo.WithHooks(&brokerLog{log: p.log}, shareHook{s}),
+		kgo.WithHooks(&brokerLog{log: p.log}, s.hold),
 	}
 	cl, err := kgo.NewClient(append(opts, p.pc.ClientOpts...)...)
 	if err != nil {
@@ -209,102 +188,18 @@ func (s *shareReader) run(ctx context.Context) {
 // holdFetches stops taking records while suspects are pending: the main
 // topic is paused (franz-go builds no fetch of it from now on), and the
 // records a fetch already open acquired are released, now if buffered,
-// else as the hook sees them land. A death then counts a delivery only
-// of the suspects.
+// else as they land (shareHold). A death then counts a delivery only of
+// the suspects.
 func (s *shareReader) holdFetches() {
 	s.cl.PauseFetchTopics(s.p.cfg.Topic)
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	s.holding = true
-	for r := range s.buffered {
-		s.releaseUnrunLocked(r)
-	}
-	clear(s.buffered)
+	s.hold.start()
 }
 
 // fetchAgain resumes the main topic once no suspect is pending.
 func (s *shareReader) fetchAgain() {
-	s.hmu.Lock()
-	was := s.holding
-	s.holding = false
-	s.hmu.Unlock()
-	if was {
+	if s.hold.stop() {
 		s.cl.ResumeFetchTopics(s.p.cfg.Topic)
 	}
-}
-
-// releaseUnrunLocked gives r back to the group without a call, and
-// remembers it so that its next delivery is not counted against it.
-// s.hmu held.
-func (s *shareReader) releaseUnrunLocked(r *kgo.Record) {
-	r.Ack(kgo.AckRelease)
-	s.stale[r] = struct{}{}
-	d := int(r.DeliveryCount())
-	if len(s.unrun) >= unrunMax {
-		clear(s.unrun)
-	}
-	k := soloKey{r.Partition, r.Offset}
-	m := s.unrun[k]
-	if m.n > 0 && m.last == d-1 {
-		m.n++
-	} else {
-		m.n = 1
-	}
-	m.last = d
-	s.unrun[k] = m
-}
-
-// takeUnrun reports whether r is a released copy to skip, else how many
-// deliveries just before r's this reader released it unrun (forgotten
-// now: r is taken).
-func (s *shareReader) takeUnrun(r *kgo.Record) (stale bool, n int) {
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	if _, ok := s.stale[r]; ok {
-		delete(s.stale, r)
-		return true, 0
-	}
-	k := soloKey{r.Partition, r.Offset}
-	m, ok := s.unrun[k]
-	if !ok {
-		return false, 0
-	}
-	delete(s.unrun, k)
-	return false, unrunBefore(m, int(r.DeliveryCount()))
-}
-
-// unrunBefore is how many of the deliveries just before delivery d
-// ended released unrun, as m says.
-func unrunBefore(m unrunMark, d int) int {
-	if m.last != d-1 {
-		return 0
-	}
-	return min(m.n, d-1)
-}
-
-// shareHook is the share client's hook: it tracks the records franz-go
-// buffers, and releases them at once while suspects are pending.
-type shareHook struct{ s *shareReader }
-
-func (h shareHook) OnFetchRecordBuffered(r *kgo.Record) {
-	s := h.s
-	if r.Topic != s.p.cfg.Topic {
-		return
-	}
-	s.hmu.Lock()
-	defer s.hmu.Unlock()
-	if s.holding {
-		s.releaseUnrunLocked(r)
-		return
-	}
-	s.buffered[r] = struct{}{}
-}
-
-func (h shareHook) OnFetchRecordUnbuffered(r *kgo.Record, _ bool) {
-	s := h.s
-	s.hmu.Lock()
-	delete(s.buffered, r)
-	s.hmu.Unlock()
 }
 
 // waitHeld waits until at most n records of the last poll are held (its
@@ -401,7 +296,7 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 	unrun := make([]int, 0, len(recs))
 	fresh := recs[:0:0]
 	for _, r := range recs {
-		if stale, n := s.takeUnrun(r); !stale {
+		if stale, n := s.hold.take(r); !stale {
 			fresh = append(fresh, r)
 			unrun = append(unrun, n)
 		}

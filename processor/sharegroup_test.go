@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -237,45 +238,9 @@ func TestShareRecordChargedWithoutRunningIsHandled(t *testing.T) {
 // batch is released before the suspect runs, and another member takes
 // it while the suspect still runs.
 func TestShareSuspectRunsWithNothingElseHeld(t *testing.T) {
-	e := pipetest.New(t, "share-held", 1, shareSchedule)
-	e.P.Consume = processor.ConsumeShare
+	e, other, batch := shareSuspectBehindBatch(t, "share-held")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	group := e.P.ShareGroupID()
-	if err := topics.EnsureShareGroup(ctx, e.Client, group); err != nil {
-		t.Fatal(err)
-	}
-	e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte("suspect"), Value: []byte("x")})
-
-	// A member takes the record and gives it back unrun: it comes back
-	// with delivery count 2, a suspect.
-	other, err := kgo.NewClient(kgo.SeedBrokers(e.Cluster.Brokers...), kgo.ShareGroup(group),
-		kgo.ConsumeTopics(e.P.Topic), kgo.FetchMaxWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	for taken := false; !taken; {
-		for _, r := range other.PollRecords(ctx, 1).Records() {
-			other.PauseFetchTopics(e.P.Topic) // nothing more fetched: the release is the record's only one
-			time.Sleep(time.Second)
-			r.Ack(kgo.AckRelease)
-			taken = true
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the record was not acquired")
-		}
-	}
-	if err := other.FlushAcks(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// A batch (Concurrency) with the suspect, and as many behind it.
-	batch := e.P.WithDefaults().Concurrency
-	var recs []*kgo.Record
-	for i := range 2 * batch {
-		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: fmt.Appendf(nil, "g%d", i), Value: []byte("x")})
-	}
-	e.Produce(recs...)
 
 	running, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -329,6 +294,92 @@ func TestShareSuspectRunsWithNothingElseHeld(t *testing.T) {
 	}
 	if len(took) != 2*batch+1 {
 		t.Errorf("%d of %d records handled", len(took), 2*batch+1)
+	}
+}
+
+// shareSuspectBehindBatch makes a share pipeline whose main topic holds a
+// suspect (delivered once, released unrun by another member: the returned
+// one, paused) followed by two batches (Concurrency) of records keyed g0,
+// g1, ...
+func shareSuspectBehindBatch(t *testing.T, base string) (*pipetest.Env, *kgo.Client, int) {
+	t.Helper()
+	e := pipetest.New(t, base, 1, shareSchedule)
+	e.P.Consume = processor.ConsumeShare
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	group := e.P.ShareGroupID()
+	if err := topics.EnsureShareGroup(ctx, e.Client, group); err != nil {
+		t.Fatal(err)
+	}
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte("suspect"), Value: []byte("x")})
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.Cluster.Brokers...), kgo.ShareGroup(group),
+		kgo.ConsumeTopics(e.P.Topic), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	for taken := false; !taken; {
+		for _, r := range other.PollRecords(ctx, 1).Records() {
+			other.PauseFetchTopics(e.P.Topic) // nothing more fetched: the release is the record's only one
+			time.Sleep(time.Second)
+			r.Ack(kgo.AckRelease)
+			taken = true
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the record was not acquired")
+		}
+	}
+	if err := other.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch := e.P.WithDefaults().Concurrency
+	var recs []*kgo.Record
+	for i := range 2 * batch {
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: fmt.Appendf(nil, "g%d", i), Value: []byte("x")})
+	}
+	e.Produce(recs...)
+	return e, other, batch
+}
+
+// TestShareRecordReleasedUnrunIsNoSuspect: the records a reader released
+// unrun while a suspect ran come back to it with their delivery count one
+// up; that delivery is not counted against them: they run as a batch,
+// not one at a time like records delivered again.
+func TestShareRecordReleasedUnrunIsNoSuspect(t *testing.T) {
+	e, other, batch := shareSuspectBehindBatch(t, "share-unrun")
+	other.Close() // no other member: the released records come back to the pipeline
+	var mu sync.Mutex
+	inflight, most := 0, 0
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		key := string(req.Record.Key)
+		n, _ := strconv.Atoi(strings.TrimPrefix(key, "g"))
+		if key == "suspect" || n < batch {
+			return processor.Succeed(req.Record.Key)
+		}
+		// Behind the suspect's batch: released unrun once.
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		return processor.Succeed(req.Record.Key)
+	})
+	e.Start(h, func(c *processor.Config) {
+		c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(&slowSuspectPoll{topic: e.P.Topic}))
+	})
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(g kafkatest.Got) bool {
+		return len(g[e.P.Results])+len(g[e.P.DLQ]) >= 2*batch+1
+	}, 60*time.Second, time.Second)
+	if len(got[e.P.DLQ]) > 0 || len(got[e.P.Results]) != 2*batch+1 {
+		t.Fatalf("%d results, %d dead letters; want %d and none", len(got[e.P.Results]), len(got[e.P.DLQ]), 2*batch+1)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most < 2 {
+		t.Errorf("the records released unrun ran one at a time (at most %d in flight): their release was counted as a delivery that ended with no outcome", most)
 	}
 }
 
