@@ -32,6 +32,7 @@
 //	each process's share of the budgets              share.go
 //	the main topic read by a share group (consume: share) sharegroup.go
 //	which records of a share group ran alone (crashes) sharesolo.go
+//	nothing else held while a share group's suspects run  sharehold.go
 //	the control topic: read, followed, written       controlplane.go, control/
 //	how an outcome record is built and sized         deadletter.go
 //	how an outcome is written and retried            write.go

@@ -39,15 +39,22 @@ import (
 // acknowledgements flushed; then the suspects run one at a time, each
 // acknowledged before the next starts, and each after its alone record
 // is on the control topic (sharesolo.go). A record that ends the process
-// still takes records with it: the suspects not started yet, and the
-// batch franz-go fetched as soon as the suspects' poll took the last
-// records, which the broker counts a delivery of at every death. So the
-// delivery count does not say which record killed the process; a record
-// past max_deliveries is dead-lettered "crashed" only if its last
-// delivery ran alone (or it is two deliveries past it), and otherwise
-// runs alone like any suspect. Suspects run in ascending offsets on odd
-// delivery counts and descending on even ones, so those a crash held
-// back from one side run before the killer on its next delivery.
+// still takes the suspects not started yet with it, which the broker
+// counts a delivery of. So the delivery count does not say which record
+// killed the process; a record past max_deliveries is dead-lettered
+// "crashed" only if its last delivery ran alone (or it is two deliveries
+// past it), and otherwise runs alone like any suspect. Suspects run in
+// ascending offsets on odd delivery counts and descending on even ones,
+// so those a crash held back from one side run before the killer on its
+// next delivery.
+//
+// Nothing else is held while suspects run (holdFetches): the main topic
+// is paused in the share client, so franz-go fetches nothing more, and
+// what a fetch still open when the suspects' poll returned acquired is
+// released before the first suspect runs (a hook sees every record
+// franz-go buffers). A released record comes back with its count one
+// up; the reader remembers what it released (unrun), and does not count
+// those deliveries against the record when it takes it again.
 
 // shareRenewMax bounds how long a record's lock goes without a renew (and
 // the share connection without a request, which keeps it from being
@@ -79,6 +86,9 @@ type shareReader struct {
 	// solo is what the control topic says of the records run alone.
 	solo *soloLog
 
+	// hold is what the reader holds back while suspects run.
+	hold *shareHold
+
 	warned     atomic.Bool
 	soloWarned atomic.Bool
 }
@@ -86,7 +96,7 @@ type shareReader struct {
 func newShareReader(p *pipeline) (*shareReader, error) {
 	s := &shareReader{p: p, batch: p.cfg.Concurrency, wake: make(chan struct{}, 1),
 		parts: map[int32]*partState{}, held: map[*work]time.Time{}, renewEvery: shareRenewMax,
-		solo: newSoloLog()}
+		solo: newSoloLog(), hold: newShareHold(p.cfg.Topic)}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(p.pc.Brokers...),
 		kgo.ClientID("redrive-" + p.pc.Instance),
@@ -100,7 +110,7 @@ func newShareReader(p *pipeline) (*shareReader, error) {
 		kgo.FetchMaxPartitionBytes(fetchPartitionBytes),
 		kgo.ShareAckCallback(s.acked),
 		kgo.MetadataMaxAge(metadataMaxAge),
-		kgo.WithHooks(&brokerLog{log: p.log}),
+		kgo.WithHooks(&brokerLog{log: p.log}, s.hold),
 	}
 	cl, err := kgo.NewClient(append(opts, p.pc.ClientOpts...)...)
 	if err != nil {
@@ -148,6 +158,7 @@ func (s *shareReader) run(ctx context.Context) {
 			s.runSuspect(ctx)
 			continue
 		}
+		s.fetchAgain()
 		n := min(s.p.space(), s.batch)
 		if n == 0 || s.p.mainStopped() {
 			s.sleep(ctx, time.Second)
@@ -168,6 +179,26 @@ func (s *shareReader) run(ctx context.Context) {
 		if recs := fs.Records(); len(recs) > 0 {
 			s.admit(recs, time.Now())
 		}
+		if len(s.suspects) > 0 {
+			s.holdFetches()
+		}
+	}
+}
+
+// holdFetches stops taking records while suspects are pending: the main
+// topic is paused (franz-go builds no fetch of it from now on), and the
+// records a fetch already open acquired are released, now if buffered,
+// else as they land (shareHold). A death then counts a delivery only of
+// the suspects.
+func (s *shareReader) holdFetches() {
+	s.cl.PauseFetchTopics(s.p.cfg.Topic)
+	s.hold.start()
+}
+
+// fetchAgain resumes the main topic once no suspect is pending.
+func (s *shareReader) fetchAgain() {
+	if s.hold.stop() {
+		s.cl.ResumeFetchTopics(s.p.cfg.Topic)
 	}
 }
 
@@ -193,6 +224,10 @@ func (s *shareReader) waitHeld(ctx context.Context, n int) bool {
 // runSuspect starts the next suspect alone, once the broker has every
 // acknowledgement sent so far (a crash now costs the others nothing).
 func (s *shareReader) runSuspect(ctx context.Context) {
+	// A renew queued makes the flush wait for franz-go's fetch loop,
+	// which sends acknowledgements only once a fetch in flight has
+	// landed (and its records, released by the hook, are in the flush).
+	s.suspects[0].rec.Ack(kgo.AckRenew)
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	err := s.cl.FlushAcks(fctx)
 	cancel()
@@ -258,6 +293,18 @@ func (s *shareReader) signal() {
 // admit dispatches polled records as main-topic work.
 func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 	p := s.p
+	unrun := make([]int, 0, len(recs))
+	fresh := recs[:0:0]
+	for _, r := range recs {
+		if stale, n := s.hold.take(r); !stale {
+			fresh = append(fresh, r)
+			unrun = append(unrun, n)
+		}
+	}
+	recs = fresh
+	if len(recs) == 0 {
+		return
+	}
 	p.hot.consumedFor(p.cfg.Topic).Add(float64(len(recs)))
 	if d := recs[0].AcquisitionDeadline(); !d.IsZero() {
 		if lock := d.Sub(now); lock > 0 {
@@ -268,7 +315,7 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, r := range recs {
+	for i, r := range recs {
 		ps := s.parts[r.Partition]
 		if ps == nil {
 			ps = &partState{tp: tp{r.Topic, r.Partition}, tier: -1, ctx: p.hctx, share: s}
@@ -279,18 +326,22 @@ func (s *shareReader) admit(recs []*kgo.Record, now time.Time) {
 		s.held[w] = now.Add(s.renewEvery)
 		s.mu.Unlock()
 		p.noteOversize(w)
-		if w.deliveries > p.cfg.MaxDeliveries {
+		// The deliveries this reader released unrun are no attempts:
+		// charged are the others, and the last that could have run is
+		// the one before them.
+		charged := w.deliveries - unrun[i]
+		if charged > p.cfg.MaxDeliveries {
 			// Past max_deliveries: dead-lettered without a call if its
 			// last delivery ran alone, so it ended the process itself;
 			// two deliveries further (5 at the default, Kafka's delivery
 			// limit: the broker would archive it next), even without.
-			if s.solo.ranAlone(r.Partition, r.Offset, w.deliveries-1) {
+			if s.solo.ranAlone(r.Partition, r.Offset, charged-1) {
 				w.crashed, w.alone = true, true
 			} else {
-				w.crashed = w.deliveries > p.cfg.MaxDeliveries+1
+				w.crashed = charged > p.cfg.MaxDeliveries+1
 			}
 		}
-		if w.deliveries > 1 && !w.crashed {
+		if charged > 1 && !w.crashed {
 			s.suspects = append(s.suspects, w)
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -226,6 +227,172 @@ func TestShareRecordChargedWithoutRunningIsHandled(t *testing.T) {
 	}
 	if len(got[e.P.Results]) != 1 || calls.Load() != 1 {
 		t.Fatalf("%d results, %d calls; want 1 and 1", len(got[e.P.Results]), calls.Load())
+	}
+}
+
+// TestShareSuspectRunsWithNothingElseHeld: while a record delivered
+// again runs alone, its process holds no other record of the main topic,
+// so its death would count a delivery of that record only. A hook keeps
+// the poll that returns the suspect open a moment, so franz-go fetches
+// the next batch then, every time (without it, only now and then): that
+// batch is released before the suspect runs, and another member takes
+// it while the suspect still runs.
+func TestShareSuspectRunsWithNothingElseHeld(t *testing.T) {
+	e, other, batch := shareSuspectBehindBatch(t, "share-held")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	running, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		if string(req.Record.Key) == "suspect" {
+			once.Do(func() { close(running) })
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return processor.Succeed(req.Record.Key)
+	})
+	e.Start(h, func(c *processor.Config) {
+		c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(&slowSuspectPoll{topic: e.P.Topic}))
+	})
+	select {
+	case <-running:
+	case <-ctx.Done():
+		t.Fatal("the suspect did not run")
+	}
+	// The other member takes what is left while the suspect runs: all of
+	// it, unless the suspect's process holds some.
+	other.ResumeFetchTopics(e.P.Topic)
+	took := map[string]bool{}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(took) < batch && time.Now().Before(deadline) {
+		pctx, pcancel := context.WithTimeout(ctx, time.Second)
+		for _, r := range other.PollRecords(pctx, 0).Records() {
+			took[string(r.Key)] = true
+			r.Ack(kgo.AckAccept)
+		}
+		pcancel()
+	}
+	if err := other.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if len(took) < batch {
+		t.Errorf("while the suspect ran alone, another member could take %d of the %d records behind its batch: its process held the others", len(took), batch)
+	}
+
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(g kafkatest.Got) bool {
+		return len(g[e.P.Results])+len(g[e.P.DLQ])+len(took) >= 2*batch+1
+	}, 60*time.Second, time.Second)
+	if len(got[e.P.DLQ]) > 0 {
+		t.Errorf("%d dead letters, want none", len(got[e.P.DLQ]))
+	}
+	for _, r := range got[e.P.Results] {
+		took[string(r.Key)] = true
+	}
+	if len(took) != 2*batch+1 {
+		t.Errorf("%d of %d records handled", len(took), 2*batch+1)
+	}
+}
+
+// shareSuspectBehindBatch makes a share pipeline whose main topic holds a
+// suspect (delivered once, released unrun by another member: the returned
+// one, paused) followed by two batches (Concurrency) of records keyed g0,
+// g1, ...
+func shareSuspectBehindBatch(t *testing.T, base string) (*pipetest.Env, *kgo.Client, int) {
+	t.Helper()
+	e := pipetest.New(t, base, 1, shareSchedule)
+	e.P.Consume = processor.ConsumeShare
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	group := e.P.ShareGroupID()
+	if err := topics.EnsureShareGroup(ctx, e.Client, group); err != nil {
+		t.Fatal(err)
+	}
+	e.Produce(&kgo.Record{Topic: e.P.Topic, Key: []byte("suspect"), Value: []byte("x")})
+	other, err := kgo.NewClient(kgo.SeedBrokers(e.Cluster.Brokers...), kgo.ShareGroup(group),
+		kgo.ConsumeTopics(e.P.Topic), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	for taken := false; !taken; {
+		for _, r := range other.PollRecords(ctx, 1).Records() {
+			other.PauseFetchTopics(e.P.Topic) // nothing more fetched: the release is the record's only one
+			time.Sleep(time.Second)
+			r.Ack(kgo.AckRelease)
+			taken = true
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the record was not acquired")
+		}
+	}
+	if err := other.FlushAcks(ctx); err != nil {
+		t.Fatal(err)
+	}
+	batch := e.P.WithDefaults().Concurrency
+	var recs []*kgo.Record
+	for i := range 2 * batch {
+		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: fmt.Appendf(nil, "g%d", i), Value: []byte("x")})
+	}
+	e.Produce(recs...)
+	return e, other, batch
+}
+
+// TestShareRecordReleasedUnrunIsNoSuspect: the records a reader released
+// unrun while a suspect ran come back to it with their delivery count one
+// up; that delivery is not counted against them: they run as a batch,
+// not one at a time like records delivered again.
+func TestShareRecordReleasedUnrunIsNoSuspect(t *testing.T) {
+	e, other, batch := shareSuspectBehindBatch(t, "share-unrun")
+	other.Close() // no other member: the released records come back to the pipeline
+	var mu sync.Mutex
+	inflight, most := 0, 0
+	h := processor.HandlerFunc(func(ctx context.Context, req *processor.Request) processor.Outcome {
+		key := string(req.Record.Key)
+		n, _ := strconv.Atoi(strings.TrimPrefix(key, "g"))
+		if key == "suspect" || n < batch {
+			return processor.Succeed(req.Record.Key)
+		}
+		// Behind the suspect's batch: released unrun once.
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		return processor.Succeed(req.Record.Key)
+	})
+	e.Start(h, func(c *processor.Config) {
+		c.ClientOpts = append(c.ClientOpts, kgo.WithHooks(&slowSuspectPoll{topic: e.P.Topic}))
+	})
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(g kafkatest.Got) bool {
+		return len(g[e.P.Results])+len(g[e.P.DLQ]) >= 2*batch+1
+	}, 60*time.Second, time.Second)
+	if len(got[e.P.DLQ]) > 0 || len(got[e.P.Results]) != 2*batch+1 {
+		t.Fatalf("%d results, %d dead letters; want %d and none", len(got[e.P.Results]), len(got[e.P.DLQ]), 2*batch+1)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most < 2 {
+		t.Errorf("the records released unrun ran one at a time (at most %d in flight): their release was counted as a delivery that ended with no outcome", most)
+	}
+}
+
+// slowSuspectPoll holds open the poll that returns a record delivered
+// again: franz-go fetches the next batch while a poll is open.
+type slowSuspectPoll struct {
+	topic string
+	once  sync.Once
+}
+
+func (h *slowSuspectPoll) OnFetchRecordUnbuffered(r *kgo.Record, polled bool) {
+	if polled && r.Topic == h.topic && r.DeliveryCount() > 1 {
+		h.once.Do(func() { time.Sleep(500 * time.Millisecond) })
 	}
 }
 

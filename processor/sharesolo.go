@@ -11,11 +11,11 @@ import (
 
 // soloLog is the evidence max_deliveries goes by. A share group counts a
 // delivery for every record a member acquired when it dies, those it
-// never started too: franz-go fetches the next batch as soon as a poll
-// takes the last one, so while a record delivered again runs alone the
-// next batch is already acquired, and each death counts one more delivery
-// of it. The delivery count alone cannot tell the record that killed the
-// process from those acquired with it. So before a record delivered again
+// never started too: while a record delivered again runs alone, the
+// suspects after it are acquired and wait (shareHold keeps anything else
+// from being held then), and each death counts one more delivery of them.
+// The delivery count alone cannot tell the record that killed the process
+// from those acquired with it. So before a record delivered again
 // runs alone, the reader writes an alone record to the control topic and
 // waits for the broker's ack; a record is dead-lettered "crashed" past
 // max_deliveries only if its delivery before this one ran alone, or once
