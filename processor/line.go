@@ -443,25 +443,6 @@ func (l *line) reportLocked(reasons []string) {
 	}
 }
 
-// sleep waits d for a throttled record (a 429's Retry-After); false when
-// the record is abandoned meanwhile (ctx done, its partition revoked, or
-// shutdown).
-func (l *line) sleep(ctx context.Context, d time.Duration, abandoned func() bool) bool {
-	until := time.Now().Add(d)
-	for {
-		l.mu.Lock()
-		ch, stopped := l.changed, l.stopped
-		l.mu.Unlock()
-		if stopped || ctx.Err() != nil || abandoned() {
-			return false
-		}
-		if !time.Now().Before(until) {
-			return true
-		}
-		waitChange(ctx, ch, until)
-	}
-}
-
 // waitChange waits until the line changes (ch), ctx ends, or wake (when
 // the state changes by itself); at most a second, after which the caller
 // looks again anyway.
