@@ -155,12 +155,12 @@ type pipeline struct {
 	tierOf map[string]int
 	tiers  []string
 
-	room *waitRoom // tier records until due
+	room    *waitRoom // tier records until due
+	line    *line     // whether a handler call may start
+	commits committer // how outcomes are written and offsets committed
+	out     outputs   // builds outcome records (deadletter.go)
 	// throttled holds records waiting out a 429 (throttle.go).
 	throttled throttledRoom
-	line      *line     // whether a handler call may start
-	commits   committer // how outcomes are written and offsets committed
-	out       outputs   // builds outcome records (deadletter.go)
 	// cbs reads the pipeline's callbacks (nil without Callbacks).
 	cbs *callbacks
 	// share reads the main topic in a share group (consume: share; nil
