@@ -31,7 +31,8 @@ var stopReasons = []string{stopBreaker, stopPauseCode, stopGuard, stopManual}
 //  3. pause code (line_pausecode.go): a handler answered a pause code.
 //  4. breaker (line_breaker.go): the service fails; open, no call starts;
 //     half-open, a few probes do.
-//  5. rate (line_rate.go): the rate limiter's token.
+//  5. rate (line_rate.go): the rate limiter's token, at rate_limit or the
+//     rate learned from the service's 429s (line_learn.go), the smaller.
 //
 // While any of 1-4 stops the line, no call starts, the records already
 // polled wait in their workers (no attempt spent), and run pauses fetching.
@@ -112,7 +113,7 @@ func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, t
 	l := &line{name: cfg.Name, cfg: cfg, log: log, m: m, pauseFetch: pauseFetch,
 		freshQueued: func() bool { return false },
 		failover:    failover{to: cfg.Breaker.FailoverTo, retries: cfg.Breaker.FailoverRetries},
-		rate:        newRateLimit(cfg.RateLimit, cfg.RateBurst, m.rateLimited.WithLabelValues(cfg.Name)),
+		rate:        newRateLimit(cfg.RateLimit, cfg.RateBurst, m.rateLimited.WithLabelValues(cfg.Name), m.learnedRate.WithLabelValues(cfg.Name)),
 		guard:       newGuard(cfg.Guard),
 		changed:     make(chan struct{}), reported: map[string]bool{}}
 	if !cfg.Breaker.Disabled {
@@ -344,6 +345,10 @@ func (l *line) releaseSlotLocked(t ticket) {
 // (the outage's, including the one that opened it and failed probes); a
 // permanent failure while the guard holds the line.
 func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hold bool) {
+	if t.slot {
+		// A call's answer (not a callback's): the rate learns from it.
+		l.rate.heard(out.Kind == Transient && out.Throttled, now)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.releaseSlotLocked(t)
@@ -471,7 +476,7 @@ func b2f(b bool) float64 {
 func (l *line) status(now time.Time) LineStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := LineStatus{State: "running", Guard: !l.cfg.Guard.Disabled, RateLimit: l.cfg.RateLimit, FailoverTo: l.cfg.Breaker.FailoverTo}
+	s := LineStatus{State: "running", Guard: !l.cfg.Guard.Disabled, RateLimit: l.cfg.RateLimit, LearnedRate: l.rate.learnedRate(), FailoverTo: l.cfg.Breaker.FailoverTo}
 	reasons, _ := l.blockedLocked(now)
 	for _, r := range reasons {
 		var sr StopReason

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,31 +11,113 @@ import (
 )
 
 // rateLimit is the line's last stage: a call the other stages let through
-// waits for a token, RateLimit a second in bursts of RateBurst (this
-// process's share of them, set). The limiter has a lock of its own, so
+// waits for a token, at the smaller of this process's share of RateLimit
+// (in bursts of its share of RateBurst) and the rate learned from the
+// service's 429s (line_learn.go). The limiter has a lock of its own, so
 // that a wait for a token never holds line.mu.
 type rateLimit struct {
 	// lim is replaced, not changed, when the share changes: waiters give
 	// their reservations back to the old one in any order, which would
-	// leave a changed limiter in debt.
-	lim    atomic.Pointer[rate.Limiter] // nil: no rate limit
-	waited prometheus.Counter           // redrive_rate_limited_seconds_total
+	// leave a changed limiter in debt. A learned limit changes it in
+	// place (SetLimitAt): the reservations made stand.
+	lim     atomic.Pointer[rate.Limiter] // nil: no rate limit
+	waited  prometheus.Counter           // redrive_rate_limited_seconds_total
+	learned prometheus.Gauge             // redrive_learned_rate
+
+	// The epoch of calls the learner looks at next: answered calls, 429s
+	// among them, when its first call was answered (unix ns; 0: none
+	// yet), whether a caller waited for a token. Counted without mu.
+	calls, throttled atomic.Int64
+	first            atomic.Int64
+	bound            atomic.Bool
+
+	mu sync.Mutex
+	// configured: RateLimit is set; perSecond and burst are this
+	// process's share of it and of RateBurst.
+	configured bool
+	perSecond  float64
+	burst      int
+	learn      learner
 }
 
-func newRateLimit(perSecond float64, burst int, waited prometheus.Counter) *rateLimit {
-	r := &rateLimit{waited: waited}
+func newRateLimit(perSecond float64, burst int, waited prometheus.Counter, learned prometheus.Gauge) *rateLimit {
+	r := &rateLimit{waited: waited, learned: learned, configured: perSecond > 0, perSecond: perSecond, burst: max(1, burst)}
 	if perSecond > 0 {
 		r.lim.Store(rate.NewLimiter(rate.Limit(perSecond), max(1, burst)))
 	}
 	return r
 }
 
-// set replaces the limiter (a limit set) with one of perSecond in bursts
-// of burst.
+// set replaces the limiter with one of perSecond in bursts of burst (a
+// limit set: this process's share of it changed), or of the learned
+// limit if that is lower.
 func (r *rateLimit) set(perSecond float64, burst int) {
-	if r.lim.Load() != nil {
-		r.lim.Store(rate.NewLimiter(rate.Limit(perSecond), max(1, burst)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.configured {
+		return
 	}
+	r.perSecond, r.burst = perSecond, max(1, burst)
+	r.lim.Store(rate.NewLimiter(rate.Limit(r.limitLocked()), r.burst))
+}
+
+// limitLocked is the limit in force (meaningless when neither is set).
+func (r *rateLimit) limitLocked() float64 {
+	if r.learn.limit > 0 && (!r.configured || r.learn.limit < r.perSecond) {
+		return r.learn.limit
+	}
+	return r.perSecond
+}
+
+// heard counts an answered call for the learner (throttled: a 429), and
+// ends its epoch when it is over.
+func (r *rateLimit) heard(throttled bool, now time.Time) {
+	ns := now.UnixNano()
+	if r.calls.Add(1) == 1 {
+		r.first.Store(ns)
+	}
+	if throttled {
+		r.throttled.Add(1)
+	}
+	first := r.first.Load()
+	if first == 0 || !epochDone(r.calls.Load(), time.Duration(ns-first)) {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.first.Load() != first {
+		return // ended meanwhile
+	}
+	// first before calls: the first call of the next epoch, counted after
+	// the swap, sets it again.
+	r.first.Store(0)
+	e := epochCalls{calls: r.calls.Swap(0), throttled: r.throttled.Swap(0), dur: time.Duration(ns - first), bound: r.bound.Swap(false)}
+	old := r.learn.limit
+	ceiling := 0.0
+	if r.configured {
+		ceiling = r.perSecond
+	}
+	learned := r.learn.end(e, now, ceiling)
+	if learned == old {
+		return
+	}
+	r.learned.Set(learned)
+	lim := r.lim.Load()
+	switch {
+	case learned == 0 && !r.configured:
+		r.lim.Store(nil) // a learned limit undone
+	case lim == nil:
+		r.lim.Store(rate.NewLimiter(rate.Limit(r.limitLocked()), r.burst))
+	default:
+		lim.SetLimitAt(now, rate.Limit(r.limitLocked()))
+	}
+}
+
+// learnedRate is the rate learned from 429s, calls/s (0: none).
+func (r *rateLimit) learnedRate() float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.learn.limit
 }
 
 // reserve takes a token at now and says how long its call waits for it.
@@ -64,6 +147,7 @@ func (r *rateLimit) wait(ctx context.Context, ch <-chan struct{}, still func() (
 	if d <= 0 {
 		return false, true
 	}
+	r.bound.Store(true)
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	defer func() { r.waited.Add(time.Since(start).Seconds()) }()

@@ -1,0 +1,113 @@
+package processor
+
+import (
+	"math"
+	"time"
+)
+
+// A 429 is the service telling the pipeline its rate. The line learns that
+// rate (AIMD on calls per second) and the rate limiter (line_rate.go) keeps
+// the calls to it, bounded by rate_limit where one is set:
+//
+//   - No limit is learned until a 429.
+//   - The calls are looked at in epochs of at least learnEpoch and
+//     learnEpochCalls answered calls. An epoch with 429s decreases the
+//     limit to learnBeta of the rate the calls went at in it: at most one
+//     decrease per epoch, whatever the number of 429s.
+//   - An epoch without a 429 in which callers waited for a token (the calls
+//     went at the limit) raises it by a step a second: the rate of the last
+//     decrease over learnRamp, at least learnMinStep; so a limit cut to
+//     learnBeta is back where it was after about 8 s, and it keeps probing
+//     beyond.
+//   - The epoch after a decrease checks that the 429s followed the rate: a
+//     service that refuses calls over its rate accepts about as many calls
+//     as before, so the share of 429s falls to what that predicts; 429s of
+//     single requests (a request throttled once) come in the same share at
+//     any rate. When the share stays nearer what it was than what the rate
+//     predicts, the decrease is undone and no decrease is made for
+//     learnHold: slowing down would only delay the other calls.
+//
+// The limit is this process's: each replica learns from the 429s its own
+// calls get, and replicas sharing one provider settle on shares of it as
+// AIMD flows do. learner is pure (no clock, no lock): rateLimit calls it
+// under its lock.
+const (
+	learnEpoch      = time.Second
+	learnEpochCalls = 20
+	learnEpochMax   = 10 * time.Second // an epoch ends by then with fewer calls
+	learnBeta       = 0.8
+	learnRamp       = 40.0 // seconds: step = rate of the last decrease / learnRamp
+	learnMinStep    = 1.0  // calls/s per second
+	learnFloor      = 1.0  // calls/s: the lowest limit learned
+	learnHold       = 30 * time.Second
+)
+
+// epochCalls is what an epoch saw: answered calls, of them 429s, from its
+// first call's start of the epoch to its end.
+type epochCalls struct {
+	calls, throttled int64
+	dur              time.Duration
+	// bound: a caller waited for a token in it (the calls went at the
+	// limit).
+	bound bool
+}
+
+func (e epochCalls) rate() float64 { return float64(e.calls) / max(e.dur.Seconds(), 1e-3) }
+
+func (e epochCalls) share() float64 {
+	if e.calls == 0 {
+		return 0
+	}
+	return float64(e.throttled) / float64(e.calls)
+}
+
+// learner is the learned limit and what it needs to change it.
+type learner struct {
+	limit float64 // calls/s; 0: none learned
+	// top is the rate the last decrease was made from (the increase's
+	// step).
+	top float64
+	// checking: the epoch before decreased the limit from undo; before is
+	// that epoch.
+	checking bool
+	undo     float64
+	before   epochCalls
+	// holdUntil: after an undone decrease, none before then.
+	holdUntil time.Time
+}
+
+// epochDone says whether an epoch of calls calls, whose first call was dur
+// ago, is over.
+func epochDone(calls int64, dur time.Duration) bool {
+	return dur >= learnEpoch && calls >= learnEpochCalls || dur >= learnEpochMax
+}
+
+// end takes an epoch that ended at now and returns the limit (0: none);
+// ceiling is the rate_limit this process has (0: none).
+func (l *learner) end(e epochCalls, now time.Time, ceiling float64) float64 {
+	if l.checking {
+		l.checking = false
+		accepted := l.before.rate() * (1 - l.before.share())
+		predicted := 0.0
+		if r := e.rate(); r > 0 {
+			predicted = max(0, 1-accepted/r)
+		}
+		if f := e.share(); math.Abs(f-l.before.share()) < math.Abs(f-predicted) {
+			// The 429s did not follow the rate: not the service's limit.
+			l.limit, l.holdUntil = l.undo, now.Add(learnHold)
+			return l.limit
+		}
+	}
+	switch {
+	case e.throttled > 0 && !now.Before(l.holdUntil):
+		l.checking, l.undo, l.before = true, l.limit, e
+		l.top = e.rate()
+		l.limit = max(learnFloor, learnBeta*l.top)
+	case e.throttled == 0 && l.limit > 0 && e.bound:
+		l.limit += max(learnMinStep, l.top/learnRamp) * min(e.dur.Seconds(), learnEpochMax.Seconds())
+	}
+	if ceiling > 0 && l.limit > ceiling {
+		l.limit = ceiling
+	}
+	return l.limit
+}
