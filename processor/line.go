@@ -113,9 +113,10 @@ func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, t
 	l := &line{name: cfg.Name, cfg: cfg, log: log, m: m, pauseFetch: pauseFetch,
 		freshQueued: func() bool { return false },
 		failover:    failover{to: cfg.Breaker.FailoverTo, retries: cfg.Breaker.FailoverRetries},
-		rate:        newRateLimit(cfg.RateLimit, cfg.RateBurst, m.rateLimited.WithLabelValues(cfg.Name), m.learnedRate.WithLabelValues(cfg.Name)),
+		rate:        newRateLimit(cfg.RateLimit, cfg.RateBurst, m.rateLimited.WithLabelValues(cfg.Name), m.learnedRate.WithLabelValues(cfg.Name), nil),
 		guard:       newGuard(cfg.Guard),
 		changed:     make(chan struct{}), reported: map[string]bool{}}
+	l.rate.kick = l.kick
 	if !cfg.Breaker.Disabled {
 		l.br = newBreaker(cfg.Breaker, time.Now())
 	}

@@ -12,20 +12,25 @@ import (
 //   - No limit is learned until a 429.
 //   - The calls are looked at in epochs of at least learnEpoch and
 //     learnEpochCalls answered calls. An epoch with 429s decreases the
-//     limit to learnBeta of the rate the calls went at in it: at most one
+//     limit to learnBeta of the rate the calls went at in it, or to the
+//     rate of those the service accepted when that is lower: at most one
 //     decrease per epoch, whatever the number of 429s.
 //   - An epoch without a 429 in which callers waited for a token (the calls
 //     went at the limit) raises it by a step a second: the rate of the last
 //     decrease over learnRamp, at least learnMinStep; so a limit cut to
-//     learnBeta is back where it was after about 8 s, and it keeps probing
+//     learnBeta is back where it was after about 4 s, and it keeps probing
 //     beyond.
-//   - The epoch after a decrease checks that the 429s followed the rate: a
+//   - The epoch after a decrease (from learnSettle after it: calls that
+//     started at the rate before are not looked at) checks that the 429s
+//     followed the rate: a
 //     service that refuses calls over its rate accepts about as many calls
 //     as before, so the share of 429s falls to what that predicts; 429s of
 //     single requests (a request throttled once) come in the same share at
 //     any rate. When the share stays nearer what it was than what the rate
 //     predicts, the decrease is undone and no decrease is made for
-//     learnHold: slowing down would only delay the other calls.
+//     learnHold: slowing down would only delay the other calls. learnBeta
+//     is mild, and a decrease is undone as soon as the 429s show it
+//     (undoEarly), so that such a test costs little.
 //
 // The limit is this process's: each replica learns from the 429s its own
 // calls get, and replicas sharing one provider settle on shares of it as
@@ -35,11 +40,16 @@ const (
 	learnEpoch      = time.Second
 	learnEpochCalls = 20
 	learnEpochMax   = 10 * time.Second // an epoch ends by then with fewer calls
-	learnBeta       = 0.8
+	learnBeta       = 0.9
 	learnRamp       = 40.0 // seconds: step = rate of the last decrease / learnRamp
 	learnMinStep    = 1.0  // calls/s per second
 	learnFloor      = 1.0  // calls/s: the lowest limit learned
 	learnHold       = 30 * time.Second
+	learnSettle     = 250 * time.Millisecond
+	learnCheckMax   = 3 * time.Second
+	// learnEarlyThrottled: the 429s after a decrease that may undo it
+	// before its epoch is over (undoEarly).
+	learnEarlyThrottled = 3
 )
 
 // epochCalls is what an epoch saw: answered calls, of them 429s, from its
@@ -74,40 +84,80 @@ type learner struct {
 	before   epochCalls
 	// holdUntil: after an undone decrease, none before then.
 	holdUntil time.Time
+	// settleUntil: after a decrease, the calls answered until then are
+	// not looked at (they started at the rate before).
+	settleUntil time.Time
 }
 
-// epochDone says whether an epoch of calls calls, whose first call was dur
-// ago, is over.
-func epochDone(calls int64, dur time.Duration) bool {
-	return dur >= learnEpoch && calls >= learnEpochCalls || dur >= learnEpochMax
+// epochDone says whether an epoch of calls calls, throttled of them 429s,
+// whose first call was dur ago, is over. The epoch after a decrease
+// (checking) waits for learnEarlyThrottled 429s, or learnCheckMax without
+// them: a few 429s say little of whether they follow the rate.
+func epochDone(calls, throttled int64, dur time.Duration, checking bool) bool {
+	if dur >= learnEpochMax {
+		return true
+	}
+	if dur < learnEpoch || calls < learnEpochCalls {
+		return false
+	}
+	return !checking || throttled >= learnEarlyThrottled || dur >= learnCheckMax
 }
 
 // end takes an epoch that ended at now and returns the limit (0: none);
-// ceiling is the rate_limit this process has (0: none).
-func (l *learner) end(e epochCalls, now time.Time, ceiling float64) float64 {
+// ceiling is the rate_limit this process has (0: none). undone: the
+// decrease before was undone.
+func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float64, undone bool) {
 	if l.checking {
 		l.checking = false
-		accepted := l.before.rate() * (1 - l.before.share())
-		predicted := 0.0
-		if r := e.rate(); r > 0 {
-			predicted = max(0, 1-accepted/r)
-		}
-		if f := e.share(); math.Abs(f-l.before.share()) < math.Abs(f-predicted) {
-			// The 429s did not follow the rate: not the service's limit.
-			l.limit, l.holdUntil = l.undo, now.Add(learnHold)
-			return l.limit
+		if !l.followsRate(e) {
+			return l.undoAt(now), true
 		}
 	}
 	switch {
 	case e.throttled > 0 && !now.Before(l.holdUntil):
 		l.checking, l.undo, l.before = true, l.limit, e
+		l.settleUntil = now.Add(learnSettle)
 		l.top = e.rate()
-		l.limit = max(learnFloor, learnBeta*l.top)
+		// The calls the service accepted, when fewer: far over its rate
+		// the limit comes down to it at once.
+		l.limit = max(learnFloor, min(learnBeta*l.top, l.top*(1-e.share())))
 	case e.throttled == 0 && l.limit > 0 && e.bound:
 		l.limit += max(learnMinStep, l.top/learnRamp) * min(e.dur.Seconds(), learnEpochMax.Seconds())
 	}
 	if ceiling > 0 && l.limit > ceiling {
 		l.limit = ceiling
 	}
+	return l.limit, false
+}
+
+// followsRate says whether the 429s of e, the epoch after a decrease,
+// followed the rate: their share is nearer what the calls the service
+// accepted before predict at e's rate than the share before.
+func (l *learner) followsRate(e epochCalls) bool {
+	accepted := l.before.rate() * (1 - l.before.share())
+	predicted := 0.0
+	if r := e.rate(); r > 0 {
+		predicted = max(0, 1-accepted/r)
+	}
+	f := e.share()
+	return e.throttled < learnEarlyThrottled || math.Abs(f-l.before.share()) >= math.Abs(f-predicted)
+}
+
+// undoAt undoes the last decrease: the 429s were not the service's limit.
+func (l *learner) undoAt(now time.Time) float64 {
+	l.checking = false
+	l.limit, l.holdUntil = l.undo, now.Add(learnHold)
 	return l.limit
+}
+
+// undoEarly undoes the last decrease before the epoch after it is over,
+// when its 429s so far (e, at a 429) already show they do not follow the
+// rate: the test of the decrease delays the other calls for as short a
+// time as it can.
+func (l *learner) undoEarly(e epochCalls, now time.Time) bool {
+	if !l.checking || e.calls < learnEpochCalls || e.throttled < learnEarlyThrottled || l.followsRate(e) {
+		return false
+	}
+	l.undoAt(now)
+	return true
 }

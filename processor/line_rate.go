@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,9 @@ type rateLimit struct {
 	lim     atomic.Pointer[rate.Limiter] // nil: no rate limit
 	waited  prometheus.Counter           // redrive_rate_limited_seconds_total
 	learned prometheus.Gauge             // redrive_learned_rate
+	// kick wakes the callers waiting for a token (line.kick): a limiter
+	// replaced is given up for the new one. Never called under mu.
+	kick func()
 
 	// The epoch of calls the learner looks at next: answered calls, 429s
 	// among them, when its first call was answered (unix ns; 0: none
@@ -30,6 +34,11 @@ type rateLimit struct {
 	calls, throttled atomic.Int64
 	first            atomic.Int64
 	bound            atomic.Bool
+	// checking is learn.checking, read without mu: a 429 then may undo
+	// the decrease before the epoch is over.
+	checking atomic.Bool
+	// settle is learn.settleUntil (unix ns), read without mu.
+	settle atomic.Int64
 
 	mu sync.Mutex
 	// configured: RateLimit is set; perSecond and burst are this
@@ -40,8 +49,8 @@ type rateLimit struct {
 	learn      learner
 }
 
-func newRateLimit(perSecond float64, burst int, waited prometheus.Counter, learned prometheus.Gauge) *rateLimit {
-	r := &rateLimit{waited: waited, learned: learned, configured: perSecond > 0, perSecond: perSecond, burst: max(1, burst)}
+func newRateLimit(perSecond float64, burst int, waited prometheus.Counter, learned prometheus.Gauge, kick func()) *rateLimit {
+	r := &rateLimit{waited: waited, learned: learned, kick: kick, configured: perSecond > 0, perSecond: perSecond, burst: max(1, burst)}
 	if perSecond > 0 {
 		r.lim.Store(rate.NewLimiter(rate.Limit(perSecond), max(1, burst)))
 	}
@@ -58,7 +67,7 @@ func (r *rateLimit) set(perSecond float64, burst int) {
 		return
 	}
 	r.perSecond, r.burst = perSecond, max(1, burst)
-	r.lim.Store(rate.NewLimiter(rate.Limit(r.limitLocked()), r.burst))
+	r.lim.Store(rate.NewLimiter(rate.Limit(r.limitLocked()), r.burstLocked()))
 }
 
 // limitLocked is the limit in force (meaningless when neither is set).
@@ -69,10 +78,24 @@ func (r *rateLimit) limitLocked() float64 {
 	return r.perSecond
 }
 
+// burstLocked is the burst in force: a learned limit in force lets a
+// tenth of a second's worth of calls start at once (requests come in
+// batches; the service's own bucket holds some), else this process's
+// share of RateBurst.
+func (r *rateLimit) burstLocked() int {
+	if l := r.limitLocked(); l == r.learn.limit && l > 0 {
+		return max(r.burst, int(math.Ceil(l/10)))
+	}
+	return r.burst
+}
+
 // heard counts an answered call for the learner (throttled: a 429), and
 // ends its epoch when it is over.
 func (r *rateLimit) heard(throttled bool, now time.Time) {
 	ns := now.UnixNano()
+	if ns < r.settle.Load() {
+		return // a decrease just made: these calls started before it
+	}
 	if r.calls.Add(1) == 1 {
 		r.first.Store(ns)
 	}
@@ -80,37 +103,75 @@ func (r *rateLimit) heard(throttled bool, now time.Time) {
 		r.throttled.Add(1)
 	}
 	first := r.first.Load()
-	if first == 0 || !epochDone(r.calls.Load(), time.Duration(ns-first)) {
+	if first == 0 {
 		return
 	}
+	done := epochDone(r.calls.Load(), r.throttled.Load(), time.Duration(ns-first), r.checking.Load())
+	if !done && !(throttled && r.checking.Load()) {
+		return
+	}
+	if r.end(first, ns, now, done) && r.kick != nil {
+		r.kick()
+	}
+}
+
+// end ends the epoch whose first call was answered at first (unix ns),
+// unless another call ended it already, and applies the limit learned;
+// before the epoch is over (done false) only to undo a decrease early.
+// replaced: the limiter was replaced (a decrease, or one undone), and its
+// waiters are to give it up.
+func (r *rateLimit) end(first, ns int64, now time.Time, done bool) (replaced bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.first.Load() != first {
-		return // ended meanwhile
+		return false // ended meanwhile
+	}
+	dur := time.Duration(ns - first)
+	old := r.learn.limit
+	var learned float64
+	var undone bool
+	if !done {
+		e := epochCalls{calls: r.calls.Load(), throttled: r.throttled.Load(), dur: dur}
+		if !r.learn.undoEarly(e, now) {
+			return false
+		}
+		learned, undone = r.learn.limit, true
 	}
 	// first before calls: the first call of the next epoch, counted after
 	// the swap, sets it again.
 	r.first.Store(0)
-	e := epochCalls{calls: r.calls.Swap(0), throttled: r.throttled.Swap(0), dur: time.Duration(ns - first), bound: r.bound.Swap(false)}
-	old := r.learn.limit
-	ceiling := 0.0
-	if r.configured {
-		ceiling = r.perSecond
+	e := epochCalls{calls: r.calls.Swap(0), throttled: r.throttled.Swap(0), dur: dur, bound: r.bound.Swap(false)}
+	if done {
+		ceiling := 0.0
+		if r.configured {
+			ceiling = r.perSecond
+		}
+		learned, undone = r.learn.end(e, now, ceiling)
 	}
-	learned := r.learn.end(e, now, ceiling)
+	r.checking.Store(r.learn.checking)
+	r.settle.Store(r.learn.settleUntil.UnixNano())
 	if learned == old {
-		return
+		return false
 	}
 	r.learned.Set(learned)
 	lim := r.lim.Load()
 	switch {
 	case learned == 0 && !r.configured:
-		r.lim.Store(nil) // a learned limit undone
-	case lim == nil:
-		r.lim.Store(rate.NewLimiter(rate.Limit(r.limitLocked()), r.burst))
-	default:
-		lim.SetLimitAt(now, rate.Limit(r.limitLocked()))
+		r.lim.Store(nil) // a learned limit undone: no limit
+		return true
+	case lim == nil || learned < old || undone:
+		// A first limit, a decrease, or a decrease undone: the waiters'
+		// reservations, made at the rate before, are given up for the
+		// new limiter. It starts empty: after 429s the service's own
+		// bucket is.
+		n := rate.NewLimiter(rate.Limit(r.limitLocked()), r.burstLocked())
+		n.AllowN(now, n.Burst())
+		r.lim.Store(n)
+		return lim != nil
 	}
+	lim.SetLimitAt(now, rate.Limit(r.limitLocked()))
+	lim.SetBurstAt(now, r.burstLocked())
+	return false
 }
 
 // learnedRate is the rate learned from 429s, calls/s (0: none).
