@@ -13,8 +13,10 @@ import (
 //   - The calls are looked at in epochs of at least learnEpoch and
 //     learnEpochCalls answered calls. An epoch with 429s decreases the
 //     limit to learnBeta of the rate the calls went at in it, or to the
-//     rate of those the service accepted when that is lower: at most one
-//     decrease per epoch, whatever the number of 429s.
+//     rate of those the service accepted when that is lower, but not
+//     below learnMinFactor of it: at most one decrease per epoch,
+//     whatever the number of 429s (a burst refused whole halves the rate,
+//     it does not stop the calls).
 //   - An epoch without a 429 in which callers waited for a token (the calls
 //     went at the limit) raises it by a step a second: the rate of the last
 //     decrease over learnRamp, at least learnMinStep; so a limit cut to
@@ -41,9 +43,11 @@ const (
 	learnEpochCalls = 20
 	learnEpochMax   = 10 * time.Second // an epoch ends by then with fewer calls
 	learnBeta       = 0.9
-	learnRamp       = 40.0 // seconds: step = rate of the last decrease / learnRamp
-	learnMinStep    = 1.0  // calls/s per second
-	learnFloor      = 1.0  // calls/s: the lowest limit learned
+	learnMinFactor  = 0.5
+	learnGap        = 250 * time.Millisecond // the idle gap counted in an epoch's busy time, at most
+	learnRamp       = 40.0                   // seconds: step = rate of the last decrease / learnRamp
+	learnMinStep    = 1.0                    // calls/s per second
+	learnFloor      = 1.0                    // calls/s: the lowest limit learned
 	learnHold       = 30 * time.Second
 	learnSettle     = 250 * time.Millisecond
 	learnCheckMax   = 3 * time.Second
@@ -57,12 +61,22 @@ const (
 type epochCalls struct {
 	calls, throttled int64
 	dur              time.Duration
+	// busy is dur without the idle gaps between calls (each counted up
+	// to learnGap): the rate the calls went at is calls over busy, so
+	// that a burst after a pause is not taken for a slow trickle.
+	busy time.Duration
 	// bound: a caller waited for a token in it (the calls went at the
 	// limit).
 	bound bool
 }
 
-func (e epochCalls) rate() float64 { return float64(e.calls) / max(e.dur.Seconds(), 1e-3) }
+func (e epochCalls) rate() float64 {
+	d := e.busy
+	if d <= 0 {
+		d = e.dur
+	}
+	return float64(e.calls) / max(d.Seconds(), 1e-3)
+}
 
 func (e epochCalls) share() float64 {
 	if e.calls == 0 {
@@ -120,7 +134,7 @@ func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float
 		l.top = e.rate()
 		// The calls the service accepted, when fewer: far over its rate
 		// the limit comes down to it at once.
-		l.limit = max(learnFloor, min(learnBeta*l.top, l.top*(1-e.share())))
+		l.limit = max(learnFloor, learnMinFactor*l.top, min(learnBeta*l.top, l.top*(1-e.share())))
 	case e.throttled == 0 && l.limit > 0 && e.bound:
 		l.limit += max(learnMinStep, l.top/learnRamp) * min(e.dur.Seconds(), learnEpochMax.Seconds())
 	}

@@ -109,16 +109,29 @@ func TestLearnerBoundedByRateLimit(t *testing.T) {
 	}
 }
 
-// At most one decrease per epoch, and never below learnFloor.
+// Every call refused: at most halved per epoch, never below learnFloor.
 func TestLearnerFloor(t *testing.T) {
 	var l learner
 	now := time.Now()
-	for range 100 {
+	l.end(epoch(400, 400, false), now, 0)
+	if l.limit != 200 {
+		t.Fatalf("400 calls/s all refused: %v, want halved", l.limit)
+	}
+	for range 20 {
 		now = now.Add(time.Second)
-		l.end(epochCalls{calls: 20, throttled: 20, dur: time.Second}, now, 0)
+		calls := int64(math.Ceil(l.limit)) // the calls go at the limit
+		l.end(epoch(calls, calls, true), now, 0)
 	}
 	if l.limit != learnFloor {
 		t.Errorf("every call refused: %v, want the floor %v", l.limit, learnFloor)
+	}
+}
+
+// The rate of an epoch is over its busy time: a burst after a pause.
+func TestEpochRateIsOverBusyTime(t *testing.T) {
+	e := epochCalls{calls: 41, dur: 5 * time.Second, busy: 250 * time.Millisecond}
+	if r := e.rate(); r != 164 {
+		t.Errorf("41 calls in 250ms busy of 5s: %v/s, want 164", r)
 	}
 }
 

@@ -33,7 +33,10 @@ type rateLimit struct {
 	// yet), whether a caller waited for a token. Counted without mu.
 	calls, throttled atomic.Int64
 	first            atomic.Int64
-	bound            atomic.Bool
+	// last is when the last call was answered (unix ns); busy sums the
+	// gaps between calls, each up to learnGap (epochCalls.busy).
+	last, busy atomic.Int64
+	bound      atomic.Bool
 	// checking is learn.checking, read without mu: a 429 then may undo
 	// the decrease before the epoch is over.
 	checking atomic.Bool
@@ -96,6 +99,9 @@ func (r *rateLimit) heard(throttled bool, now time.Time) {
 	if ns < r.settle.Load() {
 		return // a decrease just made: these calls started before it
 	}
+	if last := r.last.Swap(ns); last != 0 && ns > last {
+		r.busy.Add(min(ns-last, int64(learnGap)))
+	}
 	if r.calls.Add(1) == 1 {
 		r.first.Store(ns)
 	}
@@ -131,7 +137,7 @@ func (r *rateLimit) end(first, ns int64, now time.Time, done bool) (replaced boo
 	var learned float64
 	var undone bool
 	if !done {
-		e := epochCalls{calls: r.calls.Load(), throttled: r.throttled.Load(), dur: dur}
+		e := epochCalls{calls: r.calls.Load(), throttled: r.throttled.Load(), dur: dur, busy: time.Duration(r.busy.Load())}
 		if !r.learn.undoEarly(e, now) {
 			return false
 		}
@@ -140,7 +146,7 @@ func (r *rateLimit) end(first, ns int64, now time.Time, done bool) (replaced boo
 	// first before calls: the first call of the next epoch, counted after
 	// the swap, sets it again.
 	r.first.Store(0)
-	e := epochCalls{calls: r.calls.Swap(0), throttled: r.throttled.Swap(0), dur: dur, bound: r.bound.Swap(false)}
+	e := epochCalls{calls: r.calls.Swap(0), throttled: r.throttled.Swap(0), dur: dur, busy: time.Duration(r.busy.Swap(0)), bound: r.bound.Swap(false)}
 	if done {
 		ceiling := 0.0
 		if r.configured {

@@ -283,3 +283,99 @@ func TestRateLimitedProviderIsPaced(t *testing.T) {
 		t.Error("no learned rate in the status")
 	}
 }
+
+// throttleFirst answers every request's first call 429 with a Retry-After
+// of wait (processor.Throttled), later calls success, noting who called.
+type throttleFirst struct {
+	wait time.Duration
+
+	mu    sync.Mutex
+	calls map[string][]string // by request id: the processors that called
+}
+
+func (h *throttleFirst) as(name string) processor.Handler {
+	return processor.HandlerFunc(func(_ context.Context, req *processor.Request) processor.Outcome {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.calls[req.ID] = append(h.calls[req.ID], name)
+		if len(h.calls[req.ID]) == 1 {
+			return processor.Throttled("http_429", nil, h.wait)
+		}
+		return processor.Succeed(nil)
+	})
+}
+
+func (h *throttleFirst) called() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.calls)
+}
+
+// A record waiting out a 429 holds no worker and is in flight: a shutdown
+// takes it out of its wait at once (it does not wait out the Retry-After
+// nor the shutdown grace), leaves it uncommitted, and the next run calls
+// it again with the same attempt.
+func TestThrottledRecordAtShutdownIsRedelivered(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, []time.Duration{time.Second}, 1)
+	h := &throttleFirst{wait: 5 * time.Second, calls: map[string][]string{}}
+	stop := e.Start(h.as("first"))
+	e.Produce(paceRequests(e.P.Topic, "s", 5)...)
+	if !kafkatest.Eventually(30*time.Second, func() bool { return h.called() == 5 }) {
+		t.Fatalf("%d of 5 requests called", h.called())
+	}
+	start := time.Now()
+	if err := stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("shutdown took %v with records waiting out a 429: it waited for them", took)
+	}
+	e.Start(h.as("second"))
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool { return len(got[e.P.Results])+len(got[e.P.DLQ]) >= 5 }, 30*time.Second, time.Second)
+	checkResults(t, e, got, 5, func(string) int { return 1 })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for id, by := range h.calls {
+		if !slices.Equal(by, []string{"first", "second"}) {
+			t.Errorf("%s called by %v, want first (429) then second", id, by)
+		}
+	}
+}
+
+// Records waiting out a 429 on a partition revoked (a second processor
+// joins) are taken out of their wait and redelivered: every request ends
+// once, with the attempt it started with, and none is called by the
+// processor that lost its partition once the other has called it.
+func TestThrottledRecordOfRevokedPartitionIsRedelivered(t *testing.T) {
+	t.Parallel()
+	const n = 40
+	e := newEnv(t, []time.Duration{time.Second}, 4)
+	h := &throttleFirst{wait: 5 * time.Second, calls: map[string][]string{}}
+	e.Start(h.as("a"), func(c *processor.Config) { c.Instance = "a" })
+	e.Produce(paceRequests(e.P.Topic, "v", n)...)
+	if !kafkatest.Eventually(30*time.Second, func() bool { return h.called() == n }) {
+		t.Fatalf("%d of %d requests called", h.called(), n)
+	}
+	e.Start(h.as("b"), func(c *processor.Config) { c.Instance = "b" })
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool { return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n }, 60*time.Second, 2*time.Second)
+	checkResults(t, e, got, n, func(string) int { return 1 })
+	if r := len(got[e.P.Results]); r != n {
+		t.Errorf("%d results for %d requests", r, n)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	moved := 0
+	for id, by := range h.calls {
+		if i := slices.Index(by, "b"); i >= 0 {
+			moved++
+			if slices.Contains(by[i:], "a") {
+				t.Errorf("%s called by %v: a called it after b", id, by)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Error("no request moved to b: the test proves nothing")
+	}
+	t.Logf("%d of %d requests moved to b", moved, n)
+}
