@@ -209,8 +209,9 @@ func TestThrottledAmongRetriesKeepsRetriesOnTime(t *testing.T) {
 	h := newPaceHandler(t, url)
 	cfg := e.Config()
 	pr, _ := pipetest.RunProcessor(t, cfg, h)
-	// 600 requests over 6 s: the 429s and the retries overlap.
-	<-offer(t, e, paceRequests(e.P.Topic, "p", n), 100)
+	// At once: the 429s come together, more than the workers, and the
+	// retries come due while they wait.
+	e.Produce(paceRequests(e.P.Topic, "p", n)...)
 	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool {
 		return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n
 	}, 90*time.Second, time.Second)
