@@ -13,15 +13,17 @@ import (
 //   - The calls are looked at in epochs of at least learnEpoch and
 //     learnEpochCalls answered calls. An epoch with 429s decreases the
 //     limit to learnBeta of the rate the calls went at in it, or to the
-//     rate of those the service accepted when that is lower, but not
-//     below learnMinFactor of it: at most one decrease per epoch,
-//     whatever the number of 429s (a burst refused whole halves the rate,
-//     it does not stop the calls).
+//     rate of those the service accepted when that is lower; with fewer
+//     than learnEpochCalls accepted not below learnMinFactor of it (a
+//     burst refused whole halves the rate, it does not stop the calls):
+//     at most one decrease per epoch, whatever the number of 429s.
 //   - An epoch without a 429 in which callers waited for a token (the calls
-//     went at the limit) raises it by a step a second: the rate of the last
-//     decrease over learnRamp, at least learnMinStep; so a limit cut to
-//     learnBeta is back where it was after about 4 s, and it keeps probing
-//     beyond.
+//     went at the limit) raises it by a step a second: the limit the last
+//     decrease set over learnRamp, at least learnMinStep; so a limit cut
+//     to learnBeta is back where it was after about 4 s, and it keeps
+//     probing beyond; after learnQuiet such epochs in a row, by
+//     learnGrowth of the limit a second (a decrease far too deep, or a
+//     service whose limit grew, is caught up with in seconds).
 //   - The epoch after a decrease (from learnSettle after it: calls that
 //     started at the rate before are not looked at) checks that the 429s
 //     followed the rate: a
@@ -30,25 +32,39 @@ import (
 //     single requests (a request throttled once) come in the same share at
 //     any rate. When the share stays nearer what it was than what the rate
 //     predicts, the decrease is undone and no decrease is made for
-//     learnHold: slowing down would only delay the other calls. learnBeta
-//     is mild, and a decrease is undone as soon as the 429s show it
-//     (undoEarly), so that such a test costs little.
+//     learnHold (unless the share of 429s grows by learnHoldMargin):
+//     slowing down would only delay the other calls. learnBeta is mild,
+//     and a decrease is undone as soon as the 429s show it (undoEarly),
+//     so that such a test costs little.
 //
 // The limit is this process's: each replica learns from the 429s its own
 // calls get, and replicas sharing one provider settle on shares of it as
 // AIMD flows do. learner is pure (no clock, no lock): rateLimit calls it
 // under its lock.
 const (
-	learnEpoch      = time.Second
-	learnEpochCalls = 20
-	learnEpochMax   = 10 * time.Second // an epoch ends by then with fewer calls
-	learnBeta       = 0.9
-	learnMinFactor  = 0.5
-	learnGap        = 250 * time.Millisecond // the idle gap counted in an epoch's busy time, at most
-	learnRamp       = 40.0                   // seconds: step = rate of the last decrease / learnRamp
-	learnMinStep    = 1.0                    // calls/s per second
-	learnFloor      = 1.0                    // calls/s: the lowest limit learned
-	learnHold       = 30 * time.Second
+	learnEpoch      = 500 * time.Millisecond
+	learnEpochCalls = 50
+	// learnEarlyCalls: the calls after a decrease that may undo it before
+	// its epoch is over (undoEarly), with learnEarlyThrottled 429s.
+	learnEarlyCalls = 20
+	// learnQuiet epochs at the limit without a 429 in a row, and the
+	// increase becomes learnGrowth of the limit a second: a limit far
+	// below the service's (a decrease that overshot) is not climbed back
+	// a step at a time.
+	learnQuiet     = 5
+	learnGrowth    = 0.1
+	learnEpochMax  = 10 * time.Second // an epoch ends by then with fewer calls
+	learnBeta      = 0.9
+	learnMinFactor = 0.5
+	learnGap       = 250 * time.Millisecond // the idle gap counted in an epoch's busy time, at most
+	learnRamp      = 40.0                   // seconds: step = the limit the last decrease set / learnRamp
+	learnMinStep   = 1.0                    // calls/s per second
+	learnFloor     = 1.0                    // calls/s: the lowest limit learned
+	learnHold      = 30 * time.Second
+	// learnHoldMargin: a share of 429s this far above the one a decrease
+	// was undone at is the service's limit after all (a wrong undo must
+	// not leave the calls unpaced for learnHold).
+	learnHoldMargin = 0.1
 	learnSettle     = 250 * time.Millisecond
 	learnCheckMax   = 3 * time.Second
 	// learnEarlyThrottled: the 429s after a decrease that may undo it
@@ -88,16 +104,22 @@ func (e epochCalls) share() float64 {
 // learner is the learned limit and what it needs to change it.
 type learner struct {
 	limit float64 // calls/s; 0: none learned
-	// top is the rate the last decrease was made from (the increase's
-	// step).
-	top float64
+	// step is the increase a second: the limit the last decrease set
+	// over learnRamp (not the rate it was made from: a burst's rate says
+	// nothing of the service's).
+	step float64
+	// quiet counts the epochs at the limit without a 429 since the last
+	// decrease or 429.
+	quiet int
 	// checking: the epoch before decreased the limit from undo; before is
 	// that epoch.
 	checking bool
 	undo     float64
 	before   epochCalls
-	// holdUntil: after an undone decrease, none before then.
+	// holdUntil: after an undone decrease, none before then unless the
+	// share of 429s rises learnHoldMargin above held, the share then.
 	holdUntil time.Time
+	held      float64
 	// settleUntil: after a decrease, the calls answered until then are
 	// not looked at (they started at the rate before).
 	settleUntil time.Time
@@ -124,19 +146,33 @@ func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float
 	if l.checking {
 		l.checking = false
 		if !l.followsRate(e) {
-			return l.undoAt(now), true
+			return l.undoAt(e, now), true
 		}
 	}
 	switch {
-	case e.throttled > 0 && !now.Before(l.holdUntil):
+	case e.throttled > 0 && (!now.Before(l.holdUntil) || e.share() > l.held+learnHoldMargin):
 		l.checking, l.undo, l.before = true, l.limit, e
 		l.settleUntil = now.Add(learnSettle)
-		l.top = e.rate()
-		// The calls the service accepted, when fewer: far over its rate
-		// the limit comes down to it at once.
-		l.limit = max(learnFloor, learnMinFactor*l.top, min(learnBeta*l.top, l.top*(1-e.share())))
+		r := e.rate()
+		// The calls the service accepted, when fewer and enough of them
+		// to go by: far over its rate the limit comes down to it at once.
+		// Too few say little of its rate: at most halved then.
+		least := learnMinFactor * r
+		if e.calls-e.throttled >= learnEpochCalls {
+			least = 0
+		}
+		l.limit = max(learnFloor, least, min(learnBeta*r, r*(1-e.share())))
+		l.step = max(learnMinStep, l.limit/learnRamp)
+		l.quiet = 0
 	case e.throttled == 0 && l.limit > 0 && e.bound:
-		l.limit += max(learnMinStep, l.top/learnRamp) * min(e.dur.Seconds(), learnEpochMax.Seconds())
+		secs := min(e.dur.Seconds(), learnEpochMax.Seconds())
+		up := l.step * secs
+		if l.quiet++; l.quiet > learnQuiet {
+			up = max(up, learnGrowth*l.limit*secs)
+		}
+		l.limit += up
+	case e.throttled > 0:
+		l.quiet = 0
 	}
 	if ceiling > 0 && l.limit > ceiling {
 		l.limit = ceiling
@@ -157,10 +193,11 @@ func (l *learner) followsRate(e epochCalls) bool {
 	return e.throttled < learnEarlyThrottled || math.Abs(f-l.before.share()) >= math.Abs(f-predicted)
 }
 
-// undoAt undoes the last decrease: the 429s were not the service's limit.
-func (l *learner) undoAt(now time.Time) float64 {
+// undoAt undoes the last decrease: the 429s of e were not the service's
+// limit.
+func (l *learner) undoAt(e epochCalls, now time.Time) float64 {
 	l.checking = false
-	l.limit, l.holdUntil = l.undo, now.Add(learnHold)
+	l.limit, l.holdUntil, l.held = l.undo, now.Add(learnHold), e.share()
 	return l.limit
 }
 
@@ -169,9 +206,9 @@ func (l *learner) undoAt(now time.Time) float64 {
 // rate: the test of the decrease delays the other calls for as short a
 // time as it can.
 func (l *learner) undoEarly(e epochCalls, now time.Time) bool {
-	if !l.checking || e.calls < learnEpochCalls || e.throttled < learnEarlyThrottled || l.followsRate(e) {
+	if !l.checking || e.calls < learnEarlyCalls || e.throttled < learnEarlyThrottled || l.followsRate(e) {
 		return false
 	}
-	l.undoAt(now)
+	l.undoAt(e, now)
 	return true
 }

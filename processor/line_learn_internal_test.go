@@ -45,8 +45,8 @@ func TestLearnerFollowsARateLimit(t *testing.T) {
 		t.Fatalf("no 429 at the limit: %v (undone %v), want it kept and raised", got, undone)
 	}
 	step := got - 100
-	if !near(step, max(learnMinStep, 200/learnRamp)) {
-		t.Errorf("raised by %v a second, want the rate of the decrease over learnRamp", step)
+	if !near(step, max(learnMinStep, 100/learnRamp)) {
+		t.Errorf("raised by %v a second, want the limit the decrease set over learnRamp", step)
 	}
 	// Not at the limit (nobody waited for a token): not raised.
 	now = now.Add(time.Second)
@@ -141,7 +141,7 @@ func TestEpochDone(t *testing.T) {
 		dur              time.Duration
 		checking, want   bool
 	}{
-		{calls: 1000, dur: 999 * time.Millisecond, want: false},
+		{calls: 1000, dur: learnEpoch - time.Millisecond, want: false},
 		{calls: learnEpochCalls - 1, dur: 5 * time.Second, want: false},
 		{calls: learnEpochCalls, dur: learnEpoch, want: true},
 		{calls: 1, dur: learnEpochMax, want: true},

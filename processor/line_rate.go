@@ -99,11 +99,13 @@ func (r *rateLimit) heard(throttled bool, now time.Time) {
 	if ns < r.settle.Load() {
 		return // a decrease just made: these calls started before it
 	}
-	if last := r.last.Swap(ns); last != 0 && ns > last {
-		r.busy.Add(min(ns-last, int64(learnGap)))
-	}
+	last := r.last.Swap(ns)
 	if r.calls.Add(1) == 1 {
 		r.first.Store(ns)
+	} else if last != 0 && ns > last {
+		// Within the epoch only: the gap before its first call (a pause,
+		// the settle after a decrease) is not its.
+		r.busy.Add(min(ns-last, int64(learnGap)))
 	}
 	if throttled {
 		r.throttled.Add(1)

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -257,6 +258,21 @@ func TestRateLimitedProviderIsPaced(t *testing.T) {
 	h := newPaceHandler(t, url)
 	cfg := e.Config()
 	pr, _ := pipetest.RunProcessor(t, cfg, h)
+	// Offered to a running processor: a backlog from before it consumed
+	// would be another scenario (a burst at start). A request a partition
+	// shows it consumes.
+	warm := paceRequests(e.P.Topic, "warm", 6)
+	for i, r := range warm {
+		r.Partition = int32(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Cluster.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner())).ProduceSync(ctx, warm...).FirstErr(); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	if got := e.CollectN(e.P.Results, len(warm), 60*time.Second, 0); len(got) < len(warm) {
+		t.Fatalf("warm-up: %d of %d results", len(got), len(warm))
+	}
 	start := time.Now()
 	offer(t, e, paceRequests(e.P.Topic, "r", n), 2*capacity)
 	bound := time.Duration(1.2*float64(n/capacity))*time.Second + 10*time.Second
@@ -265,8 +281,9 @@ func TestRateLimitedProviderIsPaced(t *testing.T) {
 		if l := pr.Status().Pipelines[0].Line.LearnedRate; l > 0 {
 			learned = l
 		}
-		return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n
+		return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n+len(warm)
 	}, bound, 0)
+	got[e.P.Results] = slices.DeleteFunc(got[e.P.Results], func(r *kgo.Record) bool { return strings.HasPrefix(string(r.Key), "warm-") })
 	took := time.Since(start)
 	calls, refused := svc.counts()
 	t.Logf("%d results, %d dead letters in %v; %d calls, %d refused (%.1f %%); learned rate %.1f/s, metric %.1f",
