@@ -60,16 +60,16 @@ const (
 	learnRamp      = 40.0                   // seconds: step = the limit the last decrease set / learnRamp
 	learnMinStep   = 1.0                    // calls/s per second
 	learnFloor     = 1.0                    // calls/s: the lowest limit learned
-	learnHold      = 30 * time.Second
+	learnHold      = 10 * time.Second
 	// learnHoldMargin: a share of 429s this far above the one a decrease
 	// was undone at is the service's limit after all (a wrong undo must
 	// not leave the calls unpaced for learnHold).
 	learnHoldMargin = 0.1
 	learnSettle     = 250 * time.Millisecond
 	learnCheckMax   = 3 * time.Second
-	// learnEarlyThrottled: the 429s after a decrease that may undo it
-	// before its epoch is over (undoEarly).
-	learnEarlyThrottled = 3
+	// learnEarlyThrottled: the 429s after a decrease it takes to undo it
+	// (before its epoch is over too: undoEarly); fewer say it worked.
+	learnEarlyThrottled = 5
 )
 
 // epochCalls is what an epoch saw: answered calls, of them 429s, from its
@@ -153,7 +153,12 @@ func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float
 	case e.throttled > 0 && (!now.Before(l.holdUntil) || e.share() > l.held+learnHoldMargin):
 		l.checking, l.undo, l.before = true, l.limit, e
 		l.settleUntil = now.Add(learnSettle)
+		// The rate the calls went at; a limit in force bounds it (a
+		// short epoch's rate can show a burst above it).
 		r := e.rate()
+		if l.limit > 0 {
+			r = min(r, l.limit)
+		}
 		// The calls the service accepted, when fewer and enough of them
 		// to go by: far over its rate the limit comes down to it at once.
 		// Too few say little of its rate: at most halved then.

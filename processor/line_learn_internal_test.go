@@ -56,8 +56,8 @@ func TestLearnerFollowsARateLimit(t *testing.T) {
 	// A few 429s over the limit: cut by learnBeta, once.
 	now = now.Add(time.Second)
 	cut, _ := l.end(epoch(104, 2, true), now, 0)
-	if !near(cut, learnBeta*104) {
-		t.Errorf("a 429 at 104/s: %v, want %v", cut, learnBeta*104)
+	if !near(cut, learnBeta*got) {
+		t.Errorf("a 429 at 104/s, over the limit of %v: %v, want %v", got, cut, learnBeta*got)
 	}
 	// The 429s stopped: kept.
 	now = now.Add(time.Second)
@@ -78,8 +78,11 @@ func TestLearnerUndoesWhen429sDoNotFollowTheRate(t *testing.T) {
 	// At 90/s still 10 % refused: not about the rate.
 	now = now.Add(time.Second)
 	e := epoch(90, 9, true)
-	if !l.undoEarly(epochCalls{calls: 30, throttled: 3, dur: 300 * time.Millisecond}, now) {
-		t.Fatal("3 of 30 refused after the decrease: not undone early")
+	if l.undoEarly(epochCalls{calls: 30, throttled: 3, dur: 300 * time.Millisecond}, now) {
+		t.Fatal("3 of 30 refused after the decrease: undone on so few")
+	}
+	if !l.undoEarly(epochCalls{calls: 50, throttled: 5, dur: 500 * time.Millisecond}, now) {
+		t.Fatal("5 of 50 refused after the decrease: not undone early")
 	}
 	if l.limit != 0 {
 		t.Fatalf("undone to %v, want no limit (none before)", l.limit)
@@ -91,6 +94,21 @@ func TestLearnerUndoesWhen429sDoNotFollowTheRate(t *testing.T) {
 	}
 	if got, _ := l.end(e, now.Add(learnHold), 0); got == 0 {
 		t.Error("after learnHold: no decrease")
+	}
+}
+
+// Within learnHold, a share of 429s well above the one the decrease was
+// undone at is a rate limit after all: decreased at once.
+func TestLearnerHoldEndsWhen429sGrow(t *testing.T) {
+	var l learner
+	now := time.Now()
+	l.end(epoch(100, 10, false), now, 0)
+	if !l.undoEarly(epochCalls{calls: 50, throttled: 5, dur: 500 * time.Millisecond}, now) {
+		t.Fatal("not undone")
+	}
+	now = now.Add(time.Second)
+	if got, _ := l.end(epoch(200, 100, false), now, 0); got == 0 {
+		t.Error("half refused within learnHold of an undo at 10 %: no decrease")
 	}
 }
 
