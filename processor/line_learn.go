@@ -12,11 +12,12 @@ import (
 //   - No limit is learned until a 429.
 //   - The calls are looked at in epochs of at least learnEpoch and
 //     learnEpochCalls answered calls. An epoch with 429s decreases the
-//     limit to learnBeta of the rate the calls went at in it, or to the
-//     rate of those the service accepted when that is lower; with fewer
-//     than learnEpochCalls accepted not below learnMinFactor of it (a
-//     burst refused whole halves the rate, it does not stop the calls):
-//     at most one decrease per epoch, whatever the number of 429s.
+//     limit to learnBeta of the rate the calls went at in it (at most the
+//     limit in force), or to the rate of those the service accepted when
+//     that is lower; with fewer than learnEpochCalls accepted not below
+//     learnMinFactor of it (a burst refused whole halves the rate, it
+//     does not stop the calls): at most one decrease an epoch, whatever
+//     the number of 429s.
 //   - An epoch without a 429 in which callers waited for a token (the calls
 //     went at the limit) raises it by a step a second: the limit the last
 //     decrease set over learnRamp, at least learnMinStep; so a limit cut
@@ -26,16 +27,14 @@ import (
 //     service whose limit grew, is caught up with in seconds).
 //   - The epoch after a decrease (from learnSettle after it: calls that
 //     started at the rate before are not looked at) checks that the 429s
-//     followed the rate: a
-//     service that refuses calls over its rate accepts about as many calls
-//     as before, so the share of 429s falls to what that predicts; 429s of
-//     single requests (a request throttled once) come in the same share at
-//     any rate. When the share stays nearer what it was than what the rate
-//     predicts, the decrease is undone and no decrease is made for
-//     learnHold (unless the share of 429s grows by learnHoldMargin):
-//     slowing down would only delay the other calls. learnBeta is mild,
-//     and a decrease is undone as soon as the 429s show it (undoEarly),
-//     so that such a test costs little.
+//     followed the rate: a service that refuses calls over its rate
+//     accepts about as many calls as before, so the share of 429s falls
+//     to what that predicts; 429s of single requests (a request throttled
+//     once) come in the same share at any rate. When at least
+//     learnEarlyThrottled 429s show a share nearer what it was than what
+//     the rate predicts, the decrease is undone at once (undoEarly) and
+//     no decrease is made for learnHold unless the share grows by
+//     learnHoldMargin: slowing down would only delay the other calls.
 //
 // The limit is this process's: each replica learns from the 429s its own
 // calls get, and replicas sharing one provider settle on shares of it as
