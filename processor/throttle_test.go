@@ -308,6 +308,7 @@ type throttleFirst struct {
 
 	mu    sync.Mutex
 	calls map[string][]string // by request id: the processors that called
+	first map[string]time.Time // by processor: its first call
 }
 
 func (h *throttleFirst) as(name string) processor.Handler {
@@ -315,6 +316,9 @@ func (h *throttleFirst) as(name string) processor.Handler {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.calls[req.ID] = append(h.calls[req.ID], name)
+		if _, ok := h.first[name]; !ok {
+			h.first[name] = time.Now()
+		}
 		if len(h.calls[req.ID]) == 1 {
 			return processor.Throttled("http_429", nil, h.wait)
 		}
@@ -335,7 +339,7 @@ func (h *throttleFirst) called() int {
 func TestThrottledRecordAtShutdownIsRedelivered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, []time.Duration{time.Second}, 1)
-	h := &throttleFirst{wait: 5 * time.Second, calls: map[string][]string{}}
+	h := &throttleFirst{wait: 5 * time.Second, calls: map[string][]string{}, first: map[string]time.Time{}}
 	stop := e.Start(h.as("first"))
 	e.Produce(paceRequests(e.P.Topic, "s", 5)...)
 	if !kafkatest.Eventually(30*time.Second, func() bool { return h.called() == 5 }) {
@@ -361,14 +365,17 @@ func TestThrottledRecordAtShutdownIsRedelivered(t *testing.T) {
 }
 
 // Records waiting out a 429 on a partition revoked (a second processor
-// joins) are taken out of their wait and redelivered: every request ends
-// once, with the attempt it started with, and none is called by the
-// processor that lost its partition once the other has called it.
+// joins) are taken out of their wait at once and redelivered: the new
+// owner calls them before any Retry-After could be over (the revoke did
+// not wait for them: it would have, up to 5 s, for records in flight),
+// every request ends once, with the attempt it started with, and none is
+// called by the processor that lost its partition once the other has
+// called it.
 func TestThrottledRecordOfRevokedPartitionIsRedelivered(t *testing.T) {
 	t.Parallel()
 	const n = 40
 	e := newEnv(t, []time.Duration{time.Second}, 4)
-	h := &throttleFirst{wait: 5 * time.Second, calls: map[string][]string{}}
+	h := &throttleFirst{wait: 5 * time.Second, calls: map[string][]string{}, first: map[string]time.Time{}}
 	e.Start(h.as("a"), func(c *processor.Config) { c.Instance = "a" })
 	e.Produce(paceRequests(e.P.Topic, "v", n)...)
 	if !kafkatest.Eventually(30*time.Second, func() bool { return h.called() == n }) {
@@ -392,7 +399,11 @@ func TestThrottledRecordOfRevokedPartitionIsRedelivered(t *testing.T) {
 		}
 	}
 	if moved == 0 {
-		t.Error("no request moved to b: the test proves nothing")
+		t.Fatal("no request moved to b: the test proves nothing")
 	}
-	t.Logf("%d of %d requests moved to b", moved, n)
+	after := h.first["b"].Sub(h.first["a"])
+	t.Logf("%d of %d requests moved to b; b's first call %v after a's first", moved, n, after.Round(time.Millisecond))
+	if after >= h.wait {
+		t.Errorf("b called first %v after a throttled the requests, not before their Retry-After of %v: the revoke waited for them", after, h.wait)
+	}
 }
