@@ -307,7 +307,7 @@ type throttleFirst struct {
 	wait time.Duration
 
 	mu    sync.Mutex
-	calls map[string][]string // by request id: the processors that called
+	calls map[string][]string  // by request id: the processors that called
 	first map[string]time.Time // by processor: its first call
 }
 
