@@ -40,6 +40,10 @@ type rateLimit struct {
 	// checking is learn.checking, read without mu: a 429 then may undo
 	// the decrease before the epoch is over.
 	checking atomic.Bool
+	// armed: the epochs are counted, from a 429 on while no limit is
+	// learned (the calls of a service that never answers 429 cost one
+	// load each).
+	armed atomic.Bool
 	// settle is learn.settleUntil (unix ns), read without mu.
 	settle atomic.Int64
 
@@ -95,6 +99,12 @@ func (r *rateLimit) burstLocked() int {
 // heard counts an answered call for the learner (throttled: a 429), and
 // ends its epoch when it is over.
 func (r *rateLimit) heard(throttled bool, now time.Time) {
+	if !r.armed.Load() {
+		if !throttled {
+			return // no 429 lately, no limit learned: nothing to count
+		}
+		r.armed.Store(true)
+	}
 	ns := now.UnixNano()
 	if ns < r.settle.Load() {
 		return // a decrease just made: these calls started before it
@@ -157,6 +167,9 @@ func (r *rateLimit) end(first, ns int64, now time.Time, done bool) (replaced boo
 		learned, undone = r.learn.end(e, now, ceiling)
 	}
 	r.checking.Store(r.learn.checking)
+	if learned == 0 && e.throttled == 0 && !r.learn.checking {
+		r.armed.Store(false) // until the next 429
+	}
 	r.settle.Store(r.learn.settleUntil.UnixNano())
 	if learned == old {
 		return false
