@@ -100,6 +100,9 @@ type ProcessorLine struct {
 	Guard      bool           `json:"guard"`                // the guard is on
 	RateLimit  float64        `json:"rate_limit,omitempty"` // handler calls per second, 0: none
 	FailoverTo string         `json:"failover_to,omitempty"`
+	// LearnedRate: handler calls per second the processor learned from
+	// the service's 429s (0: none learned).
+	LearnedRate float64 `json:"learned_rate,omitempty"`
 }
 
 // BreakerCounts is what a processor's breaker counted (the processor
@@ -178,7 +181,7 @@ func decodeProcessorStatus(r io.Reader) (*processorStatus, error) {
 			return nil, fmt.Errorf("%w: pipeline %q holds a negative number of callbacks", ErrProcessorStatus, p.Name)
 		}
 		if l := p.Line; l != nil {
-			if bad(0, l.RateLimit) {
+			if bad(0, l.RateLimit, l.LearnedRate) {
 				return nil, fmt.Errorf("%w: pipeline %q has a negative rate limit", ErrProcessorStatus, p.Name)
 			}
 			if len(l.Reasons) > maxLineReasons {

@@ -25,6 +25,7 @@ func TestDecodeProcessorStatus(t *testing.T) {
 		"negative tier":     `{"pipelines":[{"name":"a","tiers":[{"name":"1s","waiting":-2}]}]}`,
 		"wrong type":        `{"pipelines":{"name":"a"}}`,
 		"negative rate":     `{"pipelines":[{"name":"a","line":{"state":"running","rate_limit":-1}}]}`,
+		"negative learned":  `{"pipelines":[{"name":"a","line":{"state":"running","learned_rate":-1}}]}`,
 		"bad since":         `{"pipelines":[{"name":"a","line":{"state":"stopped","reasons":[{"reason":"manual","since":"yesterday"}]}}]}`,
 		"many reasons":      `{"pipelines":[{"name":"a","line":{"state":"stopped","reasons":[` + strings.Repeat(`{"reason":"manual"},`, maxLineReasons) + `{"reason":"manual"}]}}]}`,
 		"too large":         `{"instance":"` + strings.Repeat("x", maxStatusBytes) + `"}`,

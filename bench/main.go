@@ -457,7 +457,7 @@ func flowTable(rs map[string]result) {
 				}
 				return fmt.Sprintf("%s (%s + %s)", n0(r["dead-letters"]), n0(r["dead-letters-exhausted"]), n0(r["dead-letters-permanent"]))
 			}),
-			both(count("calls")),
+			both(flowCalls),
 			both(func(r result, _ bool) string { return flowFinish(r) }),
 			both(func(r result, _ bool) string { return secs1(r, "healthy-s") }),
 			both(func(r result, off bool) string {
@@ -480,12 +480,26 @@ func flowTable(rs map[string]result) {
 			both(func(r result, _ bool) string { return f0(r["peak-rss-MB"]) }))
 	}
 	fmt.Println("\nresults and dead letters: requests whose result or dead letter the processor's client had acknowledged (exhausted: max_attempts transient failures; permanent: the service said never); " +
-		"calls: HTTP requests the service got; finish: from the first batch to the last request's result or dead letter acknowledged (\"cap\": not all after the offered time + 120 s, how many not; " +
+		"calls: HTTP requests the service got (429: of them refused with 429; learned: the calls/s the processor learned from the 429s, at the end); finish: from the first batch to the last request's result or dead letter acknowledged (\"cap\": not all after the offered time + 120 s, how many not; " +
 		"\"held\": the guard stopped the line, these wait for an operator's resume; \"lost\": no outcome, yet the group's lag is 0, must never happen); " +
 		"healthy: until every request the service lets succeed at some point had its result (ten-percent: all but the 10 %; mix-40: all but the 400s; fail-twice-then-healthy: the healthy ones, from their produce); " +
 		"breaker opens: transitions into open in 100 ms samples of the line's status (– : disabled); guard: whether a sample showed the line stopped by the guard; " +
 		"early retries: calls of attempt n+1 that reached the service less than tier n's delay after attempt n's failing call returned, must be 0; CPU: the benchmark process (processor, clients, the service) per million requests offered. " +
 		"A run that failed (an early retry, a lost request, an unknown id) prints \"failed\": see the log.")
+}
+
+// flowCalls is a flow run's calls cell: with the 429s among them and the
+// rate learned from them, when the service answered any.
+func flowCalls(r result, _ bool) string {
+	s := n0(r["calls"])
+	if v, ok := r["refused"]; ok {
+		s += " (" + n0(v) + " 429"
+		if l, ok := r["learned-calls/s"]; ok {
+			s += ", learned " + f0(l) + "/s"
+		}
+		s += ")"
+	}
+	return s
 }
 
 // flowFinish is a flow run's finish cell: seconds, or why it has none.

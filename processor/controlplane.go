@@ -364,6 +364,7 @@ func (c *controlPlane) status(p *pipeline, callsPerSec float64, now time.Time) *
 		s.Partitions, s.MainPartitions, s.TotalPartitions, s.Share, s.Members = sh.all, sh.main, sh.totals.all, sh.share, sh.members
 	}
 	s.RateLimit = p.cfg.RateLimit * s.Share
+	s.LearnedRate = ls.LearnedRate
 	s.MaxCallsInFlight = capN
 	return s
 }

@@ -84,6 +84,8 @@ func (p *pipeline) worker() {
 func (p *pipeline) work(w *work, req *Request) {
 	d, ok := p.process(w, req)
 	switch {
+	case !ok && w.paceFor > 0:
+		p.pace(w) // a 429 to wait out: the worker goes on
 	case !ok && w.yieldNow:
 		w.yieldNow = false
 		p.mu.Lock()

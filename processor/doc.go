@@ -26,6 +26,8 @@
 //	what happens after a call (retry, DLQ, results)  decide.go (pure, table-tested)
 //	how the line is composed, in what order          line.go
 //	how the breaker decides                          line_breaker.go
+//	how a 429 is waited out (off the workers)        throttle.go
+//	the rate learned from 429s (AIMD)                line_learn.go
 //	the rate limit, pause codes, guard, manual pause line_rate.go, line_pausecode.go, line_guard.go, line_manual.go
 //	what is forwarded to failover_to                 line_failover.go
 //	the line shared with the pipeline's other processes line_shared.go

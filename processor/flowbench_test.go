@@ -60,6 +60,9 @@ import (
 //	unfinished    instead of lost when the cap (offered duration + 120 s)
 //	              was hit with records still in flight
 //	calls         HTTP requests the service got
+//	refused       of them, answered 429 (when any)
+//	learned-calls/s the rate the processor learned from the 429s, as
+//	              the last status sample showed it (when any)
 //	finish-s      first batch → the last terminal outcome acknowledged
 //	              (only when every request has one)
 //	healthy-s     until every request the script lets succeed at some
@@ -328,6 +331,8 @@ type flowRun struct {
 
 	mu           sync.Mutex
 	calls        int
+	refused      int          // calls answered 429
+	learned      float64      // the learned rate last sampled (LineStatus.LearnedRate)
 	foreignCalls int          // calls without one of our ids
 	arrivals     [][]flowCall // per request: calls as the service saw them
 	failed       [][]flowCall // per request: failing calls as they returned to the processor
@@ -429,6 +434,11 @@ func (f *flowRun) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Unlock()
 	rep := f.script(at, i, id, call)
+	if rep.status == http.StatusTooManyRequests {
+		f.mu.Lock()
+		f.refused++
+		f.mu.Unlock()
+	}
 	if rep.delay > 0 {
 		t := time.NewTimer(rep.delay)
 		defer t.Stop()
@@ -531,6 +541,9 @@ func (f *flowRun) watch(ctx context.Context, pr *processor.Processor) {
 		}
 		f.guardSeen = f.guardSeen || guard
 		f.guardNow = guard
+		if l.LearnedRate > 0 {
+			f.learned = l.LearnedRate
+		}
 		if key != f.lastLine || newOpen {
 			f.lineLog = append(f.lineLog, fmt.Sprintf("%6.1fs %s; inflight %d, waiting %d", at.Seconds(), desc, p.Inflight, p.Waiting))
 			f.lastLine = key
@@ -724,6 +737,12 @@ func runFlow(b *testing.B, sc *flowScenario, defaults bool) {
 		b.Errorf("%d of %d requests have neither a result nor a dead letter, and the group's lag is 0", missing, total)
 	}
 	b.ReportMetric(float64(f.calls), "calls")
+	if f.refused > 0 {
+		b.ReportMetric(float64(f.refused), "refused")
+	}
+	if f.learned > 0 {
+		b.ReportMetric(f.learned, "learned-calls/s")
+	}
 	if sc.healthy != nil {
 		if healthyMissing == 0 && healthy >= 0 {
 			b.ReportMetric(healthy.Seconds(), "healthy-s")

@@ -104,17 +104,18 @@ type Outcome struct {
 	// against the service. See RetryRequestFault.
 	RequestFault bool
 	// Throttled marks a Transient outcome as the service asking to slow
-	// down (HTTP 429): the breaker does not count it, and the record waits
-	// in its worker for MinDelay (its Retry-After; 1s without one) and up
-	// to half again at random, and is called again with the same attempt,
-	// up to MaxThrottleWaits times when
-	// MinDelay is at most MaxThrottleWait; otherwise it goes to the tiers
-	// like any transient failure. See Throttled.
+	// down (HTTP 429): the breaker does not count it, the pipeline learns
+	// the service's rate from it, and the record waits (in memory, not in
+	// a worker) for MinDelay (its Retry-After; 1s without one) and up to
+	// half again at random, and is called again with the same attempt,
+	// up to MaxThrottleWaits times when MinDelay is at most
+	// MaxThrottleWait; otherwise it goes to the tiers like any transient
+	// failure. See Throttled.
 	Throttled bool
 }
 
-// Throttling a record waits out in its worker (Outcome.Throttled): a wait
-// of at most MaxThrottleWait, at most MaxThrottleWaits times per handling.
+// Throttling a record waits out in memory (Outcome.Throttled): a wait of
+// at most MaxThrottleWait, at most MaxThrottleWaits times per handling.
 // Longer waits, or more, go through the tiers (an attempt spent).
 const (
 	MaxThrottleWait  = 5 * time.Second

@@ -31,7 +31,8 @@ var stopReasons = []string{stopBreaker, stopPauseCode, stopGuard, stopManual}
 //  3. pause code (line_pausecode.go): a handler answered a pause code.
 //  4. breaker (line_breaker.go): the service fails; open, no call starts;
 //     half-open, a few probes do.
-//  5. rate (line_rate.go): the rate limiter's token.
+//  5. rate (line_rate.go): the rate limiter's token, at rate_limit or the
+//     rate learned from the service's 429s (line_learn.go), the smaller.
 //
 // While any of 1-4 stops the line, no call starts, the records already
 // polled wait in their workers (no attempt spent), and run pauses fetching.
@@ -124,9 +125,10 @@ func newLine(cfg Pipeline, log *slog.Logger, m *metrics, pauseFetch func(main, t
 		freshNewest: func() uint64 { return 0 },
 		dispatched:  func() uint64 { return 0 },
 		failover:    failover{to: cfg.Breaker.FailoverTo, retries: cfg.Breaker.FailoverRetries},
-		rate:        newRateLimit(cfg.RateLimit, cfg.RateBurst, m.rateLimited.WithLabelValues(cfg.Name)),
+		rate:        newRateLimit(cfg.RateLimit, cfg.RateBurst, m.rateLimited.WithLabelValues(cfg.Name), m.learnedRate.WithLabelValues(cfg.Name), nil),
 		guard:       newGuard(cfg.Guard),
 		changed:     make(chan struct{}), reported: map[string]bool{}}
+	l.rate.kick = l.kick
 	if !cfg.Breaker.Disabled {
 		l.br = newBreaker(cfg.Breaker, time.Now())
 	}
@@ -361,9 +363,13 @@ func (l *line) releaseSlotLocked(t ticket) {
 // none), and reports hold when the record is to be called again once the
 // line runs, without spending an attempt: a pause code; a transient
 // failure the breaker does not put on the request while it is not closed
-// (the outage's, including the one that opened it and failed probes); a
-// permanent failure while the guard holds the line.
+// (the outage's, including the one that opened it and failed probes; a
+// 429 is not: it waits out its Retry-After); a permanent failure while the guard holds the line.
 func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hold bool) {
+	if t.slot {
+		// A call's answer (not a callback's): the rate learns from it.
+		l.rate.heard(out.Kind == Transient && out.Throttled, now)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.releaseSlotLocked(t)
@@ -374,7 +380,10 @@ func (l *line) leave(t ticket, out Outcome, prevCode string, now time.Time) (hol
 	case Paused:
 		return true
 	case Transient:
-		return !out.RequestFault && l.br != nil && l.br.state != breakerClosed
+		// A 429 is not the outage's: it waits out its Retry-After
+		// (throttle.go) whatever the breaker's state, or the record would
+		// be called again at once, against the service's word.
+		return !out.RequestFault && !out.Throttled && l.br != nil && l.br.state != breakerClosed
 	case Permanent:
 		return l.guard.on
 	}
@@ -463,25 +472,6 @@ func (l *line) reportLocked(reasons []string) {
 	}
 }
 
-// sleep waits d for a throttled record (a 429's Retry-After); false when
-// the record is abandoned meanwhile (ctx done, its partition revoked, or
-// shutdown).
-func (l *line) sleep(ctx context.Context, d time.Duration, abandoned func() bool) bool {
-	until := time.Now().Add(d)
-	for {
-		l.mu.Lock()
-		ch, stopped := l.changed, l.stopped
-		l.mu.Unlock()
-		if stopped || ctx.Err() != nil || abandoned() {
-			return false
-		}
-		if !time.Now().Before(until) {
-			return true
-		}
-		waitChange(ctx, ch, until)
-	}
-}
-
 // waitChange waits until the line changes (ch), ctx ends, or wake (when
 // the state changes by itself); at most a second, after which the caller
 // looks again anyway.
@@ -510,7 +500,7 @@ func b2f(b bool) float64 {
 func (l *line) status(now time.Time) LineStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := LineStatus{State: "running", Guard: !l.cfg.Guard.Disabled, RateLimit: l.cfg.RateLimit, FailoverTo: l.cfg.Breaker.FailoverTo}
+	s := LineStatus{State: "running", Guard: !l.cfg.Guard.Disabled, RateLimit: l.cfg.RateLimit, LearnedRate: l.rate.learnedRate(), FailoverTo: l.cfg.Breaker.FailoverTo}
 	reasons, _ := l.blockedLocked(now)
 	for _, r := range reasons {
 		var sr StopReason

@@ -33,7 +33,7 @@ func TestRateLimitReserve(t *testing.T) {
 			at: []time.Duration{0, 0, 10 * time.Millisecond}, want: []time.Duration{0, 20 * time.Millisecond, 30 * time.Millisecond}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := newRateLimit(c.perSecond, c.burst, nil)
+			r := newRateLimit(c.perSecond, c.burst, nil, nil, nil)
 			t0 := time.Now()
 			for i, at := range c.at {
 				_, d := r.reserve(t0.Add(at))
@@ -48,7 +48,7 @@ func TestRateLimitReserve(t *testing.T) {
 // No rate limit (the default): no token, no wait, nothing counted.
 func TestRateLimitOffByDefault(t *testing.T) {
 	cfg := Pipeline{Name: "solve"}.WithDefaults()
-	r := newRateLimit(cfg.RateLimit, cfg.RateBurst, nil)
+	r := newRateLimit(cfg.RateLimit, cfg.RateBurst, nil, nil, nil)
 	if r.lim.Load() != nil {
 		t.Fatalf("a rate limit of %v by default", cfg.RateLimit)
 	}
@@ -66,7 +66,7 @@ func stopped() (<-chan struct{}, bool) { return nil, false }
 // the next call waits as if it had never been taken.
 func TestRateLimitGivesTheTokenBack(t *testing.T) {
 	waitedFor := prometheus.NewCounter(prometheus.CounterOpts{Name: "waited"})
-	r := newRateLimit(1, DefaultRateBurst, waitedFor)
+	r := newRateLimit(1, DefaultRateBurst, waitedFor, nil, nil)
 	if _, d := r.reserve(time.Now()); d != 0 {
 		t.Fatalf("the first token waits %v", d)
 	}
@@ -90,7 +90,7 @@ func TestRateLimitGivesTheTokenBack(t *testing.T) {
 // given back out of order (each cancel restores only what no later
 // reservation took).
 func TestRateLimitKeepsTokensThroughAChange(t *testing.T) {
-	r := newRateLimit(20, 1, prometheus.NewCounter(prometheus.CounterOpts{Name: "waited"}))
+	r := newRateLimit(20, 1, prometheus.NewCounter(prometheus.CounterOpts{Name: "waited"}), nil, nil)
 	var mu sync.Mutex
 	changed := make(chan struct{})
 	current := func() <-chan struct{} { mu.Lock(); defer mu.Unlock(); return changed }

@@ -34,6 +34,7 @@ type metrics struct {
 	throttleWaits    *prometheus.CounterVec   // pipeline
 	paused           *prometheus.GaugeVec     // pipeline, reason
 	rateLimited      *prometheus.CounterVec   // pipeline
+	learnedRate      *prometheus.GaugeVec     // pipeline
 	failovers        *prometheus.CounterVec   // pipeline
 	callbacks        *prometheus.CounterVec   // pipeline, event (cbEventNames)
 	callbacksHeld    *prometheus.GaugeVec     // pipeline
@@ -140,7 +141,7 @@ func (m *metrics) newLine() []prometheus.Collector {
 		Name: "redrive_breaker_calls_total", Help: "Handler calls the circuit breaker judged: counted=yes outcome=success|failure (the service answered, or failed), counted=no outcome=repeat (the record failed with the same code before), request_fault (a handler.codes.request_fault code), learned (a new request failing with a code a second round of probes showed to be the requests'), throttled (a 429) or suspect (a record fetched before the breaker last opened, failing after it closed).",
 	}, []string{"pipeline", "counted", "outcome"})
 	m.throttleWaits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "redrive_throttle_waits_total", Help: "Waits records took in their worker because the service answered 429 (Retry-After, at most 5s, at most 10 per record), before calling again with the same attempt.",
+		Name: "redrive_throttle_waits_total", Help: "Waits records took because the service answered 429 (Retry-After, at most 5s, at most 10 per record; waited out of the workers), before calling again with the same attempt.",
 	}, []string{"pipeline"})
 	m.paused = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "redrive_paused", Help: "1 while the pipeline's handler calls are stopped for that reason (breaker, pause_code, guard, manual), else 0.",
@@ -148,10 +149,13 @@ func (m *metrics) newLine() []prometheus.Collector {
 	m.rateLimited = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redrive_rate_limited_seconds_total", Help: "Seconds records waited for a rate-limit token before their handler call (summed over records).",
 	}, []string{"pipeline"})
+	m.learnedRate = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "redrive_learned_rate", Help: "Handler calls per second this process learned from the service's 429s (AIMD), which its calls are kept to (with rate_limit, the smaller); 0 while none is learned.",
+	}, []string{"pipeline"})
 	m.failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redrive_failovers_total", Help: "Records forwarded to breaker.failover_to while the line was stopped (acknowledged).",
 	}, []string{"pipeline"})
-	return []prometheus.Collector{m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.failovers}
+	return []prometheus.Collector{m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.learnedRate, m.failovers}
 }
 
 // newCallbacks makes the series of job APIs: callbacks, polls, and how
@@ -384,6 +388,7 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 		m.paused.WithLabelValues(name, r)
 	}
 	m.rateLimited.WithLabelValues(name)
+	m.learnedRate.WithLabelValues(name)
 	m.failovers.WithLabelValues(name)
 	// Every pipeline's, with callbacks or not: a dashboard over several
 	// pipelines shows 0 for one without callbacks, not "no data".

@@ -117,15 +117,17 @@ type txnWork struct {
 
 // lineWork: held says the record failed transiently while the breaker was
 // not closed and waits to be called again, heldCode with which code;
-// yielded says it was given back to the run queue (enterYield) and is
-// processed again from the start (counted once), yieldNow that process
-// just did so; throttles counts the waits a 429 made it take in its
-// worker (Outcome.Throttled), at most MaxThrottleWaits; seq is its
-// number in the order of dispatch (dispatchLocked), which tells the
-// breaker whether it was in the pipeline when the breaker last opened.
+// yielded says it was given back to the run queue (enterYield, or after
+// a 429's wait) and is processed again from the start (counted once),
+// yieldNow that process just did so; throttles counts the waits a 429
+// made it take (Outcome.Throttled, throttle.go), at most
+// MaxThrottleWaits, and paceFor is the wait process just asked for; seq
+// is its number in the order of dispatch (dispatchLocked), which tells
+// the breaker whether it was in the pipeline when the breaker last opened.
 type lineWork struct {
 	heldCode                string
 	seq                     uint64
+	paceFor                 time.Duration
 	throttles               int
 	held, yielded, yieldNow bool
 }
@@ -160,6 +162,8 @@ type pipeline struct {
 	line    *line     // whether a handler call may start
 	commits committer // how outcomes are written and offsets committed
 	out     outputs   // builds outcome records (deadletter.go)
+	// throttled holds records waiting out a 429 (throttle.go).
+	throttled throttledRoom
 	// cbs reads the pipeline's callbacks (nil without Callbacks).
 	cbs *callbacks
 	// share reads the main topic in a share group (consume: share; nil
@@ -260,6 +264,7 @@ func newPipeline(pc *Config, cfg Pipeline, h Handler, m *metrics, extra ...kgo.O
 		p.clk = wallClock{}
 	}
 	p.room = newWaitRoom(p.onDue, p.clk)
+	p.throttled.room = newWaitRoom(p.onPaced, p.clk)
 	p.line = newLine(cfg, p.log, m, p.pauseFetch)
 	p.line.freshQueued = p.disp.runq.freshWaiting
 	p.line.freshNewest = p.disp.runq.freshNewest
@@ -421,13 +426,14 @@ func (p *pipeline) run(ctx context.Context) error {
 	// stays uncommitted and is redelivered).
 	p.line.stop()
 	loops.Wait()
+	p.closeThrottled()
 	return p.shutdown(err)
 }
 
 // loops are the goroutines that run beside the poll loop, until its ctx
 // ends.
 func (p *pipeline) loops() []func(context.Context) {
-	loops := []func(context.Context){p.room.run, p.commits.loop, p.lagLoop, p.tierEndsLoop, p.line.run}
+	loops := []func(context.Context){p.room.run, p.throttled.room.run, p.commits.loop, p.lagLoop, p.tierEndsLoop, p.line.run}
 	if p.share != nil {
 		loops = append(loops, p.share.run)
 	}

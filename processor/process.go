@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -86,7 +85,7 @@ func (p *pipeline) process(w *work, req *Request) (d decision, ok bool) {
 	*req = Request{Record: userRecord(w.rec, w.user), ID: meta.ID, Attempt: attempt, Polls: meta.Polls, State: state, Meta: meta}
 	out, d, end := p.callThrough(ctx, w, req, p.callerFor(w, meta, state), now, tierLabel)
 	switch end {
-	case abandoned:
+	case abandoned, throttled:
 		return decision{}, false
 	case decidedEarly:
 		return d, true
@@ -189,13 +188,15 @@ const (
 	answered     callEnd = iota // the handler's outcome is to be decided
 	decidedEarly                // decided without an outcome: forwarded, or expired while waiting
 	abandoned                   // revoked, shutdown, or yielded: not decided
+	throttled                   // a 429 to wait out in the throttled room (w.paceFor): not decided
 )
 
 // callThrough calls the handler for w once the line lets it through, and
 // again while the line holds the record (the outage's failures, pause
-// codes) or the service throttles it. w.at is the time of the outcome.
-// Every call but the first that process screened at now is screened
-// again when it comes.
+// codes). A 429 to wait out ends it (throttled): the record waits in the
+// throttled room, not in the worker (throttle.go). w.at is the time of
+// the outcome. Every call but the first that process screened at now is
+// screened again when it comes.
 func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c caller, now time.Time, tierLabel string) (Outcome, decision, callEnd) {
 	meta := req.Meta
 	for again := false; ; again = true {
@@ -236,14 +237,11 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 			}
 			continue
 		}
-		waited, ok := p.throttle(ctx, w, out)
-		if !waited {
-			return out, decision{}, answered
+		if d := p.throttleWait(w, out); d > 0 {
+			w.paceFor = d
+			return Outcome{}, decision{}, throttled
 		}
-		if !ok {
-			return Outcome{}, decision{}, abandoned // revoked, shutdown: redelivered as it was
-		}
-		now = p.clk.Now()
+		return out, decision{}, answered
 	}
 }
 
@@ -275,24 +273,6 @@ func (p *pipeline) callOnce(ctx context.Context, w *work, req *Request, t ticket
 	p.hot.handlerFor(out.Kind).Observe(now.Sub(start).Seconds())
 	p.hot.outcomeFor(out.Kind, w.ps.tier, tierLabel, out.Code).Inc()
 	return out, true
-}
-
-// throttle makes w wait when the service asked to slow down (a 429): the
-// worker waits, then calls again with the same attempt (the others go
-// on). waited is false when out is no such answer or w has waited
-// MaxThrottleWaits times already; ok is false when w was abandoned during
-// the wait (ctx done, its partition revoked, or shutdown).
-func (p *pipeline) throttle(ctx context.Context, w *work, out Outcome) (waited, ok bool) {
-	if out.Kind != Transient || !out.Throttled || out.MinDelay > MaxThrottleWait || w.throttles >= MaxThrottleWaits {
-		return false, true
-	}
-	w.throttles++
-	p.hot.throttled.Inc()
-	// Up to half again, at random: workers refused together must not come
-	// back together, or only the service's burst gets through each time.
-	d := max(out.MinDelay, time.Second)
-	d += time.Duration(rand.Int64N(int64(d/2) + 1))
-	return true, p.line.sleep(ctx, d, w.ps.leaving.Load)
 }
 
 // dropForeignState ignores the redrive-state of a main-topic record.

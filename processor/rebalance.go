@@ -86,6 +86,7 @@ func (p *pipeline) markLeaving(tps map[string][]int32) (states []*partState, clo
 			states = append(states, ps)
 		}
 	}
+	p.releaseThrottledLocked(func(w *work) bool { return w.ps.revoking })
 	return states, p.closing
 }
 
@@ -151,6 +152,7 @@ func (p *pipeline) purgeGoneLocked() {
 		}
 	}
 	p.room.purge(func(w *work) bool { return w.ps.gone })
+	p.releaseThrottledLocked(func(w *work) bool { return w.ps.gone })
 	p.hot.waiting.Set(float64(p.waiting))
 }
 

@@ -115,6 +115,9 @@ type LineStatus struct {
 	Guard      bool           `json:"guard"`                // the guard is on
 	RateLimit  float64        `json:"rate_limit,omitempty"` // calls per second, 0: none
 	FailoverTo string         `json:"failover_to,omitempty"`
+	// LearnedRate is the calls per second this process learned from the
+	// service's 429s and keeps its calls to (0: none learned).
+	LearnedRate float64 `json:"learned_rate,omitempty"`
 }
 
 // BreakerCounts is what the circuit breaker counted, so that an outage

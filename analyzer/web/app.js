@@ -338,6 +338,7 @@
       : null;
     facts.push(l.guard ? "guard on" : "guard off");
     if (l.rate_limit) facts.push(`rate limit ${l.rate_limit}/s`);
+    if (l.learned_rate) facts.push(`learned rate ${fmtRate(l.learned_rate)} (from 429s)`);
     if (l.failover_to) facts.push(`fails over to ${l.failover_to}`);
     const reasons = l.reasons || [];
     return el(
@@ -649,7 +650,7 @@
           el("td", { class: "mono", text: r.instance }),
           el("td", {}, lineBadge(r.line, { title: r.why || null }), r.breaker ? el("span", { class: "hint", text: ` breaker ${r.breaker}` }) : null),
           el("td", { class: "num", title: `${r.main_partitions} of the main topic; ${r.scope} scope`, text: `${r.partitions} of ${r.total_partitions}` }),
-          el("td", { class: "num", title: r.rate_limit ? `rate limit ${r.rate_limit}/s` : null, text: (100 * (r.share || 0)).toFixed(0) + "%" }),
+          el("td", { class: "num", title: [r.rate_limit ? `rate limit ${r.rate_limit}/s` : "", r.learned_rate ? `learned rate ${fmtRate(r.learned_rate)} (from 429s)` : ""].filter(Boolean).join("; ") || null, text: (100 * (r.share || 0)).toFixed(0) + "%" }),
           el("td", { class: "num", text: fmtRate(r.calls_per_second) }),
           el("td", { class: "num", title: `${r.inflight} records polled and not finished, ${r.calls_in_flight} handler calls running`, text: `${fmtInt(r.inflight)} · ${fmtInt(r.calls_in_flight)} calls` }),
           el("td", { class: "when", title: r.last_seen }, fmtWhen(r.last_seen), r.stale ? " " : null, r.stale ? el("span", { class: "badge warn", title: "no status for three of its intervals: killed, or cut off from the control topic", text: "stale" }) : null)

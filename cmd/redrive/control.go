@@ -385,7 +385,11 @@ func (v controlStatus) write(w io.Writer) {
 			}
 			rate, calls := "-", "-"
 			if r.RateLimit > 0 {
-				rate = strconv.FormatFloat(math.Round(r.RateLimit*100)/100, 'f', -1, 64) + "/s"
+				rate = perSecond(r.RateLimit)
+			}
+			if r.LearnedRate > 0 && (r.RateLimit == 0 || r.LearnedRate < r.RateLimit) {
+				// The rate learned from 429s is the one in force.
+				rate = perSecond(r.LearnedRate) + " learned"
 			}
 			if r.MaxCallsInFlight > 0 {
 				calls = strconv.Itoa(r.MaxCallsInFlight)
@@ -402,6 +406,11 @@ func (v controlStatus) write(w io.Writer) {
 			fmt.Fprintln(w, "  STALE: not heard of for three of its status intervals (killed, or cut off from the control topic)")
 		}
 	}
+}
+
+// perSecond is a rate for a reader: "12.5/s".
+func perSecond(r float64) string {
+	return strconv.FormatFloat(math.Round(r*100)/100, 'f', -1, 64) + "/s"
 }
 
 // clock is t for a reader, in UTC to the second.

@@ -42,6 +42,7 @@ type statusJSON struct {
 			TotalPartitions  int       `json:"total_partitions"`
 			Share            float64   `json:"share"`
 			RateLimit        float64   `json:"rate_limit"`
+			LearnedRate      float64   `json:"learned_rate"`
 			MaxCallsInFlight int       `json:"max_calls_in_flight"`
 			CallsInFlight    int       `json:"calls_in_flight"`
 			LastSeen         time.Time `json:"last_seen"`
@@ -140,15 +141,15 @@ func TestStatusListsReplicas(t *testing.T) {
 	}
 
 	now := time.Now()
-	status := func(instance string, ago time.Duration, partitions int, share, rate float64, calls int) control.Record {
+	status := func(instance string, ago time.Duration, partitions int, share, rate, learned float64, calls int) control.Record {
 		return control.Record{Kind: control.KindStatus, Pipeline: topic, Instance: instance, At: now.Add(-ago), Status: &control.Status{
 			Line: "running", Breaker: "closed", Scope: "pipeline", Partitions: partitions, MainPartitions: partitions / 3, TotalPartitions: 9,
-			Share: share, RateLimit: rate, MaxCallsInFlight: calls, Inflight: 12, CallsInFlight: 4, CallsPerSecond: 33.3, Every: "5s"}}
+			Share: share, RateLimit: rate, LearnedRate: learned, MaxCallsInFlight: calls, Inflight: 12, CallsInFlight: 4, CallsPerSecond: 33.3, Every: "5s"}}
 	}
 	cl := c.Client(t)
 	for _, r := range []control.Record{
-		status("pod-a", time.Second, 6, 2.0/3, 100.0/3, 20),
-		status("pod-b", time.Minute, 3, 1.0/3, 50.0/3, 10), // three intervals of 5s passed long ago
+		status("pod-a", time.Second, 6, 2.0/3, 100.0/3, 0, 20),
+		status("pod-b", time.Minute, 3, 1.0/3, 50.0/3, 12.5, 10), // three intervals of 5s passed long ago; 429s taught it 12.5/s
 		{Kind: control.KindBreaker, Pipeline: topic, Instance: "pod-a", At: now, Line: &control.Line{State: control.StateOpen, Until: now.Add(time.Minute), Why: "30 of 40 calls failed"}},
 		{Kind: control.KindPauseCode, Pipeline: topic, Instance: "pod-b", At: now.Add(-time.Hour), Line: &control.Line{State: control.StateOn, Until: now.Add(-50 * time.Minute), Code: "ERROR_ZERO_BALANCE"}},
 	} {
@@ -183,7 +184,7 @@ func TestStatusListsReplicas(t *testing.T) {
 	if a.Instance != "pod-a" || a.Stale || a.Partitions != 6 || a.TotalPartitions != 9 || a.RateLimit != 100.0/3 || a.MaxCallsInFlight != 20 || a.CallsInFlight != 4 {
 		t.Errorf("pod-a: %+v", a)
 	}
-	if b.Instance != "pod-b" || !b.Stale || !b.LastSeen.Equal(now.Add(-time.Minute)) {
+	if b.Instance != "pod-b" || !b.Stale || !b.LastSeen.Equal(now.Add(-time.Minute)) || b.LearnedRate != 12.5 {
 		t.Errorf("pod-b: %+v, want stale, last seen a minute ago", b)
 	}
 
@@ -191,7 +192,7 @@ func TestStatusListsReplicas(t *testing.T) {
 	for _, want := range []string{
 		topic + " (scope pipeline): not paused",
 		"shared line: breaker open until ", ", by pod-a: 30 of 40 calls failed",
-		"INSTANCE", "CALLS/S", "pod-a", "6/9", "67%", "33.33/s", "pod-b", "3/9", "1m0s ago", "STALE",
+		"INSTANCE", "CALLS/S", "pod-a", "6/9", "67%", "33.33/s", "pod-b", "3/9", "12.5/s learned", "1m0s ago", "STALE",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("status: exit %d, no %q in:\n%s", code, want, out)

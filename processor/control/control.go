@@ -148,6 +148,9 @@ type Status struct {
 	// RateLimit and MaxCallsInFlight: this replica's share (0: none set).
 	RateLimit        float64 `json:"rate_limit,omitempty"`
 	MaxCallsInFlight int     `json:"max_calls_in_flight,omitempty"`
+	// LearnedRate: the calls per second this replica learned from the
+	// service's 429s and keeps to (0: none learned).
+	LearnedRate float64 `json:"learned_rate,omitempty"`
 	// Inflight: records polled and not finished; CallsInFlight: handler
 	// calls running now; CallsPerSecond over the last interval.
 	Inflight       int64   `json:"inflight"`
