@@ -277,6 +277,13 @@ func decideAs(meta retry.Meta, out Outcome, p policy, now time.Time, byCallback 
 	if out.Kind == Paused {
 		return decidePaused(meta, out, p, now)
 	}
+	if out.Kind == Transient && out.Throttled {
+		// A 429 not waited out in memory (a Retry-After over
+		// MaxThrottleWait, or its waits spent): the service asks to
+		// wait, it did not fail the request; spending an attempt would
+		// dead-letter requests for the provider's rate.
+		return decideThrottled(meta, out, p, now)
+	}
 	// Any other answer ends the attempt made (a transient failure's: a
 	// submit's, one more than before, or a poll's, the attempt its job
 	// was submitted in), and a poll is counted.
@@ -356,15 +363,37 @@ func decideTransient(meta retry.Meta, out Outcome, p policy, now time.Time) deci
 // again (line.go); decided here only without one: back to the tier
 // covering the pause, no attempt spent, its State (a job id) kept.
 func decidePaused(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
-	fail(&meta, now, retry.ClassTransient, out.Code, errText(out, "paused"))
-	if len(out.State) > 0 {
-		if d, bad := badState(&meta, out, now); bad {
-			return d
-		}
-		meta.State = out.State
+	if d, bad := keepWaiting(&meta, out, now, "paused"); bad {
+		return d
 	}
 	idx, due := p.sched.Next(now, 0, min(out.MinDelay, p.dueLimit(meta)), p.rnd)
 	return p.retryAt(meta, now, idx, due)
+}
+
+// decideThrottled: a 429 past what is waited out in memory (throttle.go)
+// goes to the smallest tier covering its Retry-After (1 s without one),
+// due then as a poll is (the service's own timing, not a backoff), no
+// attempt spent, its State kept.
+func decideThrottled(meta retry.Meta, out Outcome, p policy, now time.Time) decision {
+	if d, bad := keepWaiting(&meta, out, now, "throttled"); bad {
+		return d
+	}
+	idx, due := p.sched.NextPoll(now, min(max(out.MinDelay, time.Second), p.dueLimit(meta)), p.rnd)
+	return p.retryAt(meta, now, idx, due)
+}
+
+// keepWaiting notes the answer of a record the service asked to wait
+// (what: the error text without the outcome's) and keeps its State;
+// bad with the dead letter when that State cannot be written.
+func keepWaiting(meta *retry.Meta, out Outcome, now time.Time, what string) (decision, bool) {
+	fail(meta, now, retry.ClassTransient, out.Code, errText(out, what))
+	if len(out.State) > 0 {
+		if d, bad := badState(meta, out, now); bad {
+			return d, true
+		}
+		meta.State = out.State
+	}
+	return decision{}, false
 }
 
 // retryAt is the retry to tier idx, due at due (cut to dueLimit).

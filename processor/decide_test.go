@@ -110,6 +110,13 @@ func TestDecide(t *testing.T) {
 			toTier(errored(failed(2, retry.ClassTransient), retry.ClassTransient, "http_429", "http_429"), 1, 30*time.Second)},
 		{"retry-after beyond the last tier: last tier, due after the delay", fresh(), RetryAfter("http_429", nil, time.Hour), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, time.Hour)},
+		// A 429 past what is waited out in memory keeps its attempt.
+		{"throttled past the in-memory wait: the tier covering it, no attempt spent", fresh(), Throttled("http_429", nil, 20*time.Second), pol,
+			toTier(errored(fresh(), retry.ClassTransient, "http_429", "http_429"), 1, 20*time.Second)},
+		{"throttled on attempt 2 keeps attempt 1 done", failed(1, retry.ClassTransient), Throttled("http_429", nil, 20*time.Second), pol,
+			toTier(errored(failed(1, retry.ClassTransient), retry.ClassTransient, "http_429", "http_429"), 1, 20*time.Second)},
+		{"throttled on the last attempt is not exhausted", failed(2, retry.ClassTransient), Throttled("http_429", nil, 6*time.Second), pol,
+			toTier(errored(failed(2, retry.ClassTransient), retry.ClassTransient, "http_429", "http_429"), 1, 6*time.Second)},
 		// redrive never writes a due time it would refuse.
 		{"retry-after beyond the due limit is cut to it (ttl)", fresh(), RetryAfter("http_429", nil, 48*time.Hour), pol,
 			toTier(errored(with(fresh(), func(m *retry.Meta) { m.Attempt = 1 }), retry.ClassTransient, "http_429", "http_429"), 2, 5*time.Minute+time.Hour)},

@@ -109,14 +109,14 @@ type Outcome struct {
 	// a worker) for MinDelay (its Retry-After; 1s without one) and up to
 	// half again at random, and is called again with the same attempt,
 	// up to MaxThrottleWaits times when MinDelay is at most
-	// MaxThrottleWait; otherwise it goes to the tiers like any transient
-	// failure. See Throttled.
+	// MaxThrottleWait; otherwise it goes to the tier covering MinDelay,
+	// again with no attempt spent. See Throttled.
 	Throttled bool
 }
 
 // Throttling a record waits out in memory (Outcome.Throttled): a wait of
 // at most MaxThrottleWait, at most MaxThrottleWaits times per handling.
-// Longer waits, or more, go through the tiers (an attempt spent).
+// Longer waits, or more, go through the tiers (no attempt spent either).
 const (
 	MaxThrottleWait  = 5 * time.Second
 	MaxThrottleWaits = 10
