@@ -220,6 +220,12 @@ type caller struct {
 	seq uint64
 	// canForward: it may be forwarded to breaker.failover_to.
 	canForward bool
+	// canPark: a share group's record. Held in the process while the
+	// breaker is open, it would stop the group's next poll (the poll
+	// accepts every record of the last one), so the half-open probes
+	// could only be the records that opened it: it goes to a tier
+	// instead (enterPark), no attempt spent.
+	canPark bool
 	// abandoned reports its partition is being revoked.
 	abandoned func() bool
 }
@@ -231,6 +237,7 @@ const (
 	enterCall    admission = iota // call the handler, then leave
 	enterForward                  // forward the record to failover_to
 	enterAbandon                  // ctx done, revoked or shutdown: redelivered
+	enterPark                     // the breaker is open: to a tier, no attempt spent (caller.canPark)
 	// enterYield: the half-open breaker keeps its probes for fresh work
 	// that waits in the run queue; give the record back to the queue so
 	// that the worker takes that work.
@@ -285,6 +292,10 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 			l.mu.Unlock()
 			return t, enterForward
 		}
+		if c.canPark && slices.Contains(reasons, stopBreaker) {
+			l.mu.Unlock()
+			return t, enterPark
+		}
 		if len(reasons) == 0 && l.calls.cap > 0 && l.calls.n >= l.calls.cap {
 			// As many calls run as the service may see: wait for one to
 			// end (leave and abandon kick).
@@ -331,6 +342,17 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 		*n--
 		l.mu.Unlock()
 	}
+}
+
+// parkFor is how long a parked record waits: until the breaker may
+// probe (at least a moment).
+func (l *line) parkFor(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.br == nil {
+		return 0
+	}
+	return max(l.br.openUntil.Sub(now), 0)
 }
 
 // abandon gives a ticket back uncounted (the call was abandoned): a probe

@@ -36,6 +36,7 @@ type metrics struct {
 	rateLimited      *prometheus.CounterVec   // pipeline
 	learnedRate      *prometheus.GaugeVec     // pipeline
 	failovers        *prometheus.CounterVec   // pipeline
+	parked           *prometheus.CounterVec   // pipeline
 	callbacks        *prometheus.CounterVec   // pipeline, event (cbEventNames)
 	callbacksHeld    *prometheus.GaugeVec     // pipeline
 	callbackBytes    *prometheus.GaugeVec     // pipeline
@@ -155,7 +156,10 @@ func (m *metrics) newLine() []prometheus.Collector {
 	m.failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redrive_failovers_total", Help: "Records forwarded to breaker.failover_to while the line was stopped (acknowledged).",
 	}, []string{"pipeline"})
-	return []prometheus.Collector{m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.learnedRate, m.failovers}
+	m.parked = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redrive_parked_total", Help: "Share group records sent to a tier, no attempt spent, because the breaker was open (held, they would stop the group's next poll).",
+	}, []string{"pipeline"})
+	return []prometheus.Collector{m.breakerState, m.breakerTrans, m.breakerCalls, m.throttleWaits, m.paused, m.rateLimited, m.learnedRate, m.failovers, m.parked}
 }
 
 // newCallbacks makes the series of job APIs: callbacks, polls, and how
@@ -390,6 +394,7 @@ func (h *hotMetrics) precreate(p Pipeline, tiers []string) {
 	m.rateLimited.WithLabelValues(name)
 	m.learnedRate.WithLabelValues(name)
 	m.failovers.WithLabelValues(name)
+	m.parked.WithLabelValues(name)
 	// Every pipeline's, with callbacks or not: a dashboard over several
 	// pipelines shows 0 for one without callbacks, not "no data".
 	m.callbackCounters(name)

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,9 +20,12 @@ const (
 	CodeBadState         = "bad_state"
 	CodeRecordTooLarge   = "record_too_large"
 	CodeHandlerPanic     = "handler_panic"
-	CodeNoKind           = "no_kind" // the handler's Outcome had no Kind (and no code)
-	CodeCrashed          = "crashed" // delivered more than max_deliveries times with no outcome (consume: share)
+	CodeNoKind           = "no_kind"      // the handler's Outcome had no Kind (and no code)
+	CodeCrashed          = "crashed"      // delivered more than max_deliveries times with no outcome (consume: share)
+	CodeBreakerOpen      = "breaker_open" // a share group's record sent to a tier uncalled while the breaker was open
 )
+
+var errParked = errors.New("not called: the breaker was open; sent to a tier (no attempt spent) so that the share group's next poll is not held")
 
 // Dead-letter reasons (redrive-reason).
 const (
@@ -168,6 +172,7 @@ func (p *pipeline) callerFor(w *work, meta retry.Meta, state []byte) caller {
 	c := caller{
 		canForward: b.FailoverTo != "" && (w.ps.tier < 0 || b.FailoverRetries) && meta.Failovers < MaxFailovers && len(state) == 0,
 		abandoned:  w.ps.leaving.Load,
+		canPark:    w.ps.share != nil,
 		seq:        w.seq,
 		// The breaker puts a failure with the code the record failed
 		// with before on the request (line_breaker.go): its last transient
@@ -211,6 +216,8 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 			fm := meta
 			fm.Failovers++
 			return Outcome{}, decision{to: toFailover, meta: fm}, decidedEarly
+		case enterPark:
+			return Outcome{}, p.park(meta, Outcome{Kind: Paused, Code: CodeBreakerOpen, Err: errParked}, now), decidedEarly
 		}
 		if t.waited || again {
 			// Waiting for the line or a 429 took time: the record may have
@@ -229,6 +236,11 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 		}
 		now = w.at
 		if p.line.leave(t, out, c.prevCode, now) {
+			if c.canPark && out.Kind == Transient {
+				// The outage's failure of a share group's record: held,
+				// it would stop the group's next poll (caller.canPark).
+				return Outcome{}, p.park(meta, out, now), decidedEarly
+			}
 			// The line stopped because of this outage: call again once it
 			// runs, no attempt spent. The record has failed now.
 			if out.Kind == Transient {
@@ -243,6 +255,15 @@ func (p *pipeline) callThrough(ctx context.Context, w *work, req *Request, c cal
 		}
 		return out, decision{}, answered
 	}
+}
+
+// park is the decision on a share group's record while the breaker is
+// open (caller.canPark): to the tier covering the rest of open_for, no
+// attempt spent, as a pause's (out: its last answer, or the breaker's
+// code when it was not called); its State (a job id) is kept.
+func (p *pipeline) park(meta retry.Meta, out Outcome, now time.Time) decision {
+	p.m.parked.WithLabelValues(p.cfg.Name).Inc()
+	return decidePaused(meta, Outcome{Kind: Paused, Code: out.Code, Err: out.Err, State: out.State, MinDelay: p.line.parkFor(now)}, p.pol, now)
 }
 
 // callOnce calls the handler with the ticket t and counts the outcome;
