@@ -29,9 +29,10 @@ import (
 //
 // franz-go's share consumer accepts, at the next poll, every record of
 // the last poll not yet acknowledged. So the reader polls only once the
-// last poll's records all are: at most a batch (Concurrency) is acquired
-// at a time, which is also what a kill -9 can make the group deliver
-// again.
+// last poll's records all are, and flushes their acknowledgements first
+// (flushAccepted): at most a batch (Concurrency) is acquired and not
+// accepted at the broker at a time, which is also what a kill -9 can
+// make the group deliver again.
 //
 // A record delivered again (its last delivery ended with no outcome: most
 // likely the process died) is a suspect: it may be the one that killed
