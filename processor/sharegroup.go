@@ -29,9 +29,10 @@ import (
 //
 // franz-go's share consumer accepts, at the next poll, every record of
 // the last poll not yet acknowledged. So the reader polls only once the
-// last poll's records all are: at most a batch (Concurrency) is acquired
-// at a time, which is also what a kill -9 can make the group deliver
-// again.
+// last poll's records all are, and flushes their acknowledgements first
+// (flushAccepted): at most a batch (Concurrency) is acquired and not
+// accepted at the broker at a time, which is also what a kill -9 can
+// make the group deliver again.
 //
 // A record delivered again (its last delivery ended with no outcome: most
 // likely the process died) is a suspect: it may be the one that killed
@@ -91,6 +92,8 @@ type shareReader struct {
 
 	warned     atomic.Bool
 	soloWarned atomic.Bool
+	// unflushed: a record was acknowledged since the last flush.
+	unflushed atomic.Bool
 }
 
 func newShareReader(p *pipeline) (*shareReader, error) {
@@ -164,6 +167,7 @@ func (s *shareReader) run(ctx context.Context) {
 			s.sleep(ctx, time.Second)
 			continue
 		}
+		s.flushAccepted(ctx)
 		pctx, cancel := context.WithTimeout(ctx, pollWait)
 		fs := s.cl.PollRecords(pctx, n)
 		cancel()
@@ -182,6 +186,24 @@ func (s *shareReader) run(ctx context.Context) {
 		if len(s.suspects) > 0 {
 			s.holdFetches()
 		}
+	}
+}
+
+// flushAccepted sends the acknowledgements of the last poll's records
+// before the next poll. franz-go sends them on a timer (up to a second)
+// or with its next fetch, and a poll can return a batch fetched ahead
+// while the last one ran, with no fetch: a death then would give the
+// group back records whose outcomes are written (each a duplicate), not
+// only those acquired with the record that killed the process.
+func (s *shareReader) flushAccepted(ctx context.Context) {
+	if !s.unflushed.Swap(false) {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := s.cl.FlushAcks(fctx)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		s.p.log.Warn("share group: acknowledgements not flushed before the next poll", "err", err)
 	}
 }
 
@@ -365,6 +387,7 @@ func (s *shareReader) done(w *work, finished bool) {
 	} else {
 		w.rec.Ack(kgo.AckRelease)
 	}
+	s.unflushed.Store(true)
 	s.mu.Lock()
 	delete(s.held, w)
 	s.mu.Unlock()

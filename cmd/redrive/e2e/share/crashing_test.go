@@ -26,7 +26,9 @@ const crashRequests = 500
 // process dies MaxDeliveries times, no more: the record's next delivery
 // dead-letters it "crashed" without calling the handler. Every other
 // record gets its result, those acquired with it (up to Concurrency, held
-// each time the process died) included: none is dead-lettered for it.
+// each time the process died) included: none is dead-lettered for it. A
+// record has a second result only if it was acquired with the poison
+// one: what a replica finished before is accepted at the broker.
 func TestShareCrashingRecordDeadLettered(t *testing.T) {
 	// One partition: a replica started while its dead predecessor is still
 	// a member shares it at once. With as many partitions as members the
@@ -43,6 +45,15 @@ func TestShareCrashingRecordDeadLettered(t *testing.T) {
 		recs = append(recs, &kgo.Record{Topic: e.P.Topic, Key: id, Value: id})
 	}
 	e.Produce(recs...)
+	offsets := map[string]int64{}
+	var poisonAt int64
+	for _, r := range recs {
+		offsets[string(r.Key)] = r.Offset
+		if string(r.Key) == "poison" {
+			poisonAt = r.Offset
+		}
+	}
+	batch := e.P.WithDefaults().Concurrency
 	ta := follow(t, e.Cluster, e.P.Results, e.P.DLQ)
 	// Done once every record, the poison one too, has a result or a dead
 	// letter.
@@ -140,6 +151,24 @@ func TestShareCrashingRecordDeadLettered(t *testing.T) {
 	if missing > 0 {
 		t.Errorf("%d of %d good records have no result", missing, crashRequests)
 	}
+	// A record is acquired again after a death only if the dead process
+	// had it and had not accepted it; every batch before the one the
+	// poison record came in was accepted at the broker before that
+	// batch's poll. So a record with two results was acquired with the
+	// poison record: no further from it than a batch.
+	var far []string
+	for i := range crashRequests {
+		id := fmt.Sprintf("req-%d", i)
+		if counts[id] > 1 && abs(offsets[id]-poisonAt) >= int64(batch) {
+			far = append(far, id)
+		}
+	}
+	if len(far) > 0 {
+		t.Errorf("%d records have more than one result though they are more than a batch (%d) from the poison record: accepted, but not at the broker when the process died: %s",
+			len(far), batch, strings.Join(far, " "))
+	}
 	t.Logf("%d deaths; %d results for %d good records (%d duplicates: records finished but not yet acknowledged at a death)",
 		deaths, len(ta.records(e.P.Results)), crashRequests, dups)
 }
+
+func abs(n int64) int64 { return max(n, -n) }
