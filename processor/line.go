@@ -103,6 +103,10 @@ type line struct {
 	// waiting in enter: a half-open probe slot goes to the first kind
 	// first (probeClassLocked).
 	freshWaiting, failedWaiting int
+	// recentWaiting counts the failed callers dispatched after the breaker
+	// last opened (the first round's failed probes, among them): a second
+	// round asks them first, before the records that opened it.
+	recentWaiting int
 
 	// calls is the bound on handler calls in flight (MaxCallsInFlight,
 	// this process's share of it): cap 0 is none.
@@ -304,7 +308,7 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 		if len(reasons) == 0 {
 			// Not stopped: a half-open breaker still hands out its probe
 			// slots one by one.
-			allow, probe, yield := l.admitLocked(now, fresh, better)
+			allow, probe, yield := l.admitLocked(now, c, fresh, better)
 			if yield {
 				l.mu.Unlock()
 				return t, enterYield
@@ -334,12 +338,19 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 		if fresh {
 			n = &l.freshWaiting
 		}
+		recent := !fresh && l.recentLocked(c)
 		*n++
+		if recent {
+			l.recentWaiting++
+		}
 		l.mu.Unlock()
 		t.waited = true
 		waitChange(ctx, ch, wake)
 		l.mu.Lock()
 		*n--
+		if recent {
+			l.recentWaiting--
+		}
 		l.mu.Unlock()
 	}
 }

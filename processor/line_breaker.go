@@ -222,12 +222,18 @@ func (b *breaker) noteProbe(gen uint64, code string) {
 // waiters is who waits for a probe slot besides the caller: records with
 // no failure history (waiting in the line, or queued for a worker) and
 // records that failed before (waiting in the line).
-type waiters struct{ fresh, failed bool }
+type waiters struct {
+	fresh, failed bool
+	// recent: of the failed ones, some were dispatched after it last
+	// opened (line.recentLocked).
+	recent bool
+}
 
 // admit says whether a call may start at now, and whether it is a probe.
-// fresh: the caller's record has no failure history. tr is the transition
+// fresh: the caller's record has no failure history; recent: it failed,
+// and was dispatched after the breaker last opened. tr is the transition
 // admit made (open → half-open when OpenFor is over).
-func (b *breaker) admit(now time.Time, fresh bool, w waiters) (allow, probe bool, tr *transition) {
+func (b *breaker) admit(now time.Time, fresh, recent bool, w waiters) (allow, probe bool, tr *transition) {
 	if b.state == breakerOpen {
 		if now.Before(b.openUntil) {
 			return false, false, nil
@@ -241,8 +247,11 @@ func (b *breaker) admit(now time.Time, fresh bool, w waiters) (allow, probe bool
 		return false, false, tr
 	}
 	// First round: fresh work first; second round: the records that
-	// failed before first.
-	if (!b.second && !fresh && w.fresh) || (b.second && fresh && w.failed) {
+	// failed before first, and of those the ones that failed since it
+	// opened (the first round's failed probes among them) before the
+	// ones that opened it: a burst of bad requests held since then fails
+	// again for its own reasons, and would say nothing of the service.
+	if (!b.second && !fresh && w.fresh) || (b.second && fresh && w.failed) || (b.second && !fresh && !recent && w.recent) {
 		return false, false, tr
 	}
 	b.granted++
@@ -413,17 +422,23 @@ func (l *line) probeClassLocked(c caller, queued bool, newest uint64) (fresh, be
 	return false, newest > c.seq
 }
 
+// recentLocked says c's record was dispatched after the breaker last
+// opened: failing, it failed since, not as part of what opened it.
+func (l *line) recentLocked(c caller) bool {
+	return l.br != nil && c.seq != 0 && c.seq > l.br.openedSeq
+}
+
 // admitLocked asks the breaker whether a caller may call at now, the other
 // stages letting it. fresh and better are probeClassLocked's. yield: no,
 // and a probe slot is kept for the better work, which no worker has
 // taken: give this worker to it.
-func (l *line) admitLocked(now time.Time, fresh, better bool) (allow, probe, yield bool) {
+func (l *line) admitLocked(now time.Time, c caller, fresh, better bool) (allow, probe, yield bool) {
 	b := l.br
 	if b == nil {
 		return true, false, false
 	}
 	var tr *transition
-	allow, probe, tr = b.admit(now, fresh, waiters{fresh: l.freshWaiting > 0 || better, failed: l.failedWaiting > 0})
+	allow, probe, tr = b.admit(now, fresh, !fresh && l.recentLocked(c), waiters{fresh: l.freshWaiting > 0 || better, failed: l.failedWaiting > 0, recent: l.recentWaiting > 0})
 	l.onBreakerLocked(tr)
 	yield = !allow && better && l.freshWaiting == 0 && b.slotFree()
 	return allow, probe, yield

@@ -101,7 +101,7 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 		now = b.openUntil
 	}
 	probe := func(v verdict) *transition {
-		allow, isProbe, _ := b.admit(now, true, waiters{})
+		allow, isProbe, _ := b.admit(now, true, false, waiters{})
 		if !allow || !isProbe {
 			t.Fatalf("no probe slot (state %v, granted %d)", b.state, b.granted)
 		}
@@ -126,7 +126,7 @@ func TestBreakerHalfOpenRatio(t *testing.T) {
 	// Probes not counted give their slot back.
 	now = b.openUntil
 	for range 20 {
-		allow, isProbe, _ := b.admit(now, true, waiters{})
+		allow, isProbe, _ := b.admit(now, true, false, waiters{})
 		if !allow || !isProbe {
 			t.Fatal("an uncounted probe kept its slot")
 		}
