@@ -234,12 +234,13 @@ func (w wall) offset(t time.Duration) time.Duration {
 	return o
 }
 
-// lo is the least wall-clock reading the processor can have taken within
-// stepSlack after t.
-func (w wall) lo(t time.Duration) time.Duration {
+// lo is the least wall-clock reading the processor can have taken for
+// an answer it had at t at the earliest, and by end + stepSlack (end: when
+// the service answered, or saw the caller hang up).
+func (w wall) lo(t, end time.Duration) time.Duration {
 	o := w.offset(t)
 	for _, s := range w.steps {
-		if s.At > t && s.At <= t+stepSlack {
+		if s.At > t && s.At <= max(t, end)+stepSlack {
 			o = min(o, w.offset(s.At))
 		}
 	}
@@ -307,9 +308,9 @@ func timing(sc *Scenario, w wall, req *Request, cs []Call, log func() string) []
 			switch {
 			case !called:
 				bad(SkippedAttempt, "attempt %d called at %v, attempt %d never before", c.Attempt, c.At, c.Attempt-1)
-			case prev != nil && w.hi(c.At)-w.lo(back(prev)) < sc.Tier(prev.Attempt):
+			case prev != nil && w.hi(c.At)-w.lo(back(prev), prev.End) < sc.Tier(prev.Attempt):
 				bad(EarlyRetry, "attempt %d at %v, %v after attempt %d failed (%s) at %v%s; tier %v",
-					c.Attempt, c.At, w.hi(c.At)-w.lo(back(prev)), prev.Attempt, prev.Kind, back(prev), w.says(), sc.Tier(prev.Attempt))
+					c.Attempt, c.At, w.hi(c.At)-w.lo(back(prev), prev.End), prev.Attempt, prev.Kind, back(prev), w.says(), sc.Tier(prev.Attempt))
 			}
 		}
 		if !seq || j == 0 {
@@ -326,7 +327,7 @@ func timing(sc *Scenario, w wall, req *Request, cs []Call, log func() string) []
 		if p == nil {
 			continue
 		}
-		gap := w.hi(c.At) - w.lo(back(p))
+		gap := w.hi(c.At) - w.lo(back(p), p.End)
 		switch {
 		case p.Kind == OK:
 			bad(CallAfterSuccess, "called at %v (attempt %d) after a 200 at %v", c.At, c.Attempt, back(p))
