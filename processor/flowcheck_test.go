@@ -157,7 +157,8 @@ type flowCheckRun struct {
 	defaults bool
 	e        *pipetest.Env
 	svc      *flowcheck.Service
-	url      string // the service's
+	clk      *processor.SteppedClock // every replica's wall clock, where the scenario steps it
+	url      string                  // the service's
 	reader   *kgo.Client
 	producer *kgo.Client
 
@@ -179,6 +180,7 @@ type flowCheckRun struct {
 
 	// After drive.
 	calls        []flowcheck.Call
+	steps        []flowcheck.ClockStep
 	foreignCalls int
 	end          time.Duration
 	bound        time.Duration
@@ -215,6 +217,12 @@ func newFlowCheckRun(t *testing.T, sc *flowcheck.Scenario, defaults bool) *flowC
 	f := &flowCheckRun{t: t, sc: sc, defaults: defaults, e: e, svc: flowcheck.NewService(sc),
 		replicas: map[int]*flowCheckReplica{}, crashing: map[string]bool{}, opens: map[time.Time]bool{}, has: map[string]bool{}}
 	f.svc.Crash = f.crash
+	if sc.SteppedClock() {
+		// One clock for every replica of the run, as machines' clocks
+		// would step.
+		f.clk = &processor.SteppedClock{}
+		f.svc.StepClock = f.clk.Step
+	}
 	srv := httptest.NewServer(f.svc)
 	t.Cleanup(srv.Close)
 	f.url = srv.URL
@@ -272,6 +280,13 @@ func (f *flowCheckRun) startReplica(slot int) error {
 	cfg.Instance = name
 	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &f.logs, mu: &f.logMu}, nil)).With("replica", name)
 	cfg.Control.StatusInterval = flowcheck.Scaled(control.DefaultStatusInterval)
+	if f.clk != nil {
+		processor.WithClock(f.clk)(&cfg)
+	}
+	if f.sc.SlowSuspectPoll {
+		// A share fetch lands while the suspects run.
+		cfg.ClientOpts = append(cfg.ClientOpts, kgo.WithHooks(&slowSuspectPoll{topic: f.e.P.Topic}))
+	}
 	if len(f.sc.Kills) > 0 || f.sc.Crashes() {
 		// A kill gives no grace: in-flight calls are abandoned, their
 		// records redelivered.
@@ -495,6 +510,7 @@ func (f *flowCheckRun) drive(baseline <-chan time.Duration) time.Duration {
 	defer func() {
 		f.stopAll()
 		f.calls, f.foreignCalls = f.svc.Calls()
+		f.steps = f.svc.Steps()
 		f.end = f.svc.Since()
 	}()
 	if !f.settled() || !f.warmUp(ctx) {
@@ -509,6 +525,15 @@ func (f *flowCheckRun) drive(baseline <-chan time.Duration) time.Duration {
 			time.Sleep(k.RestartAfter)
 			if err := f.startReplica(k.Replica); err != nil {
 				f.fail("%v", err)
+			}
+		}()
+	}
+	for _, c := range f.sc.ClockSteps {
+		go func() {
+			select {
+			case <-time.After(time.Until(start.Add(c.At))):
+				f.svc.Step(c.By)
+			case <-ctx.Done():
 			}
 		}()
 	}
@@ -610,5 +635,6 @@ func (f *flowCheckRun) run(bound time.Duration, why string) flowcheck.Run {
 		ForeignCalls: f.foreignCalls, ForeignOutcomes: f.foreign,
 		Opens: len(f.opens), Probes: processor.DefaultBreakerProbes,
 		Bound: bound, BoundWhy: why, End: f.end, Succeeded: f.succeeded,
+		ClockSteps: f.steps,
 	}
 }

@@ -42,6 +42,9 @@ type Run struct {
 	Succeeded map[string]bool
 	// End is when the run stopped reading outcomes.
 	End time.Duration
+	// ClockSteps are the steps of the replicas' wall clock the run made,
+	// at their times on the service's clock (Service.Steps).
+	ClockSteps []ClockStep
 }
 
 // Invariants, as violations name them.
@@ -133,7 +136,7 @@ func Check(r Run) []Violation {
 		}
 
 		// Calls: none early, none without a cause.
-		vs = append(vs, timing(sc, req, cs, log)...)
+		vs = append(vs, timing(sc, wall{r.ClockSteps}, req, cs, log)...)
 		keys := map[string]int{}
 		for _, c := range cs {
 			keys[fmt.Sprintf("%d/%s", c.Attempt, c.State)]++
@@ -207,15 +210,64 @@ func unearned(sc *Scenario, o *Outcome, cs []Call) string {
 // due times to the millisecond.
 const hangupSlack = 300 * time.Millisecond
 
+// wall converts a time on the service's clock (monotonic, from the start)
+// to the replicas' wall clock, which the run's steps moved: due times and
+// Retry-After waits are kept by that clock (processor/clock.go), so the
+// gaps timing checks are measured by it. The processor reads its clock a
+// little after an answer and a little before a call: a step in between
+// is counted in the processor's favour, within stepSlack.
+type wall struct{ steps []ClockStep }
+
+// stepSlack is how long before a call's arrival the processor may have
+// read its clock for it, and how long after an answer it may read its
+// clock for the outcome, under -race on a loaded machine.
+const stepSlack = hangupSlack
+
+// offset is the sum of the steps made by t.
+func (w wall) offset(t time.Duration) time.Duration {
+	var o time.Duration
+	for _, s := range w.steps {
+		if s.At <= t {
+			o += s.By
+		}
+	}
+	return o
+}
+
+// lo is the least wall-clock reading the processor can have taken for
+// an answer it had at t at the earliest, and by end + stepSlack (end: when
+// the service answered, or saw the caller hang up).
+func (w wall) lo(t, end time.Duration) time.Duration {
+	o := w.offset(t)
+	for _, s := range w.steps {
+		if s.At > t && s.At <= max(t, end)+stepSlack {
+			o = min(o, w.offset(s.At))
+		}
+	}
+	return t + o
+}
+
+// hi is the greatest wall-clock reading the processor can have taken
+// within stepSlack before t.
+func (w wall) hi(t time.Duration) time.Duration {
+	o := w.offset(t)
+	for _, s := range w.steps {
+		if s.At > t-stepSlack && s.At <= t {
+			o = max(o, w.offset(s.At-1))
+		}
+	}
+	return t + o
+}
+
 // timing checks the gaps between the calls of one request, in arrival
-// order: attempt n+1 not before tier n's delay after attempt n failed
+// order, by the replicas' wall clock (w): attempt n+1 not before tier n's delay after attempt n failed
 // (attempt n called at all), a call not before the Retry-After of the
 // answer before it, a poll not before the first tier's delay, no call
 // after a 200. Where a rebalance may hand a record to another replica,
 // two handlings of one request interleave: the tier check then measures
 // from attempt n's first failing call (never a false alarm), and the
 // checks that need the one call before are skipped.
-func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violation {
+func timing(sc *Scenario, w wall, req *Request, cs []Call, log func() string) []Violation {
 	var vs []Violation
 	bad := func(inv, format string, args ...any) {
 		vs = append(vs, Violation{Invariant: inv, ID: req.ID, Detail: fmt.Sprintf(format, args...) + "; " + log()})
@@ -256,9 +308,9 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 			switch {
 			case !called:
 				bad(SkippedAttempt, "attempt %d called at %v, attempt %d never before", c.Attempt, c.At, c.Attempt-1)
-			case prev != nil && c.At-back(prev) < sc.Tier(prev.Attempt):
-				bad(EarlyRetry, "attempt %d at %v, %v after attempt %d failed (%s) at %v; tier %v",
-					c.Attempt, c.At, c.At-back(prev), prev.Attempt, prev.Kind, back(prev), sc.Tier(prev.Attempt))
+			case prev != nil && w.hi(c.At)-w.lo(back(prev), prev.End) < sc.Tier(prev.Attempt):
+				bad(EarlyRetry, "attempt %d at %v, %v after attempt %d failed (%s) at %v%s; tier %v",
+					c.Attempt, c.At, w.hi(c.At)-w.lo(back(prev), prev.End), prev.Attempt, prev.Kind, back(prev), w.says(), sc.Tier(prev.Attempt))
 			}
 		}
 		if !seq || j == 0 {
@@ -275,17 +327,26 @@ func timing(sc *Scenario, req *Request, cs []Call, log func() string) []Violatio
 		if p == nil {
 			continue
 		}
-		gap := c.At - back(p)
+		gap := w.hi(c.At) - w.lo(back(p), p.End)
 		switch {
 		case p.Kind == OK:
 			bad(CallAfterSuccess, "called at %v (attempt %d) after a 200 at %v", c.At, c.Attempt, back(p))
 		case p.RetryAfter > 0 && gap < time.Duration(p.RetryAfter)*time.Second:
-			bad(BeforeRetryAfter, "called at %v, %v after a %s with Retry-After: %d", c.At, gap, p.Kind, p.RetryAfter)
+			bad(BeforeRetryAfter, "called at %v, %v after a %s with Retry-After: %d%s", c.At, gap, p.Kind, p.RetryAfter, w.says())
 		case p.Kind == NotReady && c.Attempt == p.Attempt && gap < sc.Tier(1):
-			bad(EarlyPoll, "polled at %v, %v after a not-ready answer; tier %v", c.At, gap, sc.Tier(1))
+			bad(EarlyPoll, "polled at %v, %v after a not-ready answer%s; tier %v", c.At, gap, w.says(), sc.Tier(1))
 		}
 	}
 	return vs
+}
+
+// says is how a report names the clock of a gap: the wall clock where it
+// stepped.
+func (w wall) says() string {
+	if len(w.steps) == 0 {
+		return ""
+	}
+	return " by the replicas' wall clock (stepped)"
 }
 
 // Stories is every request's story (its script, calls and outcomes), a

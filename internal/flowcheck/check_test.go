@@ -193,3 +193,27 @@ func TestGenerateIsDeterministicAndCoversTheSpace(t *testing.T) {
 		}
 	}
 }
+
+// Gaps are measured by the replicas' wall clock where a run stepped it: a
+// retry 1.09 s after its failure by the service's clock is early when the
+// wall clock stepped back 500 ms between, and on time when it stepped
+// forward 500 ms; a step just after the answer, before the processor read
+// its clock for it, is counted in the processor's favour.
+func TestCheckTimingByTheSteppedWallClock(t *testing.T) {
+	back := clean()
+	back.ClockSteps = []ClockStep{{At: ms(500), By: ms(-500)}}
+	if got := invariants(Check(back)); !slices.Equal(got, []string{EarlyRetry}) {
+		t.Errorf("a retry 590 ms after its failure by the wall clock: got %v, want early-retry", got)
+	}
+	fwd := clean()
+	fwd.Calls[1].At, fwd.Calls[1].End = ms(600), ms(610)
+	fwd.ClockSteps = []ClockStep{{At: ms(500), By: ms(500)}}
+	if vs := Check(fwd); len(vs) > 0 {
+		t.Errorf("a retry 1.08 s after its failure by the wall clock broke %s", Summary(vs, 3))
+	}
+	late := clean()
+	late.ClockSteps = []ClockStep{{At: ms(21), By: ms(-500)}}
+	if vs := Check(late); len(vs) > 0 {
+		t.Errorf("a step back 1 ms after the answer, before the processor's read: %s", Summary(vs, 3))
+	}
+}

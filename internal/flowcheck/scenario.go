@@ -1,9 +1,11 @@
 package flowcheck
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -50,6 +52,9 @@ func (k Kind) Failed() bool { return k != OK }
 type Step struct {
 	Kind       Kind
 	RetryAfter int // seconds; 0: no Retry-After
+	// Clock steps every replica's wall clock by this much as the service
+	// answers (before the answer is sent); 0: no step.
+	Clock time.Duration
 }
 
 // Request is one request a scenario produces and how the service treats
@@ -78,6 +83,14 @@ type Kill struct {
 	At           time.Duration
 	Replica      int
 	RestartAfter time.Duration
+}
+
+// ClockStep steps every replica's wall clock (the one due times are
+// compared with) By, At after the start, as NTP or a resumed virtual
+// machine steps a machine's: back when By is negative. Timers do not move.
+type ClockStep struct {
+	At time.Duration
+	By time.Duration
 }
 
 // Window is a span of the run, from its start; zero: none.
@@ -110,6 +123,14 @@ type Scenario struct {
 	RateLimit int
 	// Timeout is the HTTP handler's.
 	Timeout time.Duration
+	// ClockSteps step every replica's wall clock at their times; with
+	// them, or a script's Step.Clock, the replicas read an injected clock
+	// that the run steps.
+	ClockSteps []ClockStep
+	// SlowSuspectPoll: a replica's poll that returns a record delivered
+	// again is held open 500 ms (once per replica), so that a share fetch
+	// lands while the suspects run. Drawn only with a crash loop.
+	SlowSuspectPoll bool
 }
 
 // Most requests one scenario produces: a run must stay within seconds.
@@ -199,7 +220,70 @@ func Generate(seed uint64) *Scenario {
 		i := b.From + r.IntN(b.To-b.From)
 		s.Requests[i].Class, s.Requests[i].Steps = "crash", []Step{{Kind: Crash}}
 	}
+	s.clockSteps(seed)
+	s.slowSuspects(seed)
 	return s
+}
+
+// clockSteps, in one scenario in four, steps the replicas' wall clock
+// back and forth by 1–3 s at two to four drawn times, and has one to four
+// requests that succeed fail once and then be answered 429 Retry-After: 1
+// with the clock stepped back 1–3 s meanwhile: a retry, due, refused, and
+// waited out while the clock says it is no longer due. It draws from a
+// stream of its own, so the rest of a seed's scenario stays as it was
+// before this was drawn; the stream's constant is one with which the
+// seeds that found defects before (1, 4, 5, 15, 33, 42, 47, 56, 217,
+// 1018) draw no step, so that they still draw what found them.
+func (s *Scenario) clockSteps(seed uint64) {
+	r := rand.New(rand.NewPCG(seed*0x9e3779b97f4a7c15^21, seed))
+	if r.IntN(4) != 0 {
+		return
+	}
+	step := func() time.Duration { return time.Duration(1000+r.IntN(2001)) * time.Millisecond }
+	last := s.Bursts[len(s.Bursts)-1].At + 5*time.Second
+	for n := 2 + r.IntN(3); n > 0; n-- {
+		by := step()
+		if r.IntN(2) == 0 {
+			by = -by
+		}
+		s.ClockSteps = append(s.ClockSteps, ClockStep{At: time.Duration(r.Int64N(int64(last))), By: by})
+	}
+	slices.SortFunc(s.ClockSteps, func(a, b ClockStep) int { return cmp.Compare(a.At, b.At) })
+	var ok []int
+	for i, q := range s.Requests {
+		if q.Class == "ok" {
+			ok = append(ok, i)
+		}
+	}
+	for n := min(len(ok), 1+r.IntN(4)); n > 0; n-- {
+		j := r.IntN(len(ok))
+		q := &s.Requests[ok[j]]
+		ok = slices.Delete(ok, j, j+1)
+		q.Class = "transient:1+429-clock-back"
+		q.Steps = []Step{{Kind: Transient}, {Kind: Throttle, RetryAfter: 1, Clock: -step()}, {Kind: OK}}
+	}
+}
+
+// SteppedClock: the scenario steps the replicas' wall clock.
+func (s *Scenario) SteppedClock() bool {
+	if len(s.ClockSteps) > 0 {
+		return true
+	}
+	for _, q := range s.Requests {
+		for _, st := range q.Steps {
+			if st.Clock != 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// slowSuspects holds a suspect's poll open in two crash loops in three
+// (a stream of its own, as clockSteps; seed 56's crash loop has none).
+func (s *Scenario) slowSuspects(seed uint64) {
+	r := rand.New(rand.NewPCG(seed*0xbf58476d1ce4e5b9^4, seed))
+	s.SlowSuspectPoll = s.Crashes() && r.IntN(3) != 0
 }
 
 // longRetryAfter makes one 429 request in five that asks for 2 s ask for
@@ -324,6 +408,12 @@ func (s *Scenario) String() string {
 	}
 	if s.RateLimit > 0 {
 		fmt.Fprintf(&b, ", service limit %d calls/s", s.RateLimit)
+	}
+	for _, c := range s.ClockSteps {
+		fmt.Fprintf(&b, ", wall clock stepped %+v at %v", c.By, c.At)
+	}
+	if s.SlowSuspectPoll {
+		b.WriteString(", a suspect's poll held open 500 ms")
 	}
 	b.WriteString("; bursts:")
 	for _, bt := range s.Bursts {

@@ -60,8 +60,31 @@ type Service struct {
 	scripted map[string]int // calls the script answered, per request
 	foreign  int            // calls with an id not in the scenario
 
+	steps []ClockStep // the wall-clock steps made, at their times on the service's clock
+
 	// Crash is told the replica a Crash answer kills; nil: none is.
 	Crash func(replica string)
+	// StepClock steps the replicas' wall clock by d; nil: nothing steps.
+	StepClock func(d time.Duration)
+}
+
+// Step steps the replicas' wall clock by d now, and logs it.
+func (s *Service) Step(d time.Duration) {
+	if s.StepClock == nil {
+		return
+	}
+	at := s.Since()
+	s.StepClock(d)
+	s.mu.Lock()
+	s.steps = append(s.steps, ClockStep{At: at, By: d})
+	s.mu.Unlock()
+}
+
+// Steps are the wall-clock steps made so far, in order.
+func (s *Service) Steps() []ClockStep {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.steps)
 }
 
 // NewService is sc's service.
@@ -136,6 +159,9 @@ func (s *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st, c.Cause = req.Step(n), "script"
 	}
 	c.Kind, c.RetryAfter = st.Kind, st.RetryAfter
+	if st.Clock != 0 {
+		s.Step(st.Clock)
+	}
 	defer func() {
 		c.End = s.Since()
 		s.mu.Lock()
