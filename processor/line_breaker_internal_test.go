@@ -565,3 +565,38 @@ func TestBurstHeldWhenOpenedNeitherProbesNorReopens(t *testing.T) {
 		t.Fatalf("after 3 failures of records dispatched since it opened: %+v, want open", st)
 	}
 }
+
+// A second round of probes asks the records that failed since the
+// breaker opened before those held since it opened: the burst that opened
+// it fails again for its own reasons and says nothing of the service.
+func TestSecondRoundAsksRecentFailuresFirst(t *testing.T) {
+	// Consecutive 1: one failure opens it (the test is about the rounds).
+	cfg := Breaker{Consecutive: 1, OpenFor: time.Second, MaxOpen: time.Minute}.WithDefaults()
+	now := time.Now()
+	b := newBreaker(cfg, now)
+	b.record(b.gen, false, now, countFailure, now, false)
+	if b.state != breakerOpen {
+		t.Fatal("not open")
+	}
+	now = b.openUntil
+	// First round: fresh probes, three fail while failed records wait.
+	for i := range 3 {
+		allow, _, _ := b.admit(now, true, false, waiters{failed: true, recent: true})
+		if !allow {
+			t.Fatalf("fresh probe %d refused", i)
+		}
+		b.record(b.gen, true, now, countFailure, now, true)
+	}
+	if !b.second {
+		t.Fatalf("no second round after three fresh probes failed (state %v)", b.state)
+	}
+	if allow, _, _ := b.admit(now, false, false, waiters{failed: true, recent: true}); allow {
+		t.Fatal("a record held since the breaker opened took a second-round slot while one that failed since waits")
+	}
+	if allow, _, _ := b.admit(now, false, true, waiters{failed: true, recent: true}); !allow {
+		t.Fatal("a record that failed since the breaker opened was refused a second-round slot")
+	}
+	if allow, _, _ := b.admit(now, false, false, waiters{failed: true}); !allow {
+		t.Fatal("with no recent failure waiting, a record held since the opening was refused")
+	}
+}
