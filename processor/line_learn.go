@@ -11,30 +11,37 @@ import (
 //
 //   - No limit is learned until a 429.
 //   - The calls are looked at in epochs of at least learnEpoch and
-//     learnEpochCalls answered calls. An epoch with 429s decreases the
-//     limit to learnBeta of the rate the calls went at in it (at most the
-//     limit in force), or to the rate of those the service accepted when
-//     that is lower; with fewer than learnEpochCalls accepted not below
+//     learnEpochCalls answered calls. An epoch whose share of 429s is
+//     above learnShareMin (above the share a decrease was last undone at
+//     plus learnHoldMargin, while decreases are held) decreases the limit
+//     to learnBeta of the rate the calls went at in it (at most the limit
+//     in force), or to the rate of those the service accepted when that
+//     is lower; with fewer than learnEpochCalls accepted not below
 //     learnMinFactor of it (a burst refused whole halves the rate, it
 //     does not stop the calls): at most one decrease an epoch, whatever
 //     the number of 429s.
-//   - An epoch without a 429 in which callers waited for a token (the calls
-//     went at the limit) raises it by a step a second: the limit the last
-//     decrease set over learnRamp, at least learnMinStep; so a limit cut
-//     to learnBeta is back where it was after about 4 s, and it keeps
-//     probing beyond; after learnQuiet such epochs in a row, by
-//     learnGrowth of the limit a second (a decrease far too deep, or a
-//     service whose limit grew, is caught up with in seconds).
+//   - An epoch at or below that share in which callers waited for a token
+//     (the calls went at the limit) raises it by a step a second: the
+//     limit the last decrease set over learnRamp, at least learnMinStep;
+//     so a limit cut to learnBeta is back where it was after about 4 s,
+//     and it keeps probing beyond. From learnCalm after the last decrease
+//     that stood on, by learnGrowth of the limit a second: a decrease far
+//     too deep, or a service whose limit grew, is caught up with in
+//     seconds.
 //   - The epoch after a decrease (from learnSettle after it: calls that
 //     started at the rate before are not looked at) checks that the 429s
 //     followed the rate: a service that refuses calls over its rate
 //     accepts about as many calls as before, so the share of 429s falls
 //     to what that predicts; 429s of single requests (a request throttled
-//     once) come in the same share at any rate. When at least
-//     learnEarlyThrottled 429s show a share nearer what it was than what
-//     the rate predicts, the decrease is undone at once (undoEarly) and
-//     no decrease is made for learnHold unless the share grows by
-//     learnHoldMargin: slowing down would only delay the other calls.
+//     once, an account's own limit) come in the same share at any rate.
+//     When the share is nearer what it was than what the rate predicts,
+//     however few the 429s, the decrease is undone (at once with
+//     learnEarlyThrottled of them: undoEarly), and no decrease is made
+//     for the hold (learnHold, doubled by each undo up to learnHoldMax,
+//     halved by a decrease that stood) unless the share grows by
+//     learnHoldMargin: slowing down would only delay the other calls. A
+//     few 429s are not taken for "it worked": that would let 429s of
+//     single requests ratchet the limit down, a decrease an epoch.
 //
 // The limit is this process's: each replica learns from the 429s its own
 // calls get, and replicas sharing one provider settle on shares of it as
@@ -46,12 +53,18 @@ const (
 	// learnEarlyCalls: the calls after a decrease that may undo it before
 	// its epoch is over (undoEarly), with learnEarlyThrottled 429s.
 	learnEarlyCalls = 20
-	// learnQuiet epochs at the limit without a 429 in a row, and the
-	// increase becomes learnGrowth of the limit a second: a limit far
-	// below the service's (a decrease that overshot) is not climbed back
-	// a step at a time.
-	learnQuiet     = 5
-	learnGrowth    = 0.1
+	// learnShareMin: an epoch with this share of 429s or less is taken
+	// for one without: the calls keep their rate and probe beyond.
+	learnShareMin = 0.05
+	// learnPersistMax: the most of a share that stays when the rate falls
+	// (learner.persist) that an epoch's share is measured from.
+	learnPersistMax = 0.25
+	// learnCalm after the last decrease that stood, the increase becomes
+	// learnGrowth of the limit a second: a limit far below the service's
+	// (a decrease that overshot, 429s of single requests taken for the
+	// service's rate) is not climbed back a step at a time.
+	learnCalm      = 3 * time.Second
+	learnGrowth    = 0.5
 	learnEpochMax  = 10 * time.Second // an epoch ends by then with fewer calls
 	learnBeta      = 0.9
 	learnMinFactor = 0.5
@@ -60,6 +73,7 @@ const (
 	learnMinStep   = 1.0                    // calls/s per second
 	learnFloor     = 1.0                    // calls/s: the lowest limit learned
 	learnHold      = 10 * time.Second
+	learnHoldMax   = time.Minute
 	// learnHoldMargin: a share of 429s this far above the one a decrease
 	// was undone at is the service's limit after all (a wrong undo must
 	// not leave the calls unpaced for learnHold).
@@ -107,9 +121,12 @@ type learner struct {
 	// over learnRamp (not the rate it was made from: a burst's rate says
 	// nothing of the service's).
 	step float64
-	// quiet counts the epochs at the limit without a 429 since the last
-	// decrease or 429.
-	quiet int
+	// cutAt: the last decrease that stood (its check did not undo it).
+	cutAt time.Time
+	// staid and staidCalls: the 429s and calls of the epochs that checked
+	// a decrease, each sum halved by the next: the share of 429s that
+	// stays when the rate falls (persist).
+	staid, staidCalls float64
 	// checking: the epoch before decreased the limit from undo; before is
 	// that epoch.
 	checking bool
@@ -117,8 +134,11 @@ type learner struct {
 	before   epochCalls
 	// holdUntil: after an undone decrease, none before then unless the
 	// share of 429s rises learnHoldMargin above held, the share then.
+	// holdFor is the next hold: doubled by an undo, halved by a decrease
+	// that stood.
 	holdUntil time.Time
 	held      float64
+	holdFor   time.Duration
 	// settleUntil: after a decrease, the calls answered until then are
 	// not looked at (they started at the rate before).
 	settleUntil time.Time
@@ -144,12 +164,20 @@ func epochDone(calls, throttled int64, dur time.Duration, checking bool) bool {
 func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float64, undone bool) {
 	if l.checking {
 		l.checking = false
+		l.staid = l.staid/2 + float64(e.throttled)
+		l.staidCalls = l.staidCalls/2 + float64(e.calls)
 		if !l.followsRate(e) {
 			return l.undoAt(e, now), true
 		}
+		l.cutAt = now
+		l.holdFor = max(learnHold, l.holdFor/2)
+	}
+	bar := learnShareMin + l.persist()
+	if now.Before(l.holdUntil) {
+		bar = max(bar, l.held+learnHoldMargin)
 	}
 	switch {
-	case e.throttled > 0 && (!now.Before(l.holdUntil) || e.share() > l.held+learnHoldMargin):
+	case e.throttled > 0 && e.share() > bar:
 		l.checking, l.undo, l.before = true, l.limit, e
 		l.settleUntil = now.Add(learnSettle)
 		// The rate the calls went at; a limit in force bounds it (a
@@ -167,21 +195,32 @@ func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float
 		}
 		l.limit = max(learnFloor, least, min(learnBeta*r, r*(1-e.share())))
 		l.step = max(learnMinStep, l.limit/learnRamp)
-		l.quiet = 0
-	case e.throttled == 0 && l.limit > 0 && e.bound:
+	case l.limit > 0 && e.bound:
 		secs := min(e.dur.Seconds(), learnEpochMax.Seconds())
 		up := l.step * secs
-		if l.quiet++; l.quiet > learnQuiet {
-			up = max(up, learnGrowth*l.limit*secs)
+		// Calm: the part of the epoch from learnCalm after the last
+		// decrease that stood on.
+		if calm := now.Sub(l.cutAt.Add(learnCalm)).Seconds(); calm > 0 {
+			up = max(up, learnGrowth*l.limit*min(secs, calm))
 		}
 		l.limit += up
-	case e.throttled > 0:
-		l.quiet = 0
 	}
 	if ceiling > 0 && l.limit > ceiling {
 		l.limit = ceiling
 	}
 	return l.limit, false
+}
+
+// persist is the share of 429s seen when the rate fell (the epochs that
+// checked a decrease): a share that does not follow the rate, which an
+// epoch must exceed by learnShareMin to decrease the limit; at most
+// learnPersistMax (a service refusing most calls at any rate is slowed
+// down all the same).
+func (l *learner) persist() float64 {
+	if l.staidCalls < 1 {
+		return 0
+	}
+	return min(learnPersistMax, l.staid/l.staidCalls)
 }
 
 // followsRate says whether the 429s of e, the epoch after a decrease,
@@ -194,14 +233,16 @@ func (l *learner) followsRate(e epochCalls) bool {
 		predicted = max(0, 1-accepted/r)
 	}
 	f := e.share()
-	return e.throttled < learnEarlyThrottled || math.Abs(f-l.before.share()) >= math.Abs(f-predicted)
+	return math.Abs(f-l.before.share()) >= math.Abs(f-predicted)
 }
 
 // undoAt undoes the last decrease: the 429s of e were not the service's
 // limit.
 func (l *learner) undoAt(e epochCalls, now time.Time) float64 {
 	l.checking = false
-	l.limit, l.holdUntil, l.held = l.undo, now.Add(learnHold), e.share()
+	l.holdFor = min(learnHoldMax, max(learnHold, 2*l.holdFor))
+	// The share that stayed when the rate fell: the lower of the two.
+	l.limit, l.holdUntil, l.held = l.undo, now.Add(l.holdFor), min(e.share(), l.before.share())
 	return l.limit
 }
 

@@ -53,9 +53,9 @@ func TestLearnerFollowsARateLimit(t *testing.T) {
 	if again, _ := l.end(epoch(50, 0, false), now, 0); again != got {
 		t.Errorf("raised to %v with calls below the limit", again)
 	}
-	// A few 429s over the limit: cut by learnBeta, once.
+	// 429s over the limit, above learnShareMin: cut by learnBeta, once.
 	now = now.Add(time.Second)
-	cut, _ := l.end(epoch(104, 2, true), now, 0)
+	cut, _ := l.end(epoch(104, 8, true), now, 0)
 	if !near(cut, learnBeta*got) {
 		t.Errorf("a 429 at 104/s, over the limit of %v: %v, want %v", got, cut, learnBeta*got)
 	}
