@@ -11,9 +11,12 @@ import (
 //
 //   - No limit is learned until a 429.
 //   - The calls are looked at in epochs of at least learnEpoch and
-//     learnEpochCalls answered calls. An epoch whose share of 429s is
-//     above learnShareMin (above the share a decrease was last undone at
-//     plus learnHoldMargin, while decreases are held) decreases the limit
+//     learnEpochCalls answered calls (or learnEpochMax). An epoch with
+//     learnMinThrottled 429s or more, whose share of them is above
+//     learnShareMin over the share that stays when the rate falls
+//     (persist: 429s that are not about the rate), or over the share a
+//     decrease was last undone at plus learnHoldMargin while decreases
+//     are held, decreases the limit
 //     to learnBeta of the rate the calls went at in it (at most the limit
 //     in force), or to the rate of those the service accepted when that
 //     is lower; with fewer than learnEpochCalls accepted not below
@@ -56,6 +59,9 @@ const (
 	// learnShareMin: an epoch with this share of 429s or less is taken
 	// for one without: the calls keep their rate and probe beyond.
 	learnShareMin = 0.05
+	// learnMinThrottled: the fewest 429s that decrease the limit (one or
+	// two in a short epoch at a low rate say nothing of a share).
+	learnMinThrottled = 3
 	// learnPersistMax: the most of a share that stays when the rate falls
 	// (learner.persist) that an epoch's share is measured from.
 	learnPersistMax = 0.25
@@ -63,9 +69,11 @@ const (
 	// learnGrowth of the limit a second: a limit far below the service's
 	// (a decrease that overshot, 429s of single requests taken for the
 	// service's rate) is not climbed back a step at a time.
-	learnCalm      = 3 * time.Second
-	learnGrowth    = 0.5
-	learnEpochMax  = 10 * time.Second // an epoch ends by then with fewer calls
+	learnCalm   = 3 * time.Second
+	learnGrowth = 0.5
+	// learnEpochMax: an epoch ends by then with fewer calls (a limit far
+	// too low is raised within seconds, not after 50 calls).
+	learnEpochMax  = 3 * time.Second
 	learnBeta      = 0.9
 	learnMinFactor = 0.5
 	learnGap       = 250 * time.Millisecond // the idle gap counted in an epoch's busy time, at most
@@ -172,12 +180,16 @@ func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float
 		l.cutAt = now
 		l.holdFor = max(learnHold, l.holdFor/2)
 	}
-	bar := learnShareMin + l.persist()
+	// Over the share that stays by learnShareMin and by the share's
+	// noise in an epoch of e.calls: a share that high by chance is no
+	// reason to slow down.
+	p := l.persist()
+	bar := learnShareMin + p + math.Sqrt(p*(1-p)/float64(max(e.calls, 1)))
 	if now.Before(l.holdUntil) {
 		bar = max(bar, l.held+learnHoldMargin)
 	}
 	switch {
-	case e.throttled > 0 && e.share() > bar:
+	case e.throttled >= learnMinThrottled && e.share() > bar:
 		l.checking, l.undo, l.before = true, l.limit, e
 		l.settleUntil = now.Add(learnSettle)
 		// The rate the calls went at; a limit in force bounds it (a

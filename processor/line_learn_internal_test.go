@@ -1,7 +1,9 @@
 package processor
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -137,8 +139,10 @@ func TestLearnerFloor(t *testing.T) {
 	}
 	for range 20 {
 		now = now.Add(time.Second)
-		calls := int64(math.Ceil(l.limit)) // the calls go at the limit
-		l.end(epoch(calls, calls, true), now, 0)
+		// The calls go at the limit, in epochs of learnEpochMax at a low
+		// rate.
+		calls := int64(math.Ceil(l.limit * learnEpochMax.Seconds()))
+		l.end(epochCalls{calls: calls, throttled: calls, dur: learnEpochMax, bound: true}, now, 0)
 	}
 	if l.limit != learnFloor {
 		t.Errorf("every call refused: %v, want the floor %v", l.limit, learnFloor)
@@ -160,7 +164,7 @@ func TestEpochDone(t *testing.T) {
 		checking, want   bool
 	}{
 		{calls: 1000, dur: learnEpoch - time.Millisecond, want: false},
-		{calls: learnEpochCalls - 1, dur: 5 * time.Second, want: false},
+		{calls: learnEpochCalls - 1, dur: learnEpochMax - time.Millisecond, want: false},
 		{calls: learnEpochCalls, dur: learnEpoch, want: true},
 		{calls: 1, dur: learnEpochMax, want: true},
 		{calls: 100, dur: learnEpoch, checking: true, want: false},
@@ -203,5 +207,90 @@ func TestRateLimitLearnsFromCalls(t *testing.T) {
 	}
 	if kicks != 0 {
 		t.Errorf("%d kicks for a first limit (no one waited on a limiter)", kicks)
+	}
+}
+
+// simulateLearner drives r with secs of calls from start, offered at
+// offered a second or at the limit learned when lower (callers then wait
+// for tokens): each call is answered 429 with probability share (a
+// request's own throttle, whatever the rate), and beyond capacity a
+// second (a token bucket of a tenth of a second; 0: no limit). It
+// returns the calls made and those the capacity refused.
+func simulateLearner(r *rateLimit, rng *rand.Rand, start time.Time, secs, offered, share, capacity float64) (calls, overCapacity int) {
+	tokens := capacity / 10
+	end := start.Add(time.Duration(secs * float64(time.Second)))
+	for t := start; t.Before(end); {
+		perSecond := offered
+		if l := r.learnedRate(); l > 0 && l < offered {
+			perSecond = l
+			r.bound.Store(true)
+		}
+		dt := 1 / perSecond
+		t = t.Add(time.Duration(dt * float64(time.Second)))
+		throttled := rng.Float64() < share
+		if capacity > 0 {
+			if tokens = min(capacity/10, tokens+capacity*dt); tokens >= 1 {
+				tokens--
+			} else {
+				throttled = true
+				overCapacity++
+			}
+		}
+		r.heard(throttled, t)
+		calls++
+	}
+	return calls, overCapacity
+}
+
+// The learner against 429s of single requests at a steady share (the
+// share the same at any rate), from no limit and from a limit far too low
+// (left by an earlier rate limit): the calls are not held below the rate
+// offered (at least 90 % of it over the minute; from the low limit, over
+// the last 45 s). And against a rate limit, with and without such 429s:
+// at most 10 % of the calls refused over it, at least 80 % of its rate
+// used.
+func TestLearnerSingleRequest429s(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		offered, share, capacity float64
+		from                     float64 // a limit learned before (0: none)
+	}{
+		{name: "10% at 60/s", offered: 60, share: 0.1},
+		{name: "8% at 20/s", offered: 20, share: 0.08},
+		{name: "8% at 12/s", offered: 12, share: 0.08},
+		{name: "3% at 100/s", offered: 100, share: 0.03},
+		{name: "20% at 200/s", offered: 200, share: 0.2},
+		{name: "10% at 60/s from 5/s", offered: 60, share: 0.1, from: 5},
+		{name: "10% at 20/s from 2/s", offered: 20, share: 0.1, from: 2},
+		{name: "a limit of 100/s offered 200/s", offered: 200, capacity: 100},
+		{name: "a limit of 60/s offered 120/s, 10% besides", offered: 120, share: 0.1, capacity: 60},
+	} {
+		for seed := range uint64(5) {
+			t.Run(fmt.Sprintf("%s/seed=%d", c.name, seed), func(t *testing.T) {
+				r := newRateLimit(0, DefaultRateBurst, prometheus.NewCounter(prometheus.CounterOpts{Name: "waited"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "learned"}), nil)
+				rng := rand.New(rand.NewPCG(seed, 47))
+				start := time.Now()
+				if c.from > 0 {
+					r.armed.Store(true)
+					r.learn.limit, r.learn.step, r.learn.cutAt = c.from, learnMinStep, start
+					simulateLearner(r, rng, start, 15, c.offered, c.share, c.capacity)
+					start = start.Add(15 * time.Second)
+				}
+				const secs = 60.0
+				calls, over := simulateLearner(r, rng, start, secs, c.offered, c.share, c.capacity)
+				if c.capacity == 0 {
+					if want := 0.9 * c.offered * secs; float64(calls) < want {
+						t.Errorf("%d calls in %vs, want at least %.0f (90 %% of the offer); the limit learned at the end %.1f/s", calls, secs, want, r.learnedRate())
+					}
+					return
+				}
+				if float64(over) > 0.1*float64(calls) {
+					t.Errorf("%d of %d calls over the service's limit, want at most 10 %%", over, calls)
+				}
+				if used := float64(calls - over); used < 0.8*c.capacity*secs {
+					t.Errorf("%.0f calls within the service's limit in %vs, want at least %.0f (80 %% of it)", used, secs, 0.8*c.capacity*secs)
+				}
+			})
+		}
 	}
 }
