@@ -303,8 +303,8 @@ func TestRateLimitedProviderIsPaced(t *testing.T) {
 
 // TestSingleRequest429sDoNotSlowTheCalls: a provider with no rate limit
 // answers a tenth of the requests 429 once (Retry-After 0, 1 or 2 s: the
-// request's own throttle, whatever the call rate); 400 requests offered
-// at 10/s. Those 429s do not follow the rate, so the learned rate must
+// request's own throttle, whatever the call rate); 800 requests offered
+// at 20/s. Those 429s do not follow the rate, so the learned rate must
 // not hold the calls below the offer: all done within the offer's 40 s +
 // the longest wait (2 s and half again) + 7 s. A rate low enough that a
 // check of a decrease sees few 429s (a limit ratcheted down by them took
@@ -312,8 +312,8 @@ func TestRateLimitedProviderIsPaced(t *testing.T) {
 func TestSingleRequest429sDoNotSlowTheCalls(t *testing.T) {
 	t.Parallel()
 	const (
-		n         = 400
-		perSecond = 10
+		n         = 800
+		perSecond = 20
 	)
 	svc, url := newPaceService(t, func(id string, call int) (int, int) {
 		i, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
