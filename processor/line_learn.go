@@ -12,25 +12,23 @@ import (
 //   - No limit is learned until a 429.
 //   - The calls are looked at in epochs of at least learnEpoch and
 //     learnEpochCalls answered calls (or learnEpochMax). An epoch with
-//     learnMinThrottled 429s or more, whose share of them is above
-//     learnShareMin over the share that stays when the rate falls
-//     (persist: 429s that are not about the rate), or over the share a
-//     decrease was last undone at plus learnHoldMargin while decreases
-//     are held, decreases the limit
-//     to learnBeta of the rate the calls went at in it (at most the limit
-//     in force), or to the rate of those the service accepted when that
-//     is lower; with fewer than learnEpochCalls accepted not below
-//     learnMinFactor of it (a burst refused whole halves the rate, it
-//     does not stop the calls): at most one decrease an epoch, whatever
-//     the number of 429s.
-//   - An epoch at or below that share in which callers waited for a token
-//     (the calls went at the limit) raises it by a step a second: the
-//     limit the last decrease set over learnRamp, at least learnMinStep;
-//     so a limit cut to learnBeta is back where it was after about 4 s,
-//     and it keeps probing beyond. From learnCalm after the last decrease
-//     that stood on, by learnGrowth of the limit a second: a decrease far
-//     too deep, or a service whose limit grew, is caught up with in
-//     seconds.
+//     learnMinThrottled 429s or more, whose share of them is above the
+//     bar (learnShareMin over the share that stays when the rate falls,
+//     persist, and its noise; while decreases are held, at least the
+//     share a decrease was last undone at plus learnHoldMargin),
+//     decreases the limit to learnBeta of the rate the calls went at in
+//     it (at most the limit in force), or to the rate of those the
+//     service accepted when that is lower; with fewer than
+//     learnEpochCalls accepted not below learnMinFactor of it (a burst
+//     refused whole halves the rate, it does not stop the calls): at most
+//     one decrease an epoch, whatever the number of 429s.
+//   - Any other epoch in which callers waited for a token (the calls went
+//     at the limit) raises it by a step a second: the limit the last
+//     decrease set over learnRamp, at least learnMinStep; so a limit cut
+//     to learnBeta is back where it was after about 4 s, and it keeps
+//     probing beyond. From learnCalm after the last decrease that stood
+//     on, by learnGrowth of the limit a second: a decrease far too deep,
+//     or a service whose limit grew, is caught up with in seconds.
 //   - The epoch after a decrease (from learnSettle after it: calls that
 //     started at the rate before are not looked at) checks that the 429s
 //     followed the rate: a service that refuses calls over its rate
