@@ -22,8 +22,8 @@ import (
 //     learnEpochCalls accepted not below learnMinFactor of it (a burst
 //     refused whole halves the rate, it does not stop the calls): at most
 //     one decrease an epoch, whatever the number of 429s.
-//   - Any other epoch in which callers waited for a token (the calls went
-//     at the limit) raises it by a step a second: the limit the last
+//   - An epoch at or below that bar without the hold in which callers
+//     waited for a token (the calls went at the limit) raises it by a step a second: the limit the last
 //     decrease set over learnRamp, at least learnMinStep; so a limit cut
 //     to learnBeta is back where it was after about 4 s, and it keeps
 //     probing beyond. From learnCalm after the last decrease that stood
@@ -38,9 +38,7 @@ import (
 //     When the share is nearer what it was than what the rate predicts,
 //     however few the 429s, the decrease is undone (at once with
 //     learnEarlyThrottled of them: undoEarly), and no decrease is made
-//     for the hold (learnHold, doubled by each undo up to learnHoldMax,
-//     halved by a decrease that stood) unless the share grows by
-//     learnHoldMargin: slowing down would only delay the other calls. A
+//     for learnHold unless the share grows by learnHoldMargin: slowing down would only delay the other calls. A
 //     few 429s are not taken for "it worked": that would let 429s of
 //     single requests ratchet the limit down, a decrease an epoch.
 //
@@ -62,7 +60,7 @@ const (
 	learnMinThrottled = 3
 	// learnPersistMax: the most of a share that stays when the rate falls
 	// (learner.persist) that an epoch's share is measured from.
-	learnPersistMax = 0.25
+	learnPersistMax = 0.1
 	// learnCalm after the last decrease that stood, the increase becomes
 	// learnGrowth of the limit a second: a limit far below the service's
 	// (a decrease that overshot, 429s of single requests taken for the
@@ -79,7 +77,6 @@ const (
 	learnMinStep   = 1.0                    // calls/s per second
 	learnFloor     = 1.0                    // calls/s: the lowest limit learned
 	learnHold      = 10 * time.Second
-	learnHoldMax   = time.Minute
 	// learnHoldMargin: a share of 429s this far above the one a decrease
 	// was undone at is the service's limit after all (a wrong undo must
 	// not leave the calls unpaced for learnHold).
@@ -140,11 +137,8 @@ type learner struct {
 	before   epochCalls
 	// holdUntil: after an undone decrease, none before then unless the
 	// share of 429s rises learnHoldMargin above held, the share then.
-	// holdFor is the next hold: doubled by an undo, halved by a decrease
-	// that stood.
 	holdUntil time.Time
 	held      float64
-	holdFor   time.Duration
 	// settleUntil: after a decrease, the calls answered until then are
 	// not looked at (they started at the rate before).
 	settleUntil time.Time
@@ -170,19 +164,18 @@ func epochDone(calls, throttled int64, dur time.Duration, checking bool) bool {
 func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float64, undone bool) {
 	if l.checking {
 		l.checking = false
-		l.staid = l.staid/2 + float64(e.throttled)
-		l.staidCalls = l.staidCalls/2 + float64(e.calls)
 		if !l.followsRate(e) {
 			return l.undoAt(e, now), true
 		}
+		l.stayed(e)
 		l.cutAt = now
-		l.holdFor = max(learnHold, l.holdFor/2)
 	}
 	// Over the share that stays by learnShareMin and by the share's
 	// noise in an epoch of e.calls: a share that high by chance is no
 	// reason to slow down.
 	p := l.persist()
-	bar := learnShareMin + p + math.Sqrt(p*(1-p)/float64(max(e.calls, 1)))
+	stays := learnShareMin + p + math.Sqrt(p*(1-p)/float64(max(e.calls, 1)))
+	bar := stays
 	if now.Before(l.holdUntil) {
 		bar = max(bar, l.held+learnHoldMargin)
 	}
@@ -205,7 +198,9 @@ func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float
 		}
 		l.limit = max(learnFloor, least, min(learnBeta*r, r*(1-e.share())))
 		l.step = max(learnMinStep, l.limit/learnRamp)
-	case l.limit > 0 && e.bound:
+	case l.limit > 0 && e.bound && e.share() <= stays:
+		// Raised only at a share the calls' rate does not explain: a
+		// decrease held (429s over the share that stays) keeps the limit.
 		secs := min(e.dur.Seconds(), learnEpochMax.Seconds())
 		up := l.step * secs
 		// Calm: the part of the epoch from learnCalm after the last
@@ -219,6 +214,12 @@ func (l *learner) end(e epochCalls, now time.Time, ceiling float64) (limit float
 		l.limit = ceiling
 	}
 	return l.limit, false
+}
+
+// stayed counts e, an epoch that checked a decrease, in persist.
+func (l *learner) stayed(e epochCalls) {
+	l.staid = l.staid/2 + float64(e.throttled)
+	l.staidCalls = l.staidCalls/2 + float64(e.calls)
 }
 
 // persist is the share of 429s seen when the rate fell (the epochs that
@@ -250,9 +251,9 @@ func (l *learner) followsRate(e epochCalls) bool {
 // limit.
 func (l *learner) undoAt(e epochCalls, now time.Time) float64 {
 	l.checking = false
-	l.holdFor = min(learnHoldMax, max(learnHold, 2*l.holdFor))
+	l.stayed(e)
 	// The share that stayed when the rate fell: the lower of the two.
-	l.limit, l.holdUntil, l.held = l.undo, now.Add(l.holdFor), min(e.share(), l.before.share())
+	l.limit, l.holdUntil, l.held = l.undo, now.Add(learnHold), min(e.share(), l.before.share())
 	return l.limit
 }
 
