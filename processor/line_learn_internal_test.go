@@ -1,7 +1,9 @@
 package processor
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -53,9 +55,9 @@ func TestLearnerFollowsARateLimit(t *testing.T) {
 	if again, _ := l.end(epoch(50, 0, false), now, 0); again != got {
 		t.Errorf("raised to %v with calls below the limit", again)
 	}
-	// A few 429s over the limit: cut by learnBeta, once.
+	// 429s over the limit, above learnShareMin: cut by learnBeta, once.
 	now = now.Add(time.Second)
-	cut, _ := l.end(epoch(104, 2, true), now, 0)
+	cut, _ := l.end(epoch(104, 8, true), now, 0)
 	if !near(cut, learnBeta*got) {
 		t.Errorf("a 429 at 104/s, over the limit of %v: %v, want %v", got, cut, learnBeta*got)
 	}
@@ -92,8 +94,13 @@ func TestLearnerUndoesWhen429sDoNotFollowTheRate(t *testing.T) {
 			t.Fatalf("%ds after the undo: a limit of %v, want none within learnHold", i, got)
 		}
 	}
-	if got, _ := l.end(e, now.Add(learnHold), 0); got == 0 {
-		t.Error("after learnHold: no decrease")
+	// After learnHold, the same share (the share that stays when the
+	// rate falls) still decreases nothing; a far larger one does.
+	if got, _ := l.end(e, now.Add(learnHold), 0); got != 0 {
+		t.Errorf("after learnHold, the same 10 %%: a limit of %v", got)
+	}
+	if got, _ := l.end(epoch(90, 30, false), now.Add(learnHold+time.Second), 0); got == 0 {
+		t.Error("after learnHold, a third refused: no decrease")
 	}
 }
 
@@ -137,8 +144,10 @@ func TestLearnerFloor(t *testing.T) {
 	}
 	for range 20 {
 		now = now.Add(time.Second)
-		calls := int64(math.Ceil(l.limit)) // the calls go at the limit
-		l.end(epoch(calls, calls, true), now, 0)
+		// The calls go at the limit, in epochs of learnEpochMax at a low
+		// rate.
+		calls := int64(math.Ceil(l.limit * learnEpochMax.Seconds()))
+		l.end(epochCalls{calls: calls, throttled: calls, dur: learnEpochMax, bound: true}, now, 0)
 	}
 	if l.limit != learnFloor {
 		t.Errorf("every call refused: %v, want the floor %v", l.limit, learnFloor)
@@ -160,7 +169,7 @@ func TestEpochDone(t *testing.T) {
 		checking, want   bool
 	}{
 		{calls: 1000, dur: learnEpoch - time.Millisecond, want: false},
-		{calls: learnEpochCalls - 1, dur: 5 * time.Second, want: false},
+		{calls: learnEpochCalls - 1, dur: learnEpochMax - time.Millisecond, want: false},
 		{calls: learnEpochCalls, dur: learnEpoch, want: true},
 		{calls: 1, dur: learnEpochMax, want: true},
 		{calls: 100, dur: learnEpoch, checking: true, want: false},
@@ -203,5 +212,98 @@ func TestRateLimitLearnsFromCalls(t *testing.T) {
 	}
 	if kicks != 0 {
 		t.Errorf("%d kicks for a first limit (no one waited on a limiter)", kicks)
+	}
+}
+
+// simulateLearner drives r with secs of calls from start, offered at
+// offered a second or at the limit learned when lower (callers then wait
+// for tokens): each call is answered 429 with probability share (a
+// request's own throttle, whatever the rate), and beyond capacity a
+// second (a token bucket of a tenth of a second; 0: no limit). It
+// returns the calls made and those the capacity refused.
+func simulateLearner(r *rateLimit, rng *rand.Rand, start time.Time, secs, offered, share, capacity float64) (calls, overCapacity int) {
+	tokens := capacity / 10
+	end := start.Add(time.Duration(secs * float64(time.Second)))
+	for t := start; t.Before(end); {
+		perSecond := offered
+		if l := r.learnedRate(); l > 0 && l < offered {
+			perSecond = l
+			r.bound.Store(true)
+		}
+		dt := 1 / perSecond
+		t = t.Add(time.Duration(dt * float64(time.Second)))
+		throttled := rng.Float64() < share
+		if capacity > 0 {
+			if tokens = min(capacity/10, tokens+capacity*dt); tokens >= 1 {
+				tokens--
+			} else {
+				throttled = true
+				overCapacity++
+			}
+		}
+		r.heard(throttled, t)
+		calls++
+	}
+	return calls, overCapacity
+}
+
+// The learner against 429s of single requests at a steady share (the
+// share the same at any rate), from no limit and from a limit far too low
+// (left by an earlier rate limit): the calls are not held below the rate
+// offered (at least 90 % of it over the minute; from the low limit, 75 %
+// of it over the minute after 15 s: climbing back takes 10-25 s). And against a rate limit, with and without such 429s:
+// at most 10 % of the calls refused over it, at least 80 % of its rate
+// used.
+func TestLearnerSingleRequest429s(t *testing.T) {
+	for _, c := range []struct {
+		name                     string
+		offered, share, capacity float64
+		from                     float64 // a limit learned before (0: none)
+		// least: the share of the offer the calls must reach over the
+		// minute (0: 90 %); from a limit far too low, the first 10-25 s
+		// go to climbing back.
+		least float64
+	}{
+		{name: "10% at 60/s", offered: 60, share: 0.1},
+		{name: "8% at 20/s", offered: 20, share: 0.08},
+		{name: "8% at 12/s", offered: 12, share: 0.08},
+		{name: "3% at 100/s", offered: 100, share: 0.03},
+		{name: "20% at 200/s", offered: 200, share: 0.2},
+		{name: "10% at 60/s from 5/s", offered: 60, share: 0.1, from: 5, least: 0.75},
+		{name: "10% at 20/s from 2/s", offered: 20, share: 0.1, from: 2, least: 0.75},
+		{name: "a limit of 100/s offered 200/s", offered: 200, capacity: 100},
+		{name: "a limit of 60/s offered 120/s, 10% besides", offered: 120, share: 0.1, capacity: 60},
+	} {
+		for seed := range uint64(5) {
+			t.Run(fmt.Sprintf("%s/seed=%d", c.name, seed), func(t *testing.T) {
+				r := newRateLimit(0, DefaultRateBurst, prometheus.NewCounter(prometheus.CounterOpts{Name: "waited"}), prometheus.NewGauge(prometheus.GaugeOpts{Name: "learned"}), nil)
+				rng := rand.New(rand.NewPCG(seed, 47))
+				start := time.Now()
+				if c.from > 0 {
+					r.armed.Store(true)
+					r.learn.limit, r.learn.step, r.learn.cutAt = c.from, learnMinStep, start
+					simulateLearner(r, rng, start, 15, c.offered, c.share, c.capacity)
+					start = start.Add(15 * time.Second)
+				}
+				const secs = 60.0
+				calls, over := simulateLearner(r, rng, start, secs, c.offered, c.share, c.capacity)
+				if c.capacity == 0 {
+					least := c.least
+					if least == 0 {
+						least = 0.9
+					}
+					if want := least * c.offered * secs; float64(calls) < want {
+						t.Errorf("%d calls in %vs, want at least %.0f (%.0f %% of the offer); the limit learned at the end %.1f/s", calls, secs, want, 100*least, r.learnedRate())
+					}
+					return
+				}
+				if float64(over) > 0.1*float64(calls) {
+					t.Errorf("%d of %d calls over the service's limit, want at most 10 %%", over, calls)
+				}
+				if used := float64(calls - over); used < 0.8*c.capacity*secs {
+					t.Errorf("%.0f calls within the service's limit in %vs, want at least %.0f (80 %% of it)", used, secs, 0.8*c.capacity*secs)
+				}
+			})
+		}
 	}
 }

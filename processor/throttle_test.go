@@ -301,6 +301,62 @@ func TestRateLimitedProviderIsPaced(t *testing.T) {
 	}
 }
 
+// TestSingleRequest429sDoNotSlowTheCalls: a provider with no rate limit
+// answers a tenth of the requests 429 once (Retry-After 0, 1 or 2 s: the
+// request's own throttle, whatever the call rate); 800 requests offered
+// at 20/s. Those 429s do not follow the rate, so the learned rate must
+// not hold the calls below the offer: all done within the offer's 40 s +
+// the longest wait (2 s and half again) + 7 s. A rate low enough that a
+// check of a decrease sees few 429s (a limit ratcheted down by them took
+// the calls to a few a second).
+func TestSingleRequest429sDoNotSlowTheCalls(t *testing.T) {
+	t.Parallel()
+	const (
+		n         = 800
+		perSecond = 20
+	)
+	svc, url := newPaceService(t, func(id string, call int) (int, int) {
+		i, _ := strconv.Atoi(id[strings.LastIndexByte(id, '-')+1:])
+		if i%10 == 3 && call == 1 {
+			return http.StatusTooManyRequests, i / 10 % 3
+		}
+		return http.StatusOK, 0
+	})
+	e := pipetest.New(t, "single429", 6, retry.Schedule{Tiers: []time.Duration{time.Second, 2 * time.Second}, MaxAttempts: 3})
+	pr, _ := pipetest.RunProcessor(t, e.Config(), newPaceHandler(t, url))
+	warm := paceRequests(e.P.Topic, "warm", 6)
+	for i, r := range warm {
+		r.Partition = int32(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.Cluster.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner())).ProduceSync(ctx, warm...).FirstErr(); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	if got := e.CollectN(e.P.Results, len(warm), 60*time.Second, 0); len(got) < len(warm) {
+		t.Fatalf("warm-up: %d of %d results", len(got), len(warm))
+	}
+	start := time.Now()
+	offer(t, e, paceRequests(e.P.Topic, "r", n), perSecond)
+	bound := time.Duration(n/perSecond)*time.Second + 3*time.Second + 7*time.Second
+	var lowest float64
+	got := e.Collect([]string{e.P.Results, e.P.DLQ}, func(got kafkatest.Got) bool {
+		if l := pr.Status().Pipelines[0].Line.LearnedRate; l > 0 && (lowest == 0 || l < lowest) {
+			lowest = l
+		}
+		return len(got[e.P.Results])+len(got[e.P.DLQ]) >= n+len(warm)
+	}, bound, 0)
+	got[e.P.Results] = slices.DeleteFunc(got[e.P.Results], func(r *kgo.Record) bool { return strings.HasPrefix(string(r.Key), "warm-") })
+	took := time.Since(start)
+	calls, refused := svc.counts()
+	t.Logf("%d results, %d dead letters in %v; %d calls, %d refused; the lowest learned rate %.1f/s",
+		len(got[e.P.Results]), len(got[e.P.DLQ]), took.Round(100*time.Millisecond), calls, refused, lowest)
+	checkResults(t, e, got, n, func(string) int { return 1 })
+	if took > bound {
+		t.Errorf("done in %v, want within %v (the offer's time, the Retry-Afters and a few seconds)", took, bound)
+	}
+}
+
 // throttleFirst answers every request's first call 429 with a Retry-After
 // of wait (processor.Throttled), later calls success, noting who called.
 type throttleFirst struct {
