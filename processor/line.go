@@ -220,8 +220,10 @@ type caller struct {
 	fresh bool
 	// prevCode is the code of its last transient failure ("" if none).
 	prevCode string
-	// seq is the record's number in the order of dispatch (0: unknown).
-	seq uint64
+	// seq is the record's number in the order of dispatch (0: unknown);
+	// born its record timestamp (when it was produced).
+	seq  uint64
+	born time.Time
 	// canForward: it may be forwarded to breaker.failover_to.
 	canForward bool
 	// canPark: a share group's record. Held in the process while the
@@ -256,6 +258,7 @@ type ticket struct {
 	probe  bool     // a half-open probe
 	waited bool     // the record waited for the line or a token
 	seq    uint64   // the caller's
+	born   time.Time
 	start  time.Time
 }
 
@@ -314,7 +317,7 @@ func (l *line) enter(ctx context.Context, now time.Time, c caller) (t ticket, e 
 				return t, enterYield
 			}
 			if allow {
-				t = ticket{br: l.br, probe: probe, waited: t.waited, seq: c.seq, start: now, slot: true}
+				t = ticket{br: l.br, probe: probe, waited: t.waited, seq: c.seq, born: c.born, start: now, slot: true}
 				if l.br != nil {
 					t.gen = l.br.gen
 				}

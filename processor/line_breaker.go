@@ -79,8 +79,10 @@ type breaker struct {
 	probeCodes, learned map[string]bool
 	// openedSeq is the seq of the last record dispatched when it last
 	// opened (set by the line): records up to it were in the pipeline
-	// then, the rest of what opened it among them.
-	openedSeq uint64
+	// then, the rest of what opened it among them. openedAt is when;
+	// closedSeq the last dispatched when it last closed (line.judgedSeqLocked).
+	openedSeq, closedSeq uint64
+	openedAt             time.Time
 }
 
 type breakerState int
@@ -416,16 +418,35 @@ func (l *line) probeClassLocked(c caller, queued bool, newest uint64) (fresh, be
 	switch {
 	case !c.fresh:
 		return false, queued
-	case l.br == nil || c.seq == 0 || c.seq > l.br.openedSeq:
+	case l.br == nil || c.seq == 0 || l.judgedSeqLocked(c.seq, c.born) > l.br.openedSeq:
 		return true, false
 	}
 	return false, newest > c.seq
 }
 
+// judgedSeqLocked is the seq the breaker judges a record by (probes,
+// suspects): its own, or the last of the opening for a record produced
+// before the breaker last opened (born, its record timestamp) that was
+// dispatched after it opened and before it closed again. A burst larger
+// than one poll is still being fetched when it opens the breaker: its
+// rest was as much part of what opened it as the records dispatched by
+// then. A record dispatched after the breaker closed is new work,
+// however old (a backlog), and counts as such.
+func (l *line) judgedSeqLocked(seq uint64, born time.Time) uint64 {
+	b := l.br
+	if b == nil || seq == 0 || seq <= b.openedSeq || b.openedAt.IsZero() || !born.Before(b.openedAt) {
+		return seq
+	}
+	if b.state == breakerClosed && seq > b.closedSeq {
+		return seq
+	}
+	return b.openedSeq
+}
+
 // recentLocked says c's record was dispatched after the breaker last
 // opened: failing, it failed since, not as part of what opened it.
 func (l *line) recentLocked(c caller) bool {
-	return l.br != nil && c.seq != 0 && c.seq > l.br.openedSeq
+	return l.br != nil && c.seq != 0 && l.judgedSeqLocked(c.seq, c.born) > l.br.openedSeq
 }
 
 // admitLocked asks the breaker whether a caller may call at now, the other
@@ -452,7 +473,7 @@ func (l *line) countBreakerLocked(t ticket, out Outcome, prevCode string, now ti
 	if b == nil || b != l.br {
 		return
 	}
-	v := b.judge(out, prevCode, t.probe, t.seq)
+	v := b.judge(out, prevCode, t.probe, l.judgedSeqLocked(t.seq, t.born))
 	if t.probe && v == countFailure && prevCode == "" {
 		b.noteProbe(t.gen, out.Code)
 	}
@@ -487,8 +508,11 @@ func (l *line) onBreakerLocked(tr *transition) {
 	case breakerClosed:
 		l.log.Info("breaker closed: handler calls resume", "was", tr.from.String())
 	}
-	if tr.to == breakerOpen {
-		b.openedSeq = l.dispatched()
+	switch tr.to {
+	case breakerOpen:
+		b.openedSeq, b.openedAt = l.dispatched(), time.Now()
+	case breakerClosed:
+		b.closedSeq = l.dispatched()
 	}
 	l.notClosed.Store(tr.to != breakerClosed)
 	l.m.breakerState.WithLabelValues(l.name).Set(float64(tr.to))

@@ -509,7 +509,15 @@ func TestBurstHeldWhenOpenedNeitherProbesNorReopens(t *testing.T) {
 	tl.dispatched = func() uint64 { mu.Lock(); defer mu.Unlock(); return dispatched }
 	tl.freshNewest = func() uint64 { mu.Lock(); defer mu.Unlock(); return newest }
 	tl.freshQueued = func() bool { return tl.freshNewest() > 0 }
-	record := func(seq uint64) caller { return caller{fresh: true, seq: seq, abandoned: never} }
+	// The burst was produced before the breaker opened; later records after.
+	t0 := time.Now().Add(-time.Minute)
+	record := func(seq uint64) caller {
+		born := t0
+		if seq > 100 {
+			born = time.Now()
+		}
+		return caller{fresh: true, seq: seq, born: born, abandoned: never}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	fail := func(c caller) (hold bool) {
@@ -534,6 +542,10 @@ func TestBurstHeldWhenOpenedNeitherProbesNorReopens(t *testing.T) {
 	if _, e := tl.enter(ctx, time.Now(), record(4)); e != enterYield {
 		t.Fatalf("a record of the burst at half-open, newer work queued: %v, want yield", e)
 	}
+	// So does one of the burst dispatched after it opened (produced before).
+	if _, e := tl.enter(ctx, time.Now(), caller{fresh: true, seq: 120, born: t0, abandoned: never}); e != enterYield {
+		t.Fatalf("a record of the burst dispatched after the opening, newer work queued: %v, want yield", e)
+	}
 	// Nothing newer than it queued (it is the newest): it is the probe.
 	set(150, 130)
 	if tk, e := tl.enter(ctx, time.Now(), record(140)); e != enterCall || !tk.probe {
@@ -554,10 +566,16 @@ func TestBurstHeldWhenOpenedNeitherProbesNorReopens(t *testing.T) {
 	if st := tl.status(time.Now()); st.Breaker != "closed" {
 		t.Fatalf("after 46 failures of the burst: %+v, want closed", st)
 	}
-	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "no", "suspect")); got != 46 {
-		t.Fatalf("redrive_breaker_calls_total{counted=no,outcome=suspect} = %v, want 46", got)
+	// The rest of a burst larger than one poll, dispatched after it opened
+	// but produced before: as much a suspect.
+	late := caller{fresh: true, seq: 120, born: t0, abandoned: never}
+	if fail(late) {
+		t.Fatal("a record of the burst dispatched after the opening held after the breaker closed")
 	}
-	// Records dispatched after the opening failing: an outage again.
+	if got := testutil.ToFloat64(tl.m.breakerCalls.WithLabelValues("solve", "no", "suspect")); got != 47 {
+		t.Fatalf("redrive_breaker_calls_total{counted=no,outcome=suspect} = %v, want 47", got)
+	}
+	// Records produced and dispatched after the opening failing: an outage again.
 	for seq := uint64(101); seq <= 103; seq++ {
 		fail(record(seq))
 	}

@@ -174,6 +174,7 @@ func (p *pipeline) callerFor(w *work, meta retry.Meta, state []byte) caller {
 		abandoned:  w.ps.leaving.Load,
 		canPark:    w.ps.share != nil,
 		seq:        w.seq,
+		born:       w.rec.Timestamp,
 		// The breaker puts a failure with the code the record failed
 		// with before on the request (line_breaker.go): its last transient
 		// failure, in this process (held by the line) or in its headers.
